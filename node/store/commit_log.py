@@ -1,0 +1,137 @@
+"""CommitLog: append-only records over a MappedFileQueue (spec 1 and 2).
+
+Rules:
+1. A record never spans files: when `size + 8` does not fit, the file's tail gets the BLANK
+   filler and the record starts the next file (CommitLog.DefaultAppendMessageCallback).
+2. Callers hold the store's put lock around append(); readers need no lock and never read past
+   max_offset.
+3. append_raw() (a slave's path) writes bytes exactly as the master stored them, so replica
+   files are byte-identical.
+"""
+from __future__ import annotations
+
+import os
+import struct
+
+from client.protocol import record as rec
+
+from .errors import OffsetMismatch
+from .mapped_file_queue import MappedFileQueue
+from .message import is_dispatched_to_queue
+
+_I32 = struct.Struct(">i")
+_MAGIC = struct.Struct(">iI")
+
+
+class CommitLog:
+    def __init__(self, fs, root_dir: str, file_bytes: int, whole_record_crc: bool):
+        self.queue = MappedFileQueue(fs, os.path.join(root_dir, "commitlog"), file_bytes)
+        self.file_bytes = file_bytes
+        self.whole_record_crc = whole_record_crc
+        self.start_offset = 0  # where the first file goes when the log is empty
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset if self.queue.files else self.start_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset if self.queue.files else self.start_offset
+
+    def append(self, msgs, queue_table: dict, store_ts: int):
+        """Encode `msgs` at the log end. Returns (dispatch requests, per-message
+        (physical_offset, size, queue_offset), end offset). queue_table maps (topic, queue_id)
+        to the next queue offset and is advanced here."""
+        crc = self.whole_record_crc
+        extra = rec.CRC_RESERVED_BYTES if crc else 0
+        encode = rec.encode_into
+        mf = self.queue.writable_file(self.start_offset)
+        buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
+        requests, placed = [], []
+        for m in msgs:
+            size = (91 + len(m.body) + len(m.topic_bytes) + len(m.properties_raw) + extra
+                    + len(m.born_host) + len(m.store_host) - 16
+                    + (1 if len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 else 0))
+            if size + rec.BLANK_SIZE > fsize - wrote:
+                rec.encode_blank(buf, wrote, fsize - wrote)
+                mf.wrote = fsize
+                mf = self.queue.writable_file()
+                buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
+            key = (m.topic, m.queue_id)
+            if is_dispatched_to_queue(m.sys_flag):
+                qoff = queue_table.get(key, 0)
+                queue_table[key] = qoff + 1
+            else:
+                qoff = 0  # RocketMQ writes 0 for PREPARED/ROLLBACK records
+            phys = start + wrote
+            encode(buf, wrote, m.topic_bytes, m.queue_id, m.flag, qoff, phys, m.sys_flag,
+                   m.born_timestamp, m.born_host, store_ts, m.store_host, m.reconsume_times,
+                   m.prepared_tx_offset, m.body, m.properties_raw, crc)
+            wrote += size
+            mf.wrote = wrote
+            requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
+                             m.keys, m.uniq_key, m.sys_flag))
+            placed.append((phys, size, qoff))
+        return requests, placed, start + wrote
+
+    def append_raw(self, offset: int, data) -> None:
+        """Write replicated bytes at `offset`, which must be the log end."""
+        if offset != self.max_offset:
+            raise OffsetMismatch(f"raw append at {offset}, log ends at {self.max_offset}")
+        if not self.queue.files:
+            self.queue.reset_to(offset)
+        mv = memoryview(data)
+        while mv:
+            mf = self.queue.writable_file()
+            n = min(len(mv), mf.size - mf.wrote)
+            mf.write(mv[:n])
+            mv = mv[n:]
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Bytes [offset, offset+size) if they lie in one file and below max_offset."""
+        mf = self.queue.find(offset)
+        if mf is None or offset + size > mf.end_offset:
+            return b""
+        pos = offset - mf.start_offset
+        return mf.buf[pos:pos + size]
+
+    def read_raw(self, offset: int, max_bytes: int, limit: int | None = None) -> bytes:
+        """Up to max_bytes from `offset`, not crossing a file end nor `limit` (HA transfer)."""
+        mf = self.queue.find(offset)
+        if mf is None:
+            return b""
+        end = min(mf.end_offset, offset + max_bytes, self.max_offset if limit is None else limit)
+        pos = offset - mf.start_offset
+        return mf.buf[pos:pos + max(0, end - offset)]
+
+    def record_size_at(self, offset: int) -> int:
+        """Size of the record at `offset`, 0 for a BLANK filler, -1 if unreadable."""
+        mf = self.queue.find(offset)
+        if mf is None or offset + 8 > mf.end_offset:
+            return -1
+        size, magic = _MAGIC.unpack_from(mf.buf, offset - mf.start_offset)
+        if magic == rec.BLANK_MAGIC:
+            return 0
+        return size if magic in (rec.MAGIC_V1, rec.MAGIC_V2) and size > 0 else -1
+
+    def read_record(self, offset: int) -> bytes:
+        size = self.record_size_at(offset)
+        return self.read(offset, size) if size > 0 else b""
+
+    def next_file_start(self, offset: int) -> int:
+        return offset + self.file_bytes - offset % self.file_bytes
+
+    def flush(self, least_pages: int = 0) -> bool:
+        return self.queue.flush(least_pages)
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_offset if self.queue.files else self.start_offset
+
+    def truncate(self, offset: int, scan_stale: bool = False) -> None:
+        self.queue.truncate(offset, scan_stale)
+        if not self.queue.files:
+            self.start_offset = offset
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,91 @@
+"""Dispatcher: applies dispatch requests (see message.py) to the consume queues and key index,
+strictly in commit-log order and never beyond the confirmed offset.
+
+Rules:
+1. Requests enter `pending` in log order under the put lock; advance(bound) applies, under its
+   own lock, every pending request that ends at or below `bound`.
+2. Consume-queue puts are idempotent, so recovery may replay requests.
+3. After each slice the arrival listener gets {(topic, queue_id): next queue offset} so held
+   long-polls wake (ReputMessageService's messageArrivingListener).
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+
+from .message import is_dispatched_to_queue
+
+log = logging.getLogger("tidemq.store.dispatch")
+SLICE_REQUESTS = 4096  # bounded work per slice: other threads get the GIL between slices
+
+
+class Dispatcher:
+    def __init__(self, queues, index):
+        self.queues = queues            # ConsumeQueueTable
+        self.index = index              # IndexService or None
+        self.pending: collections.deque = collections.deque()
+        self.dispatched_offset = 0      # end of the last applied request (or of the log)
+        self.lock = threading.Lock()
+        self.arrival_listener = None
+        self.index_from = 0             # recovery: only records at or after this are indexed
+
+    def enqueue(self, requests) -> None:
+        if requests:
+            self.pending.append(requests)
+
+    def backlog(self) -> int:
+        return sum(len(r) for r in self.pending)
+
+    def advance(self, bound: int) -> None:
+        with self.lock:
+            pending = self.pending
+            while pending:
+                head = pending[0]
+                n = 0
+                for r in head:
+                    if r[3] + r[4] > bound:
+                        break
+                    n += 1
+                if n == 0:
+                    return
+                if n == len(head):
+                    pending.popleft()
+                    self.apply(head)
+                else:
+                    pending[0] = head[n:]
+                    self.apply(head[:n])
+                    return
+
+    def apply(self, requests) -> None:
+        get_queue = self.queues.get_or_create
+        index = self.index
+        index_from = self.index_from
+        arrived = {}
+        for start in range(0, len(requests), SLICE_REQUESTS):
+            for (topic, qid, qoff, phys, size, tags_code, store_ts, keys, uniq, sysflag) \
+                    in requests[start:start + SLICE_REQUESTS]:
+                if is_dispatched_to_queue(sysflag):
+                    cq = get_queue(topic, qid)
+                    if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
+                        log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
+                    arrived[(topic, qid)] = qoff + 1
+                if index is not None and (keys or uniq) and phys >= index_from:
+                    index.put_keys(topic, keys, uniq, phys, store_ts)
+            last = requests[min(start + SLICE_REQUESTS, len(requests)) - 1]
+            self.dispatched_offset = last[3] + last[4]
+        if arrived and self.arrival_listener is not None:
+            try:
+                self.arrival_listener(arrived)
+            except Exception:  # a listener bug must not stop dispatch
+                log.exception("arrival listener failed")
+
+    def drop_pending_from(self, offset: int) -> None:
+        """Forget undispatched requests at or after `offset` (the log was cut there)."""
+        with self.lock:
+            kept = collections.deque()
+            for reqs in self.pending:
+                reqs = [r for r in reqs if r[3] < offset]
+                if reqs:
+                    kept.append(reqs)
+            self.pending = kept

@@ -1,0 +1,76 @@
+"""The file layer under the store: mapped files and small atomic files.
+
+The store never calls mmap or fsync directly; it asks a FileSystem. OsFileSystem is the real
+one. Tests swap in a layer that keeps unsynced writes in memory so a power cut can drop them
+(a fault a real disk cannot produce on demand); see tests/support/powercut.py.
+
+Rules:
+1. `Mapping.sync()` makes every write to the mapping durable (fdatasync semantics: the whole
+   file, not a range), and returns only after it is.
+2. `write_atomic` leaves either the old or the new content at `path`, never a mix.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+
+class OsMapping:
+    """A file of fixed size mapped shared into memory."""
+
+    def __init__(self, path: str, size: int):
+        self.path = path
+        self.size = size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)  # pre-sized to the full length (sparse until written)
+            self.buf = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def sync(self) -> None:
+        # fdatasync releases the GIL (mmap.flush would hold it for the whole msync) and on Linux
+        # writes back pages dirtied through the mapping too.
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        try:
+            self.buf.close()
+        except BufferError:
+            pass  # a reader still holds a view; the mapping goes when the view does
+        os.close(self._fd)
+
+
+class OsFileSystem:
+    def map_file(self, path: str, size: int) -> OsMapping:
+        return OsMapping(path, size)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        tmp = path + ".tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        self.fsync_dir(os.path.dirname(path) or ".")
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def remove(self, path: str) -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+OS_FILE_SYSTEM = OsFileSystem()

@@ -1,0 +1,135 @@
+"""Background services: the commit-log flusher (group commit under SYNC_FLUSH, interval under
+ASYNC_FLUSH) and the maintenance loop (consume-queue/index flush, checkpoint, next-file
+preparation, retention).
+
+Group commit (SYNC_FLUSH, CommitLog.GroupCommitService): writers register (end offset,
+deadline, callback); one fdatasync covers every write made before it started, so one fsync
+acknowledges every put waiting on it. A waiter still unflushed at its deadline gets
+FLUSH_DISK_TIMEOUT: stored, not confirmed durable.
+
+Rules:
+1. A waiter's callback runs exactly once, on the flusher thread or inline.
+2. Under SYNC_FLUSH with the local confirm mode, records are dispatched (made visible) after
+   the fsync that covers them and before their waiters are acknowledged.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .config import SYNC_FLUSH
+from .errors import PutStatus
+
+log = logging.getLogger("tidemq.store.flush")
+
+
+class FlushService:
+    def __init__(self, store):
+        self.store = store
+        self.cfg = store.config
+        self._cond = threading.Condition()
+        self._waiters: list = []   # (end_offset, deadline, callback)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="tidemq-flush", daemon=True)
+        self.fsyncs = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def wait_for(self, end_offset: int, callback) -> None:
+        deadline = time.monotonic() + self.cfg.sync_flush_timeout_ms / 1000
+        with self._cond:
+            self._waiters.append((end_offset, deadline, callback))
+            self._cond.notify()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self) -> None:
+        sync = self.cfg.flush_mode == SYNC_FLUSH
+        interval = 0.01 if sync else self.cfg.flush_interval_ms / 1000
+        thorough_every = self.cfg.flush_thorough_interval_ms / 1000
+        last_thorough = time.monotonic()
+        while True:
+            with self._cond:
+                if not self._stopping and not self._waiters:
+                    self._cond.wait(interval)
+                if self._stopping:
+                    break
+            least = 0
+            if not sync and time.monotonic() - last_thorough < thorough_every:
+                least = self.cfg.flush_least_pages
+            try:
+                if self.store.flush_log(least):
+                    self.fsyncs += 1
+                if least == 0:
+                    last_thorough = time.monotonic()
+            except Exception:
+                log.exception("commit-log flush failed")
+            self._complete()
+        try:
+            self.store.flush_log(0)
+        finally:
+            self._complete(final=True)
+
+    def _complete(self, final: bool = False) -> None:
+        flushed = self.store.flushed_offset
+        now = time.monotonic()
+        with self._cond:
+            waiters = self._waiters
+            if not waiters:
+                return
+            done, keep = [], []
+            for w in waiters:
+                if w[0] <= flushed:
+                    done.append((w[2], PutStatus.PUT_OK))
+                elif final or w[1] <= now:
+                    done.append((w[2], PutStatus.FLUSH_DISK_TIMEOUT))
+                else:
+                    keep.append(w)
+            self._waiters = keep
+        for callback, status in done:
+            try:
+                callback(status)
+            except Exception:
+                log.exception("flush waiter callback failed")
+
+
+class MaintenanceService:
+    """Every derived_flush_interval_ms: flush consume queues and index, save the checkpoint,
+    prepare the next commit-log file; every clean_interval_ms: retention."""
+
+    def __init__(self, store, retention):
+        self.store = store
+        self.retention = retention
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tidemq-maintenance", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        cfg = self.store.config
+        period = cfg.derived_flush_interval_ms / 1000
+        last_clean = time.monotonic()
+        while not self._stop.wait(period):
+            try:
+                self.store.prepare_next_file()
+                self.store.save_checkpoint()
+                if time.monotonic() - last_clean >= cfg.clean_interval_ms / 1000:
+                    last_clean = time.monotonic()
+                    self.retention.run_once()
+            except Exception:
+                log.exception("store maintenance failed")

@@ -1,0 +1,92 @@
+"""MappedFile: one fixed-size file of a MappedFileQueue, named by its 20-digit start offset.
+
+Positions are relative to the file start: `wrote` is the append pointer, `flushed` the end of
+what is known durable. Readers never look past `wrote`.
+"""
+from __future__ import annotations
+
+import os
+
+PAGE_BYTES = 4096  # OS_PAGE_SIZE for "least pages" arithmetic
+_CHUNK = 1 << 20  # zero-fill and scan granularity: bounded temporary memory
+
+
+def file_name(start_offset: int) -> str:
+    return f"{start_offset:020d}"
+
+
+class MappedFile:
+    def __init__(self, fs, path: str, start_offset: int, size: int):
+        self.path = path
+        self.start_offset = start_offset
+        self.size = size
+        self._mapping = fs.map_file(path, size)
+        self.buf = self._mapping.buf
+        self.wrote = 0
+        self.flushed = 0
+
+    @property
+    def end_offset(self) -> int:
+        """Absolute offset just past the data written to this file."""
+        return self.start_offset + self.wrote
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote >= self.size
+
+    def write(self, data, pos: int | None = None) -> None:
+        pos = self.wrote if pos is None else pos
+        assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
+        self.buf[pos:pos + len(data)] = data
+        self.wrote = max(self.wrote, pos + len(data))
+
+    def read(self, pos: int, size: int) -> bytes:
+        end = min(pos + size, self.wrote)
+        return self.buf[pos:end] if pos < end else b""
+
+    def dirty_pages(self) -> int:
+        return self.wrote // PAGE_BYTES - self.flushed // PAGE_BYTES
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """fsync when at least `least_pages` pages are dirty (any dirty byte with 0, or a
+        full file). Returns True when something was flushed."""
+        wrote = self.wrote
+        if wrote <= self.flushed:
+            return False
+        if least_pages and not self.is_full and self.dirty_pages() < least_pages:
+            return False
+        self._mapping.sync()
+        self.flushed = wrote
+        return True
+
+    def cut(self, pos: int, stale_end: int | None = None) -> None:
+        """Durably discard everything from `pos` on: zero-fill [pos, stale_end) and fsync
+        before returning, so a crash after the cut cannot bring the stale tail back (RocketMQ
+        issue #10666). `stale_end` defaults to what this process wrote; recovery, which cannot
+        know, passes stale_data_end()."""
+        old = max(self.wrote, self.flushed) if stale_end is None else stale_end
+        for start in range(pos, old, _CHUNK):
+            end = min(start + _CHUNK, old)
+            self.buf[start:end] = bytes(end - start)
+        self._mapping.sync()
+        self.wrote = self.flushed = pos
+
+    def stale_data_end(self, pos: int) -> int:
+        """End of the last non-zero chunk at or after `pos` (what a crash may have left)."""
+        end = pos
+        for start in range(pos, self.size, _CHUNK):
+            chunk = self.buf[start:min(start + _CHUNK, self.size)]
+            if chunk.count(0) != len(chunk):
+                end = start + len(chunk)
+        return end
+
+    def mtime(self) -> float:
+        return os.path.getmtime(self.path)
+
+    def close(self) -> None:
+        self._mapping.close()
+        self.buf = None
+
+    def destroy(self, fs) -> None:
+        self.close()
+        fs.remove(self.path)

@@ -1,0 +1,161 @@
+"""MappedFileQueue: an ordered run of equal-size MappedFiles in one directory, addressed by
+absolute offset (`msg + msg + ... + blank` per file for the commit log, 20-byte units for a
+consume queue).
+
+Rules:
+1. File i starts at files[0].start_offset + i * file_bytes; names are 20-digit start offsets.
+2. Every file has exactly file_bytes bytes; load refuses others (an empty last file, left by a
+   crash during creation, is removed).
+3. Only the last file is written; max_offset = last.start_offset + last.wrote.
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import StoreCorrupt
+from .mapped_file import MappedFile, file_name
+
+
+class MappedFileQueue:
+    def __init__(self, fs, directory: str, file_bytes: int):
+        self.fs = fs
+        self.directory = directory
+        self.file_bytes = file_bytes
+        self.files: list[MappedFile] = []
+        self._prepared: dict[int, MappedFile] = {}
+
+    # -- loading -------------------------------------------------------------------------
+    def load(self) -> None:
+        """Map existing files with wrote = flushed = full size; recovery moves them back."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(n for n in os.listdir(self.directory) if n.isdigit() and len(n) == 20)
+        for i, name in enumerate(names):
+            path = os.path.join(self.directory, name)
+            size = os.path.getsize(path)
+            if size == 0 and i == len(names) - 1:
+                os.remove(path)
+                continue
+            if size != self.file_bytes:
+                raise StoreCorrupt(f"{path}: {size} bytes, expected {self.file_bytes} "
+                                   f"(was the store created with another file size?)")
+            start = int(name)
+            if start % self.file_bytes:
+                raise StoreCorrupt(f"{path}: start offset is not a multiple of the file size")
+            if self.files and start != self.files[-1].start_offset + self.file_bytes:
+                raise StoreCorrupt(f"{path}: gap after {self.files[-1].path}")
+            mf = MappedFile(self.fs, path, start, self.file_bytes)
+            mf.wrote = mf.flushed = self.file_bytes
+            self.files.append(mf)
+
+    # -- geometry ------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        return self.files[-1].end_offset if self.files else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in reversed(self.files):
+            if mf.flushed:
+                return mf.start_offset + mf.flushed
+        return self.min_offset
+
+    def last(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find(self, offset: int) -> MappedFile | None:
+        """The file holding `offset`, or None outside [min_offset, last file end)."""
+        if not self.files:
+            return None
+        i = (offset - self.files[0].start_offset) // self.file_bytes
+        if 0 <= i < len(self.files):
+            return self.files[i]
+        return None
+
+    # -- growth --------------------------------------------------------------------------
+    def _open(self, start: int) -> MappedFile:
+        mf = self._prepared.pop(start, None)
+        if mf is None:
+            os.makedirs(self.directory, exist_ok=True)
+            mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
+                            self.file_bytes)
+        return mf
+
+    def writable_file(self, start_offset: int = 0) -> MappedFile:
+        """The last file if it has room, else a new one (the first starts at the file holding
+        `start_offset`)."""
+        last = self.last()
+        if last is not None and not last.is_full:
+            return last
+        start = (start_offset - start_offset % self.file_bytes) if last is None \
+            else last.start_offset + self.file_bytes
+        mf = self._open(start)
+        self.files.append(mf)
+        return mf
+
+    def prepare_next(self) -> None:
+        """Create and map the file after the last one ahead of need (off the put path)."""
+        last = self.last()
+        if last is None:
+            return
+        start = last.start_offset + self.file_bytes
+        if start not in self._prepared:
+            os.makedirs(self.directory, exist_ok=True)
+            self._prepared[start] = MappedFile(
+                self.fs, os.path.join(self.directory, file_name(start)), start, self.file_bytes)
+
+    # -- durability ----------------------------------------------------------------------
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush every file with unflushed data (full files first). True if anything was."""
+        did = False
+        for mf in self.files:
+            if mf.flushed < mf.wrote:
+                did = mf.flush(least_pages) or did
+        return did
+
+    def truncate(self, offset: int, scan_stale: bool = False) -> None:
+        """Durably drop everything at or after `offset`: later files are deleted, the file
+        holding it is cut. With scan_stale, bytes a crash may have left past `wrote` go too."""
+        while self.files and self.files[-1].start_offset > offset:
+            self.files.pop().destroy(self.fs)
+        for mf in self._prepared.values():
+            mf.destroy(self.fs)
+        self._prepared.clear()
+        mf = self.find(offset)
+        if mf is not None:  # None: the cut is at the end of a full last file, or no files
+            pos = offset - mf.start_offset
+            mf.cut(pos, mf.stale_data_end(pos) if scan_stale else None)
+        if os.path.isdir(self.directory):
+            self.fs.fsync_dir(self.directory)
+
+    def delete_first(self, count: int) -> list[MappedFile]:
+        """Delete up to `count` files from the front (never the last one)."""
+        gone = []
+        while count > 0 and len(self.files) > 1:
+            mf = self.files.pop(0)
+            mf.destroy(self.fs)
+            gone.append(mf)
+            count -= 1
+        return gone
+
+    def reset_to(self, offset: int) -> None:
+        """Empty queue that must start at `offset` (a slave bootstrapping mid-history, or a
+        consume queue whose log head was deleted)."""
+        self.destroy()
+        mf = self._open(offset - offset % self.file_bytes)
+        mf.wrote = mf.flushed = offset % self.file_bytes
+        self.files.append(mf)
+
+    def close(self) -> None:
+        for mf in self.files + list(self._prepared.values()):
+            mf.close()
+        self.files, self._prepared = [], {}
+
+    def destroy(self) -> None:
+        for mf in self.files + list(self._prepared.values()):
+            mf.destroy(self.fs)
+        self.files, self._prepared = [], {}

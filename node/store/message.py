@@ -1,0 +1,79 @@
+"""What the store takes in (StoreMessage) and what the dispatcher applies (dispatch requests).
+
+A dispatch request is a plain tuple, for speed, with the fields named by the DR_* indexes:
+(topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys,
+uniq_key, sys_flag). The put path builds it from the message it encodes; a slave and recovery
+build it by parsing log bytes (parse_dispatch). Both give the same tuple for the same record
+(tests/store/test_dispatch_equivalence.py).
+"""
+from __future__ import annotations
+
+from client.protocol import record as rec
+from client.protocol.jhash import java_string_hash
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# A scheduled record's consume-queue tag code is its due time (spec 7.5); the broker stamps the
+# due time into this property when it stores the record, so parse and put paths agree.
+PROP_DELIVER_AT_MS = "__DELIVER_AT_MS"
+LOCAL_HOST = rec.encode_host("127.0.0.1", 10911)
+
+DR_TOPIC, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_PHYS, DR_SIZE, DR_TAGS_CODE = 0, 1, 2, 3, 4, 5
+DR_STORE_TS, DR_KEYS, DR_UNIQ_KEY, DR_SYS_FLAG = 6, 7, 8, 9
+
+
+def tags_code(topic: str, tags: str | None, props: dict[str, str]) -> int:
+    if topic == SCHEDULE_TOPIC:
+        try:
+            return int(props.get(PROP_DELIVER_AT_MS, "0"))
+        except ValueError:
+            return 0
+    return java_string_hash(tags) if tags else 0
+
+
+def is_dispatched_to_queue(sys_flag: int) -> bool:
+    """PREPARED and ROLLBACK records never enter a consume queue (spec 1.3)."""
+    tx = sys_flag & rec.SYSFLAG_TX_MASK
+    return tx != rec.TX_PREPARED and tx != rec.TX_ROLLBACK
+
+
+class StoreMessage:
+    """One message to append. `properties` must not contain the __CRC32# entry; the store adds
+    it. The broker may pass `properties_raw`, the already-serialised form of `properties`."""
+
+    __slots__ = ("topic", "topic_bytes", "queue_id", "body", "properties", "properties_raw",
+                 "flag", "sys_flag", "born_timestamp", "born_host", "store_host",
+                 "reconsume_times", "prepared_tx_offset", "tags", "keys", "uniq_key", "tags_code")
+
+    def __init__(self, topic: str, queue_id: int, body: bytes, properties: dict | None = None,
+                 *, properties_raw: bytes | None = None, flag: int = 0, sys_flag: int = 0,
+                 born_timestamp: int = 0, born_host: bytes = LOCAL_HOST,
+                 store_host: bytes = LOCAL_HOST, reconsume_times: int = 0,
+                 prepared_tx_offset: int = 0):
+        props = properties or {}
+        self.topic = topic
+        self.topic_bytes = topic.encode("utf-8")
+        self.queue_id = queue_id
+        self.body = body
+        self.properties = props
+        self.properties_raw = rec.encode_properties(props) if properties_raw is None else properties_raw
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_tx_offset = prepared_tx_offset
+        self.tags = props.get(rec.PROP_TAGS)
+        self.keys = props.get(rec.PROP_KEYS)
+        self.uniq_key = props.get(rec.PROP_UNIQ_KEY)
+        self.tags_code = tags_code(topic, self.tags, props)
+
+
+def parse_dispatch(buf, pos: int, limit: int):
+    """The dispatch request for the record at buf[pos:limit] (raises RecordError)."""
+    m = rec.decode_record(buf, pos, limit)
+    props = m.properties
+    tags = props.get(rec.PROP_TAGS)
+    return (m.topic, m.queue_id, m.queue_offset, m.physical_offset, m.size,
+            tags_code(m.topic, tags, props), m.store_timestamp, props.get(rec.PROP_KEYS),
+            props.get(rec.PROP_UNIQ_KEY), m.sys_flag)

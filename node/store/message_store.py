@@ -1,0 +1,323 @@
+"""MessageStore: the facade the broker and HA use (RocketMQ's DefaultMessageStore, smaller).
+
+Write path: put() validates every message first (nothing is written if one is bad), appends
+the batch under one lock, and returns where each message went; on_durable() / put_and_wait()
+report when it is durable (SYNC_FLUSH group commit) or at once (ASYNC_FLUSH).
+
+Visibility: consumers never see past `confirmed_offset`. Its owner moves it: the flusher under
+SYNC_FLUSH, the writer under ASYNC_FLUSH (confirm_mode "local"), or HA replication through
+set_confirmed_offset() (confirm_mode "external"). Dispatch follows it.
+
+HA API: append_raw(), read_raw(), truncate(), set_confirmed_offset().
+
+Files under root_dir: commitlog/, consumequeue/<topic>/<queue>/, index/, checkpoint, abort
+(present while open: its presence at start means a crash), lock (flock: one process per store),
+store_version ("tidemq-store 1").
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+
+from client.protocol import record as rec
+
+from .checkpoint import Checkpoint
+from .commit_log import CommitLog
+from .config import SYNC_FLUSH, StoreConfig
+from .dispatch import Dispatcher
+from .errors import (DiskFull, MessageIllegal, PutStatus, StoreClosed, StoreCorrupt,
+                     StoreLocked)
+from .fileio import OS_FILE_SYSTEM
+from .flush import FlushService, MaintenanceService
+from .index_file import IndexService
+from .queue_table import ConsumeQueueTable
+from .reader import StoreReader
+from .message import is_dispatched_to_queue
+from .recovery import recover, scan
+from .retention import Retention
+
+log = logging.getLogger("tidemq.store")
+STORE_VERSION = b"tidemq-store 1\n"
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
+
+
+class AppendResult:
+    """Where a put landed: per message (physical_offset, size, queue_offset)."""
+
+    __slots__ = ("placed", "end_offset", "store_timestamp")
+
+    def __init__(self, placed, end_offset: int, store_timestamp: int):
+        self.placed = placed
+        self.end_offset = end_offset
+        self.store_timestamp = store_timestamp
+
+
+class MessageStore(StoreReader):
+    def __init__(self, config: StoreConfig, fs=OS_FILE_SYSTEM, clock=time.time,
+                 disk_usage=None):
+        self.config = config
+        self.fs = fs
+        self.clock = clock
+        self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
+                                    config.whole_record_crc)
+        self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_file_units)
+        self.index = IndexService(fs, config.root_dir, config.index_slots,
+                                  config.index_entries) if config.index_enable else None
+        self.dispatcher = Dispatcher(self.queues, self.index)
+        self.checkpoint: Checkpoint | None = None
+        self.queue_table: dict[tuple[str, int], int] = {}
+        self.confirmed = 0
+        self.raw_parsed_offset = 0    # a slave's raw bytes are parsed into records up to here
+        self.put_lock = threading.Lock()
+        self.retention = Retention(self, clock, disk_usage) if disk_usage else Retention(self, clock)
+        self.flush_service = FlushService(self)
+        self.maintenance = MaintenanceService(self, self.retention)
+        self.recovery_report = None
+        self.writable = False
+        self._lock_fd = None
+        self._local_confirm = config.confirm_mode == "local"
+        self._sync_flush = config.flush_mode == SYNC_FLUSH
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def open(self) -> "MessageStore":
+        root = self.config.root_dir
+        os.makedirs(root, exist_ok=True)
+        self._take_lock(os.path.join(root, "lock"))
+        try:
+            self._check_version(os.path.join(root, "store_version"))
+            abort = os.path.join(root, "abort")
+            crashed = os.path.exists(abort)
+            self.checkpoint = Checkpoint(self.fs, root)
+            self.recovery_report = recover(self, crashed)
+            self.raw_parsed_offset = self.commit_log.max_offset
+            self.save_checkpoint()
+            with open(abort, "w") as f:
+                f.write(str(os.getpid()))
+            self.fs.fsync_dir(root)
+            self.retention.check_disk()
+        except BaseException:
+            self._release_lock()
+            raise
+        self.writable = True
+        self.flush_service.start()
+        self.maintenance.start()
+        return self
+
+    def close(self) -> None:
+        """Clean shutdown: flush everything, save the checkpoint, remove the abort file."""
+        if self.checkpoint is None:
+            return
+        self.writable = False
+        self.maintenance.stop()
+        self.flush_service.stop()
+        self.flush_log(0)
+        self.dispatcher.advance(self.confirmed)
+        clean = self.dispatcher.backlog() == 0 or not self._local_confirm
+        self.save_checkpoint()
+        self.commit_log.close()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
+        self.checkpoint.close()
+        self.checkpoint = None
+        if clean:
+            self.fs.remove(os.path.join(self.config.root_dir, "abort"))
+        self._release_lock()
+
+    def __enter__(self):
+        return self.open()
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _take_lock(self, path: str) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreLocked(f"store {self.config.root_dir} is in use by another process") from None
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _check_version(self, path: str) -> None:
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                found = f.read()
+            if found != STORE_VERSION:
+                raise StoreCorrupt(f"{path}: unknown store format {found[:40]!r} "
+                                   f"(this build reads {STORE_VERSION!r})")
+        else:
+            self.fs.write_atomic(path, STORE_VERSION)
+
+    # -- write path ----------------------------------------------------------------------
+    def validate(self, m) -> None:
+        cfg = self.config
+        if len(m.body) > cfg.max_message_bytes:
+            raise MessageIllegal(f"message body is {len(m.body)} bytes; the limit is "
+                                 f"{cfg.max_message_bytes}")
+        if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
+                or not TOPIC_PATTERN.match(m.topic):
+            raise MessageIllegal(f"illegal topic {m.topic[:200]!r}: 1-127 characters of "
+                                 f"letters, digits, '%', '|', '_' and '-'")
+        extra = rec.CRC_RESERVED_BYTES if cfg.whole_record_crc else 0
+        if len(m.properties_raw) + extra > rec.PROPERTIES_MAX_BYTES:
+            raise MessageIllegal(f"properties are {len(m.properties_raw)} bytes; the limit is "
+                                 f"{rec.PROPERTIES_MAX_BYTES - extra}")
+        if not 0 <= m.queue_id < cfg.max_queues_per_topic:
+            raise MessageIllegal(f"queue id {m.queue_id} out of range "
+                                 f"[0, {cfg.max_queues_per_topic})")
+        if len(m.born_host) not in (8, 20) or len(m.store_host) not in (8, 20):
+            raise MessageIllegal("born and store hosts must be 8 (IPv4) or 20 (IPv6) bytes")
+
+    def put(self, msgs) -> AppendResult:
+        """Append a batch (one lock, one flush wait). Raises MessageIllegal before writing
+        anything if any message is bad, DiskFull / StoreClosed when writes are refused."""
+        if not msgs:
+            raise MessageIllegal("empty batch")
+        for m in msgs:
+            self.validate(m)
+        if self.retention.disk_full:
+            raise DiskFull("disk use is above the warning ratio; writes are refused until "
+                           "retention frees space")
+        with self.put_lock:
+            if not self.writable:
+                raise StoreClosed("store is not accepting writes")
+            ts = int(self.clock() * 1000)
+            requests, placed, end = self.commit_log.append(msgs, self.queue_table, ts)
+            self.dispatcher.enqueue(requests)
+        if self._local_confirm and not self._sync_flush:
+            self.confirmed = end
+            self.dispatcher.advance(end)
+        return AppendResult(placed, end, ts)
+
+    def on_durable(self, end_offset: int, callback) -> None:
+        """callback(PutStatus) once `end_offset` is durable per the flush mode."""
+        if not self._sync_flush or end_offset <= self.flushed_offset:
+            callback(PutStatus.PUT_OK)
+        else:
+            self.flush_service.wait_for(end_offset, callback)
+
+    def put_and_wait(self, msgs) -> tuple[AppendResult, PutStatus]:
+        result = self.put(msgs)
+        if not self._sync_flush:
+            return result, PutStatus.PUT_OK
+        done = threading.Event()
+        box = []
+        self.on_durable(result.end_offset, lambda status: (box.append(status), done.set()))
+        done.wait()
+        return result, box[0]
+
+    # -- flush and visibility ------------------------------------------------------------
+    @property
+    def max_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commit_log.flushed_offset
+
+    @property
+    def confirmed_offset(self) -> int:
+        return self.confirmed
+
+    def flush_log(self, least_pages: int = 0) -> bool:
+        did = self.commit_log.flush(least_pages)
+        if self._local_confirm and self._sync_flush:
+            flushed = self.flushed_offset
+            if flushed > self.confirmed:
+                self.confirmed = flushed
+                self.dispatcher.advance(flushed)
+        return did
+
+    def set_confirmed_offset(self, offset: int) -> None:
+        """HA moves the consumer-visible bound (confirm_mode "external"); never backwards,
+        never past the log end."""
+        offset = min(offset, self.max_offset)
+        if offset > self.confirmed:
+            self.confirmed = offset
+            self.dispatcher.advance(offset)
+
+    def save_checkpoint(self) -> None:
+        dispatched = self.dispatcher.dispatched_offset
+        self.queues.flush()
+        if self.index is not None:
+            self.index.flush()
+        self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
+
+    def prepare_next_file(self) -> None:
+        last = self.commit_log.queue.last()
+        if last is not None and last.wrote >= last.size * self.config.preallocate_at_ratio:
+            with self.put_lock:
+                self.commit_log.queue.prepare_next()
+
+    # -- HA ------------------------------------------------------------------------------
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        return self.commit_log.read_raw(offset, max_bytes)
+
+    def append_raw(self, offset: int, data) -> None:
+        """A slave's path: bytes exactly as the master stored them. Complete records are
+        queued for dispatch; they become visible as the confirmed offset passes them."""
+        with self.put_lock:
+            self.commit_log.append_raw(offset, data)
+            self._parse_raw(self.raw_parsed_offset)
+
+    def _parse_raw(self, start: int) -> None:
+        end, requests = scan(self.commit_log, start, False, start)
+        for r in requests:
+            if is_dispatched_to_queue(r[9]):
+                key = (r[0], r[1])
+                self.queue_table[key] = max(self.queue_table.get(key, 0), r[2] + 1)
+        self.dispatcher.enqueue(requests)
+        self.raw_parsed_offset = end
+        if self._local_confirm:
+            self.confirmed = end if not self._sync_flush else self.confirmed
+            self.dispatcher.advance(self.confirmed)
+
+    def truncate(self, offset: int) -> None:
+        """Durably cut the log and everything derived from it back to `offset` (a record
+        boundary) before returning."""
+        with self.put_lock:
+            self.dispatcher.drop_pending_from(offset)
+            with self.dispatcher.lock:
+                self._truncate_locked(offset)
+        self.checkpoint.save(min(self.flushed_offset, offset), self.dispatcher.dispatched_offset,
+                             self.confirmed)
+
+    def _truncate_locked(self, offset: int) -> None:
+        self.commit_log.truncate(offset)
+        for cq in list(self.queues.queues.values()):
+            cq.truncate_by_phys(offset)
+        if self.index is not None:
+            self.index.truncate(offset)
+        self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
+        self.confirmed = min(self.confirmed, offset)
+        self.queue_table = {k: cq.max_queue_offset for k, cq in self.queues.queues.items()}
+        for reqs in self.dispatcher.pending:
+            for r in reqs:
+                if is_dispatched_to_queue(r[9]):
+                    key = (r[0], r[1])
+                    self.queue_table[key] = max(self.queue_table.get(key, 0), r[2] + 1)
+        self.raw_parsed_offset = offset
+
+    # -- retention -----------------------------------------------------------------------
+    def delete_log_head(self, files: int) -> None:
+        with self.dispatcher.lock:
+            self.commit_log.queue.delete_first(files)
+            lo = self.commit_log.min_offset
+            for cq in list(self.queues.queues.values()):
+                cq.delete_below_phys(lo)
+            if self.index is not None:
+                self.index.delete_below_phys(lo)

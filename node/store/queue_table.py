@@ -1,0 +1,68 @@
+"""ConsumeQueueTable: every (topic, queue_id) consume queue of the store, created on demand and
+found again at start-up under <root>/consumequeue/<topic>/<queue_id>/."""
+from __future__ import annotations
+
+import os
+import threading
+
+from .consume_queue import ConsumeQueue
+
+
+class ConsumeQueueTable:
+    def __init__(self, fs, root_dir: str, units_per_file: int):
+        self.fs = fs
+        self.root_dir = root_dir
+        self.units_per_file = units_per_file
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            with self._lock:
+                cq = self.queues.get((topic, queue_id))
+                if cq is None:
+                    cq = ConsumeQueue(self.fs, self.root_dir, topic, queue_id, self.units_per_file)
+                    self.queues[(topic, queue_id)] = cq
+        return cq
+
+    def load(self) -> bool:
+        """Map and recover every queue on disk; False when the directory is missing."""
+        base = os.path.join(self.root_dir, "consumequeue")
+        if not os.path.isdir(base):
+            return False
+        for topic in sorted(os.listdir(base)):
+            tdir = os.path.join(base, topic)
+            for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else ():
+                if qid.isdigit():
+                    cq = self.get_or_create(topic, int(qid))
+                    cq.load_and_recover()
+        return True
+
+    def topics(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for topic, qid in list(self.queues):
+            out.setdefault(topic, []).append(qid)
+        return {t: sorted(q) for t, q in out.items()}
+
+    def remove_topic(self, topic: str) -> None:
+        with self._lock:
+            for key in [k for k in self.queues if k[0] == topic]:
+                self.queues.pop(key).destroy()
+
+    def flush(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.flush()
+
+    def close(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.close()
+        self.queues = {}
+
+    def destroy(self) -> None:
+        for cq in list(self.queues.values()):
+            cq.destroy()
+        self.queues = {}

@@ -1,0 +1,169 @@
+"""StoreReader: the read side of MessageStore (consume-queue lookups, key and id queries).
+
+Reads take no lock: they see consume-queue units only up to what the dispatcher wrote, which
+is never past the confirmed offset, and copy record bytes out of the mapped files.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+
+from client.protocol import record as rec
+
+from .consume_queue import PRE_BLANK_SIZE
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+class GetResult:
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages",
+                 "max_phys_offset")
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, messages=()):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = list(messages)   # raw record bytes, in queue order
+        self.max_phys_offset = 0         # phys offset of the last message (slave suggestion)
+
+
+def store_timestamp_of(record: bytes) -> int:
+    sysflag = _I32.unpack_from(record, rec.POS_SYSFLAG)[0]
+    pos = 48 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8)
+    return _I64.unpack_from(record, pos)[0]
+
+
+class StoreReader:
+    """Mixed into MessageStore; expects commit_log, queues, index."""
+
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     max_bytes: int = 256 * 1024, tag_codes=None) -> GetResult:
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        lo, hi = cq.min_queue_offset, cq.max_queue_offset
+        if hi <= lo and hi == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+        if offset < lo:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+        if offset == hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+        if offset > hi:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        log_min = self.commit_log.min_offset
+        read = self.commit_log.read
+        out, total, pos, last_phys = [], 0, offset, 0
+        status = GetStatus.NO_MATCHED_MESSAGE
+        while pos < hi and len(out) < max_count and total < max_bytes:
+            try:
+                units = cq.units(pos, min(max_count - len(out), hi - pos) + 16)
+            except (ValueError, TypeError):  # a file was deleted under us by retention
+                units = []
+            if not units:
+                status = GetStatus.OFFSET_FOUND_NULL if not out else status
+                break
+            for phys, size, code in units:
+                if len(out) >= max_count or (out and total + size > max_bytes):
+                    break
+                pos += 1
+                if size == PRE_BLANK_SIZE or phys < log_min:
+                    continue
+                if tag_codes is not None and code not in tag_codes:
+                    continue
+                data = read(phys, size)
+                if len(data) != size:
+                    continue
+                out.append(data)
+                total += size
+                last_phys = phys
+        if out:
+            status = GetStatus.FOUND
+        result = GetResult(status, pos, lo, hi, out)
+        result.max_phys_offset = last_phys
+        return result
+
+    def min_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.min_queue_offset if cq else 0
+
+    def max_queue_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.max_queue_offset if cq else 0
+
+    def get_record(self, phys: int) -> bytes:
+        """The record starting at `phys`, if it is visible (below the confirmed offset)."""
+        if phys >= self.confirmed_offset:
+            return b""
+        data = self.commit_log.read_record(phys)
+        return data if data and phys + len(data) <= self.confirmed_offset else b""
+
+    def view_by_offset_msg_id(self, msg_id: str) -> bytes:
+        _, _, phys = rec.decode_offset_msg_id(msg_id)
+        return self.get_record(phys)
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ts: int = 0,
+                     end_ts: int = 2 ** 62) -> list[bytes]:
+        """Records of `topic` whose KEYS contain `key` or whose UNIQ_KEY is `key`, newest
+        first. Index hits are re-checked on the record (the index compares hashes only)."""
+        if self.index is None:
+            return []
+        out, seen = [], set()
+        for phys in self.index.query(topic, key, max_num * 2 + 8, begin_ts, end_ts):
+            if phys in seen:
+                continue
+            seen.add(phys)
+            data = self.get_record(phys)
+            if not data:
+                continue
+            m = rec.decode_record(data)
+            if m.topic == topic and (m.uniq_key == key or key in m.keys):
+                out.append(data)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose store time is >= timestamp_ms (the max offset if
+        none; the min offset for a time before everything)."""
+        cq = self.queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_queue_offset, cq.max_queue_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            ts = self._unit_store_time(cq, mid)
+            if ts is None or ts < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def earliest_msg_time(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        if cq is None or cq.max_queue_offset <= cq.min_queue_offset:
+            return 0
+        return self._unit_store_time(cq, cq.min_queue_offset) or 0
+
+    def _unit_store_time(self, cq, queue_offset: int):
+        unit = cq.get(queue_offset)
+        if unit is None or unit[1] == PRE_BLANK_SIZE:
+            return None
+        data = self.commit_log.read(unit[0], min(unit[1], 128))
+        return store_timestamp_of(data) if len(data) >= 92 else None
+
+    def topics(self) -> dict[str, list[int]]:
+        return self.queues.topics()
