@@ -162,15 +162,18 @@ def record_size(body_len: int, topic_len: int, props_len: int, born_v6: bool = F
 def encode_into(buf, pos: int, topic: bytes, queue_id: int, flag: int, queue_offset: int,
                 physical_offset: int, sys_flag: int, born_timestamp: int, born_host: bytes,
                 store_timestamp: int, store_host: bytes, reconsume_times: int,
-                prepared_tx_offset: int, body, properties: bytes, with_crc: bool = True) -> int:
-    """Write one record at buf[pos:]; return its size. Host byte lengths (8 or 20) pick the
-    IPv4/IPv6 sysflag bits. Hot path: positional arguments, few calls."""
+                prepared_tx_offset: int, body, properties: bytes, with_crc: bool = True,
+                total: int = 0) -> int:
+    """Write one record at buf[pos:]; return its size (pass `total` when already known, from
+    record_size()). Host byte lengths (8 or 20) pick the IPv4/IPv6 sysflag bits. Hot path:
+    positional arguments, few calls."""
     body_len = len(body)
     topic_len = len(topic)
     props_len = len(properties)
     v2 = topic_len > TOPIC_MAX_BYTES_V1
-    total = (91 + body_len + topic_len + props_len + len(born_host) + len(store_host) - 16
-             + (CRC_RESERVED_BYTES if with_crc else 0) + (1 if v2 else 0))
+    if not total:
+        total = (91 + body_len + topic_len + props_len + len(born_host) + len(store_host) - 16
+                 + (CRC_RESERVED_BYTES if with_crc else 0) + (1 if v2 else 0))
     magic = MAGIC_V2 if v2 else MAGIC_V1
     bcrc = _crc32(body) & 0x7FFFFFFF
     if len(born_host) == 8 and len(store_host) == 8:

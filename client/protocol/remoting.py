@@ -113,7 +113,7 @@ class RemotingCommand:
     def ext_int(self, name, default=None):
         """The field as an int, `default` if absent; ProtocolError if present but not an integer."""
         value = self.ext.get(name)
-        return default if value is None else _parse_int(name, value)
+        return default if value is None else parse_int(name, value)
 
     def ext_bool(self, name, default=False):
         """"true" (Java, Go) or "1" (cpp), any case, is True; any other present value is False."""
@@ -127,7 +127,7 @@ class RemotingCommand:
         return _wire_str(self._required(name))
 
     def require_int(self, name):
-        return _parse_int(name, self._required(name))
+        return parse_int(name, self._required(name))
 
     def _required(self, name):
         value = self.ext.get(name)
@@ -152,7 +152,8 @@ class RemotingCommand:
                 f"ext={self.ext!r}, body=<{len(self.body)} bytes>, serialize_type={self.serialize_type})")
 
 
-def _parse_int(name, value):
+def parse_int(name, value):
+    """A header/body integer as Java's Integer/Long.parseInt reads it: optional sign, ASCII digits."""
     if value.__class__ is int:
         return value
     if value.__class__ is str and value.isascii() and len(value) <= _INT_DIGITS_MAX + 1:
@@ -254,15 +255,6 @@ def encode_frame(cmd):
 
 # ---------------------------------------------------------------------------------- decoding
 
-def _json_int(obj, key, default):
-    value = obj.get(key)
-    if value is None and default is not None:  # absent or null: Java keeps the field's default
-        return default
-    if value.__class__ is not int or not _INT32_MIN <= value <= _INT32_MAX:
-        raise ProtocolError(f"JSON header field {key!r} must be an int32, got {value!r}")
-    return value
-
-
 def _json_ints(obj):
     """code (required), version, opaque, flag: a fast check of the usual case, then the precise one."""
     code, version, opaque, flag = obj.get("code"), obj.get("version"), obj.get("opaque"), obj.get("flag")
@@ -271,8 +263,15 @@ def _json_ints(obj):
             and _INT32_MIN <= version <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX
             and _INT32_MIN <= flag <= _INT32_MAX):
         return code, version, opaque, flag
-    return (_json_int(obj, "code", None), _json_int(obj, "version", 0), _json_int(obj, "opaque", 0),
-            _json_int(obj, "flag", 0))
+    values = []
+    for key, default in (("code", None), ("version", 0), ("opaque", 0), ("flag", 0)):
+        value = obj.get(key)
+        if value is None and default is not None:  # absent or null: Java keeps the field's default
+            value = default
+        elif value.__class__ is not int or not _INT32_MIN <= value <= _INT32_MAX:
+            raise ProtocolError(f"JSON header field {key!r} must be an int32, got {value!r}")
+        values.append(value)
+    return values
 
 
 def _json_language(value):
@@ -327,10 +326,10 @@ def _decode_json_header(raw, body, serialize_type):
         ext = {_sanitize(k): _sanitize(v) for k, v in ext.items()}
     # Java's defaults for absent fields: language JAVA, version/opaque/flag 0; code is required.
     code, version, opaque, flag = _json_ints(obj)
-    language = obj.get("language")
-    language = _LANG_BY_NAME.get(language) if language.__class__ is str else None  # the usual case
-    if language is None:
-        language = _json_language(obj.get("language"))
+    wire_language = obj.get("language")
+    language = _LANG_BY_NAME.get(wire_language) if wire_language.__class__ is str else None
+    if language is None:  # not a known name: the slow path decides
+        language = _json_language(wire_language)
     return RemotingCommand(code, language, version, opaque, flag, remark, ext, body, serialize_type)
 
 

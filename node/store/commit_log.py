@@ -17,7 +17,6 @@ from client.protocol import record as rec
 
 from .errors import OffsetMismatch
 from .mapped_file_queue import MappedFileQueue
-from .message import is_dispatched_to_queue
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
@@ -49,16 +48,14 @@ class CommitLog:
         buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
         requests, placed = [], []
         for m in msgs:
-            size = (91 + len(m.body) + len(m.topic_bytes) + len(m.properties_raw) + extra
-                    + len(m.born_host) + len(m.store_host) - 16
-                    + (1 if len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 else 0))
+            size = m.size_no_crc + extra
             if size + rec.BLANK_SIZE > fsize - wrote:
                 rec.encode_blank(buf, wrote, fsize - wrote)
                 mf.wrote = fsize
                 mf = self.queue.writable_file()
                 buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
-            key = (m.topic, m.queue_id)
-            if is_dispatched_to_queue(m.sys_flag):
+            if m.dispatchable:
+                key = (m.topic, m.queue_id)
                 qoff = queue_table.get(key, 0)
                 queue_table[key] = qoff + 1
             else:
@@ -66,12 +63,12 @@ class CommitLog:
             phys = start + wrote
             encode(buf, wrote, m.topic_bytes, m.queue_id, m.flag, qoff, phys, m.sys_flag,
                    m.born_timestamp, m.born_host, store_ts, m.store_host, m.reconsume_times,
-                   m.prepared_tx_offset, m.body, m.properties_raw, crc)
+                   m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
             wrote += size
-            mf.wrote = wrote
             requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
                              m.keys, m.uniq_key, m.sys_flag))
             placed.append((phys, size, qoff))
+        mf.wrote = wrote
         return requests, placed, start + wrote
 
     def append_raw(self, offset: int, data) -> None:

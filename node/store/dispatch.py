@@ -14,9 +14,10 @@ import collections
 import logging
 import threading
 
-from .message import is_dispatched_to_queue
+from client.protocol.record import TX_PREPARED, TX_ROLLBACK
 
 log = logging.getLogger("tidemq.store.dispatch")
+_NOT_QUEUED = (TX_PREPARED, TX_ROLLBACK)  # never in a consume queue (spec 1.3)
 SLICE_REQUESTS = 4096  # bounded work per slice: other threads get the GIL between slices
 
 
@@ -58,21 +59,22 @@ class Dispatcher:
                     return
 
     def apply(self, requests) -> None:
+        queues = self.queues.queues
         get_queue = self.queues.get_or_create
-        index = self.index
-        index_from = self.index_from
         arrived = {}
         for start in range(0, len(requests), SLICE_REQUESTS):
-            for (topic, qid, qoff, phys, size, tags_code, store_ts, keys, uniq, sysflag) \
-                    in requests[start:start + SLICE_REQUESTS]:
-                if is_dispatched_to_queue(sysflag):
-                    cq = get_queue(topic, qid)
-                    if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
-                        log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
-                    arrived[(topic, qid)] = qoff + 1
-                if index is not None and (keys or uniq) and phys >= index_from:
-                    index.put_keys(topic, keys, uniq, phys, store_ts)
-            last = requests[min(start + SLICE_REQUESTS, len(requests)) - 1]
+            chunk = requests[start:start + SLICE_REQUESTS]
+            for (topic, qid, qoff, phys, size, tags_code, _, _, _, sysflag) in chunk:
+                if sysflag & 0xC in _NOT_QUEUED:
+                    continue
+                key = (topic, qid)
+                cq = queues.get(key) or get_queue(topic, qid)
+                if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
+                    log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
+                arrived[key] = qoff + 1
+            if self.index is not None:
+                self.index.put_requests(chunk, self.index_from)
+            last = chunk[-1]
             self.dispatched_offset = last[3] + last[4]
         if arrived and self.arrival_listener is not None:
             try:

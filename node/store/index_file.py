@@ -30,6 +30,7 @@ ENTRY = struct.Struct(">iqii")
 SLOT = struct.Struct(">i")
 HEADER_BYTES = 40
 ENTRY_BYTES = 20
+_pack_entry, _pack_slot, _unpack_slot = ENTRY.pack_into, SLOT.pack_into, SLOT.unpack_from
 
 
 def key_hash(key: str) -> int:
@@ -58,25 +59,6 @@ class IndexFile:
     @property
     def is_full(self) -> bool:
         return self.count >= self.entries
-
-    def put(self, h: int, phys: int, store_ts: int) -> bool:
-        if self.count >= self.entries:
-            return False
-        buf = self.buf
-        slot_pos = HEADER_BYTES + (h % self.slots) * 4
-        prev = SLOT.unpack_from(buf, slot_pos)[0]
-        if prev <= 0 or prev >= self.count:
-            prev = 0
-            self.used_slots += 1
-        if self.count == 1:
-            self.begin_ts, self.begin_phys = store_ts, phys
-        diff = max(0, (store_ts - self.begin_ts) // 1000)
-        n = self.count
-        ENTRY.pack_into(buf, self._entries_at + n * ENTRY_BYTES, h, phys, diff, prev)
-        SLOT.pack_into(buf, slot_pos, n)
-        self.count = n + 1
-        self.end_ts, self.end_phys = store_ts, phys
-        return True
 
     def write_header(self) -> None:
         HEADER.pack_into(self.buf, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys,
@@ -165,6 +147,7 @@ class IndexService:
         self.directory = os.path.join(root_dir, "index")
         self.slots, self.entries = slots, entries
         self.files: list[IndexFile] = []
+        self._topic_seed: dict[str, int] = {}  # crc32 of "topic#", continued over each key
 
     def load(self) -> None:
         if not os.path.isdir(self.directory):
@@ -192,26 +175,68 @@ class IndexService:
             return self.files[-1]
         if self.files:
             self.files[-1].flush()  # rule 2
+        return self.new_file()
+
+    def new_file(self) -> IndexFile:
         os.makedirs(self.directory, exist_ok=True)
         ms = int(time.time() * 1000)
         while os.path.exists(os.path.join(self.directory, _name_for(ms))):
             ms += 1
         f = IndexFile(self.fs, os.path.join(self.directory, _name_for(ms)), self.slots, self.entries)
+        f.mf.warm()
         self.files.append(f)
         return f
 
+    def put_requests(self, requests, index_from: int = 0) -> None:
+        """Index the KEYS and UNIQ_KEY of dispatch requests (see message.py) at or after
+        index_from. This is the dispatch hot path, so IndexFile.put is inlined with the
+        file's state in locals (written back on roll and at the end)."""
+        seeds = self._topic_seed
+        crc32 = zlib.crc32
+        f = self.files[-1] if self.files and not self.files[-1].is_full else self._writable(0)
+        buf, slots, base, cap = f.buf, f.slots, f._entries_at, f.entries
+        n, used, begin_ts = f.count, f.used_slots, f.begin_ts
+        last = None
+        for r in requests:
+            keys, uniq, phys = r[7], r[8], r[3]
+            if (not keys and not uniq) or phys < index_from:
+                continue
+            topic, ts = r[0], r[6]
+            seed = seeds.get(topic)
+            if seed is None:
+                seed = seeds[topic] = crc32(f"{topic}#".encode("utf-8"))
+            names = keys.split(" ") if keys else []
+            if uniq:
+                names.append(uniq)
+            for k in names:
+                if not k:
+                    continue
+                if n >= cap:
+                    f.count, f.used_slots = n, used
+                    f.end_ts, f.end_phys = last
+                    f = self._writable(ts)
+                    buf, slots, base, cap = f.buf, f.slots, f._entries_at, f.entries
+                    n, used, begin_ts = f.count, f.used_slots, f.begin_ts
+                if n == 1:
+                    f.begin_ts = begin_ts = ts
+                    f.begin_phys = phys
+                h = crc32(k.encode(), seed) & 0x7FFFFFFF  # == key_hash(f"{topic}#{k}")
+                slot_pos = HEADER_BYTES + (h % slots) * 4
+                prev = _unpack_slot(buf, slot_pos)[0]
+                if prev <= 0 or prev >= n:
+                    prev = 0
+                    used += 1
+                _pack_entry(buf, base + n * ENTRY_BYTES, h, phys, (ts - begin_ts) // 1000, prev)
+                _pack_slot(buf, slot_pos, n)
+                n += 1
+                last = (ts, phys)
+        if last is not None:
+            f.count, f.used_slots = n, used
+            f.end_ts, f.end_phys = last
+
     def put_keys(self, topic: str, keys: str | None, uniq_key: str | None, phys: int,
                  store_ts: int) -> None:
-        f = self.files[-1] if self.files else None
-        if uniq_key:
-            if f is None or not f.put(key_hash(f"{topic}#{uniq_key}"), phys, store_ts):
-                f = self._writable(store_ts)
-                f.put(key_hash(f"{topic}#{uniq_key}"), phys, store_ts)
-        if keys:
-            for k in keys.split(" "):
-                if k and (f is None or not f.put(key_hash(f"{topic}#{k}"), phys, store_ts)):
-                    f = self._writable(store_ts)
-                    f.put(key_hash(f"{topic}#{k}"), phys, store_ts)
+        self.put_requests([(topic, 0, 0, phys, 0, 0, store_ts, keys, uniq_key, 0)])
 
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         h = key_hash(f"{topic}#{key}")

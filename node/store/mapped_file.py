@@ -25,6 +25,9 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
 
+    def warm(self) -> None:
+        self._mapping.warm()
+
     @property
     def end_offset(self) -> int:
         """Absolute offset just past the data written to this file."""

@@ -15,6 +15,8 @@ import os
 from .errors import StoreCorrupt
 from .mapped_file import MappedFile, file_name
 
+_WARM_INLINE_MAX = 64 << 20
+
 
 class MappedFileQueue:
     def __init__(self, fs, directory: str, file_bytes: int):
@@ -79,11 +81,9 @@ class MappedFileQueue:
     # -- growth --------------------------------------------------------------------------
     def _open(self, start: int) -> MappedFile:
         mf = self._prepared.pop(start, None)
-        if mf is None:
-            os.makedirs(self.directory, exist_ok=True)
-            mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
-                            self.file_bytes)
-        return mf
+        # Small files (consume queues) are warmed inline; big commit-log files are normally
+        # prepared and warmed ahead by the maintenance thread.
+        return mf if mf is not None else self.make_file(start, warm=self.file_bytes <= _WARM_INLINE_MAX)
 
     def writable_file(self, start_offset: int = 0) -> MappedFile:
         """The last file if it has room, else a new one (the first starts at the file holding
@@ -97,16 +97,31 @@ class MappedFileQueue:
         self.files.append(mf)
         return mf
 
-    def prepare_next(self) -> None:
-        """Create and map the file after the last one ahead of need (off the put path)."""
+    def next_start(self) -> int | None:
+        """Start offset of the file after the last one, unless it is prepared already."""
         last = self.last()
         if last is None:
-            return
+            return None
         start = last.start_offset + self.file_bytes
-        if start not in self._prepared:
-            os.makedirs(self.directory, exist_ok=True)
-            self._prepared[start] = MappedFile(
-                self.fs, os.path.join(self.directory, file_name(start)), start, self.file_bytes)
+        return None if start in self._prepared else start
+
+    def make_file(self, start: int, warm: bool = True) -> MappedFile:
+        """Create, map and warm a file; safe without the writer's lock (it is not yet part of
+        the queue). add_prepared() hands it over."""
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
+                        self.file_bytes)
+        if warm:
+            mf.warm()
+        return mf
+
+    def add_prepared(self, mf: MappedFile) -> None:
+        last = self.last()
+        if last is not None and mf.start_offset == last.start_offset + self.file_bytes \
+                and mf.start_offset not in self._prepared:
+            self._prepared[mf.start_offset] = mf
+        else:
+            mf.close()  # the queue moved on (or was cut) while the file was made
 
     # -- durability ----------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:

@@ -42,7 +42,8 @@ class StoreMessage:
 
     __slots__ = ("topic", "topic_bytes", "queue_id", "body", "properties", "properties_raw",
                  "flag", "sys_flag", "born_timestamp", "born_host", "store_host",
-                 "reconsume_times", "prepared_tx_offset", "tags", "keys", "uniq_key", "tags_code")
+                 "reconsume_times", "prepared_tx_offset", "tags", "keys", "uniq_key", "tags_code",
+                 "size_no_crc", "dispatchable")
 
     def __init__(self, topic: str, queue_id: int, body: bytes, properties: dict | None = None,
                  *, properties_raw: bytes | None = None, flag: int = 0, sys_flag: int = 0,
@@ -67,6 +68,10 @@ class StoreMessage:
         self.keys = props.get(rec.PROP_KEYS)
         self.uniq_key = props.get(rec.PROP_UNIQ_KEY)
         self.tags_code = tags_code(topic, self.tags, props)
+        self.size_no_crc = rec.record_size(len(body), len(self.topic_bytes),
+                                           len(self.properties_raw), len(born_host) == 20,
+                                           len(store_host) == 20, with_crc=False)
+        self.dispatchable = is_dispatched_to_queue(sys_flag)
 
 
 def parse_dispatch(buf, pos: int, limit: int):

@@ -79,6 +79,7 @@ class MessageStore(StoreReader):
         self.recovery_report = None
         self.writable = False
         self._lock_fd = None
+        self._valid_topics: set[str] = set()
         self._local_confirm = config.confirm_mode == "local"
         self._sync_flush = config.flush_mode == SYNC_FLUSH
 
@@ -94,6 +95,7 @@ class MessageStore(StoreReader):
             self.checkpoint = Checkpoint(self.fs, root)
             self.recovery_report = recover(self, crashed)
             self.raw_parsed_offset = self.commit_log.max_offset
+            self._create_first_files()
             self.save_checkpoint()
             with open(abort, "w") as f:
                 f.write(str(os.getpid()))
@@ -106,6 +108,17 @@ class MessageStore(StoreReader):
         self.flush_service.start()
         self.maintenance.start()
         return self
+
+    def _create_first_files(self) -> None:
+        """Map and warm the first commit-log and index files at start, not on the first put."""
+        q = self.commit_log.queue
+        if not q.files:
+            start = self.commit_log.start_offset
+            mf = q.make_file(start - start % q.file_bytes)
+            mf.wrote = mf.flushed = start % q.file_bytes
+            q.files.append(mf)
+        if self.index is not None and not self.index.files:
+            self.index.new_file()
 
     def close(self) -> None:
         """Clean shutdown: flush everything, save the checkpoint, remove the abort file."""
@@ -164,8 +177,7 @@ class MessageStore(StoreReader):
         if len(m.body) > cfg.max_message_bytes:
             raise MessageIllegal(f"message body is {len(m.body)} bytes; the limit is "
                                  f"{cfg.max_message_bytes}")
-        if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
-                or not TOPIC_PATTERN.match(m.topic):
+        if m.topic not in self._valid_topics and not self._topic_ok(m):
             raise MessageIllegal(f"illegal topic {m.topic[:200]!r}: 1-127 characters of "
                                  f"letters, digits, '%', '|', '_' and '-'")
         extra = rec.CRC_RESERVED_BYTES if cfg.whole_record_crc else 0
@@ -177,6 +189,14 @@ class MessageStore(StoreReader):
                                  f"[0, {cfg.max_queues_per_topic})")
         if len(m.born_host) not in (8, 20) or len(m.store_host) not in (8, 20):
             raise MessageIllegal("born and store hosts must be 8 (IPv4) or 20 (IPv6) bytes")
+
+    def _topic_ok(self, m) -> bool:
+        if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
+                or not TOPIC_PATTERN.match(m.topic):
+            return False
+        if len(self._valid_topics) < 100_000:  # bounded memo of names already checked
+            self._valid_topics.add(m.topic)
+        return True
 
     def put(self, msgs) -> AppendResult:
         """Append a batch (one lock, one flush wait). Raises MessageIllegal before writing
@@ -258,10 +278,18 @@ class MessageStore(StoreReader):
         self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
 
     def prepare_next_file(self) -> None:
-        last = self.commit_log.queue.last()
-        if last is not None and last.wrote >= last.size * self.config.preallocate_at_ratio:
-            with self.put_lock:
-                self.commit_log.queue.prepare_next()
+        """Create and warm the next commit-log file off the put path, once the last one is
+        preallocate_at_ratio full (AllocateMappedFileService)."""
+        q = self.commit_log.queue
+        last = q.last()
+        if last is None or last.wrote < last.size * self.config.preallocate_at_ratio:
+            return
+        start = q.next_start()
+        if start is None:
+            return
+        mf = q.make_file(start)
+        with self.put_lock:
+            q.add_prepared(mf)
 
     # -- HA ------------------------------------------------------------------------------
     def read_raw(self, offset: int, max_bytes: int) -> bytes:

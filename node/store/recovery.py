@@ -35,7 +35,6 @@ class RecoveryReport:
     scanned_bytes: int = 0
     seconds: float = 0.0
     end_offset: int = 0
-    cut_bytes: int = 0
     redispatched: int = 0
     full_rebuild: bool = False
 
@@ -107,13 +106,11 @@ def recover(store, crashed: bool) -> RecoveryReport:
     start = _scan_start(clog, min(cq_from, index_from, flushed_from), cfg.verify_crc_on_recover)
     end, requests = scan(clog, start, cfg.verify_crc_on_recover, min(cq_from, index_from))
     report.scanned_bytes = end - start
-    old_max = clog.queue.files[-1].start_offset + clog.queue.files[-1].size
     clog.truncate(end, scan_stale=crashed or not cp.valid)
     for mf in clog.queue.files:
         if mf.end_offset >= start:
             mf.flushed = 0
             mf.flush(0)
-    report.cut_bytes = max(0, old_max - end) if crashed else 0
     _repair_queues(store, requests, cq_from, end, crashed or not cp.valid)
     if index is not None:
         if index_existed:
