@@ -279,9 +279,11 @@ class MessageExt:
                 f"size={self.size})")
 
 
-def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = False) -> MessageExt:
-    """Decode the record at buf[pos:limit]. With verify, both CRCs are checked. Raises
-    RecordError for anything that is not one whole, self-consistent record."""
+def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = False,
+                  require_crc: bool = False) -> MessageExt:
+    """Decode the record at buf[pos:limit]. With verify, both CRCs are checked (and with
+    require_crc the whole-record trailer must be there). Raises RecordError for anything that
+    is not one whole, self-consistent record."""
     mv = memoryview(buf)
     end = len(mv) if limit is None else limit
     try:
@@ -328,8 +330,8 @@ def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = Fa
     if verify:
         if bcrc != zlib.crc32(body) & 0x7FFFFFFF:
             raise RecordError("body CRC mismatch")
-        if not whole_crc_ok(mv, pos, total, props_raw):
-            raise RecordError("whole-record CRC mismatch")
+        if not whole_crc_ok(mv, pos, total, props_raw, require_crc):
+            raise RecordError("whole-record CRC mismatch or missing")
     m = MessageExt()
     m.size, m.magic, m.body_crc, m.queue_id, m.flag = total, magic, bcrc, qid, flag
     m.queue_offset, m.physical_offset, m.sys_flag, m.born_timestamp = qoff, phys, sysflag, born_ts
@@ -339,11 +341,11 @@ def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = Fa
     return m
 
 
-def whole_crc_ok(mv, pos: int, total: int, props_raw: bytes) -> bool:
-    """True when the record has no __CRC32# trailer or the trailer matches."""
+def whole_crc_ok(mv, pos: int, total: int, props_raw: bytes, required: bool = False) -> bool:
+    """True when the __CRC32# trailer matches, or is absent and not required."""
     tail = props_raw[-CRC_RESERVED_BYTES:]
     if len(props_raw) < CRC_RESERVED_BYTES or not tail.startswith(_CRC_PREFIX):
-        return True
+        return not required
     want = zlib.crc32(mv[pos:pos + total - CRC_RESERVED_BYTES]) & 0x7FFFFFFF
     return tail[9:19] == crc_digits(want) and tail[19] == 2
 
@@ -371,11 +373,13 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return ip, port, _I64.unpack_from(raw, len(raw) - 8)[0]
 
 
-def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool) -> int:
+def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool,
+                 require_crc: bool = False) -> int:
     """Recovery's validator (CommitLog.checkMessageAndReturnSize, stricter): the size of the
     valid record at buf[pos:limit], 0 for a BLANK filler, -1 for anything else. Besides magic,
     lengths and CRCs it requires PHYSICALOFFSET == expected_phys, so a stale record left at
-    another position never passes."""
+    another position never passes. With require_crc (a store that writes the trailer), a
+    record whose trailer is missing, e.g. damaged, fails too."""
     if limit - pos < 8:
         return -1
     total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
@@ -412,4 +416,6 @@ def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool
             whole = _crc32(mv[pos:end - 20]) & 0x7FFFFFFF
             if bytes(mv[end - 11:end]) != crc_digits(whole) + b"\x02":
                 return -1
+        elif require_crc:
+            return -1
     return total

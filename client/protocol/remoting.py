@@ -215,19 +215,18 @@ def _encode_binary_header(cmd):
     remark = cmd.remark.encode("utf-8", "replace") if cmd.remark else b""
     parts = []
     append = parts.append
-    for key, value in _wire_ext(cmd.ext).items():
-        raw = value.encode("utf-8", "replace")
-        append(_key_prefix(key))
-        append(_I32.pack(len(raw)))
-        append(raw)
-    ext = b"".join(parts)
     try:
+        for key, value in _wire_ext(cmd.ext).items():
+            raw = value.encode("utf-8", "replace")
+            append(_key_prefix(key))
+            append(_I32.pack(len(raw)))
+            append(raw)
+        ext = b"".join(parts)
         fixed = _BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, len(remark))
-        ext_len = _I32.pack(len(ext))
+        return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
     except struct.error as exc:
-        raise ValueError(f"command does not fit the ROCKETMQ header (code/version i16, "
-                         f"language i8, opaque/flag i32): {cmd!r}") from exc
-    return b"".join((fixed, remark, ext_len, ext))
+        raise ValueError(f"command does not fit the ROCKETMQ header (code/version i16, language i8, "
+                         f"opaque/flag i32, ext keys < 32 KiB): {cmd!r}") from exc
 
 
 def encode_frame_head(cmd):

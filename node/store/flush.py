@@ -8,7 +8,7 @@ acknowledges every put waiting on it. A waiter still unflushed at its deadline g
 FLUSH_DISK_TIMEOUT: stored, not confirmed durable.
 
 Rules:
-1. A waiter's callback runs exactly once, on the flusher thread or inline.
+1. A waiter's callback runs exactly once, on the flusher or watcher thread, or inline.
 2. Under SYNC_FLUSH with the local confirm mode, records are dispatched (made visible) after
    the fsync that covers them and before their waiters are acknowledged.
 """
@@ -22,6 +22,7 @@ from .config import SYNC_FLUSH
 from .errors import PutStatus
 
 log = logging.getLogger("tidemq.store.flush")
+WATCH_INTERVAL_S = 0.02
 
 
 class FlushService:
@@ -32,16 +33,27 @@ class FlushService:
         self._waiters: list = []   # (end_offset, deadline, callback)
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tidemq-flush", daemon=True)
+        # The watcher times waiters out even while the flusher is stuck in a slow fsync
+        # (RocketMQ's FlushDiskWatcher).
+        self._watcher = threading.Thread(target=self._watch, name="tidemq-flush-watch", daemon=True)
+        self._watch_stop = threading.Event()
         self.fsyncs = 0
 
     def start(self) -> None:
         self._thread.start()
+        self._watcher.start()
 
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         self._thread.join()
+        self._watch_stop.set()
+        self._watcher.join()
+
+    def _watch(self) -> None:
+        while not self._watch_stop.wait(WATCH_INTERVAL_S):
+            self._complete()
 
     def wait_for(self, end_offset: int, callback) -> None:
         deadline = time.monotonic() + self.cfg.sync_flush_timeout_ms / 1000

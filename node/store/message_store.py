@@ -12,7 +12,7 @@ HA API: append_raw(), read_raw(), truncate(), set_confirmed_offset().
 
 Files under root_dir: commitlog/, consumequeue/<topic>/<queue>/, index/, checkpoint, abort
 (present while open: its presence at start means a crash), lock (flock: one process per store),
-store_version ("tidemq-store 1").
+store_version ("tidemq-store 1 whole_record_crc=1").
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from .recovery import recover, scan
 from .retention import Retention
 
 log = logging.getLogger("tidemq.store")
-STORE_VERSION = b"tidemq-store 1\n"
+STORE_FORMAT = "tidemq-store 1"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
 
 
@@ -162,14 +162,20 @@ class MessageStore(StoreReader):
             self._lock_fd = None
 
     def _check_version(self, path: str) -> None:
-        if os.path.exists(path):
-            with open(path, "rb") as f:
-                found = f.read()
-            if found != STORE_VERSION:
-                raise StoreCorrupt(f"{path}: unknown store format {found[:40]!r} "
-                                   f"(this build reads {STORE_VERSION!r})")
-        else:
-            self.fs.write_atomic(path, STORE_VERSION)
+        """The marker names the format and whether records carry the whole-record CRC; that
+        choice is fixed when the store is created (recovery requires the trailer when on)."""
+        want = f"{STORE_FORMAT} whole_record_crc={int(self.config.whole_record_crc)}\n".encode()
+        if not os.path.exists(path):
+            self.fs.write_atomic(path, want)
+            return
+        with open(path, "rb") as f:
+            found = f.read()
+        if not found.startswith(STORE_FORMAT.encode() + b" "):
+            raise StoreCorrupt(f"{path}: unknown store format {found[:60]!r} (this build reads "
+                               f"{STORE_FORMAT!r})")
+        if found != want:
+            raise StoreCorrupt(f"{path}: the store was created with {found.decode().strip()!r}"
+                               f"; whole_record_crc cannot change for an existing store")
 
     # -- write path ----------------------------------------------------------------------
     def validate(self, m) -> None:

@@ -39,7 +39,7 @@ class RecoveryReport:
     full_rebuild: bool = False
 
 
-def scan(commit_log, start: int, verify_crc: bool, collect_from: int):
+def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_crc: bool = False):
     """Validate records from `start`; return (end of valid data, dispatch requests of records
     at or after collect_from)."""
     requests = []
@@ -53,7 +53,7 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int):
         buf, base, fsize = mf.buf, mf.start_offset, mf.wrote
         rel = pos - base
         while True:
-            size = check(buf, rel, fsize, base + rel, verify_crc)
+            size = check(buf, rel, fsize, base + rel, verify_crc, require_crc)
             if size > 0:
                 if base + rel >= collect_from:
                     requests.append(parse_dispatch(buf, rel, rel + size))
@@ -68,7 +68,7 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int):
     return pos, requests
 
 
-def _scan_start(commit_log, wanted: int, verify_crc: bool) -> int:
+def _scan_start(commit_log, wanted: int, verify_crc: bool, require_crc: bool) -> int:
     """`wanted` if a record (or the log end) starts there, else its file's start."""
     lo = commit_log.min_offset
     wanted = max(lo, wanted)
@@ -76,7 +76,7 @@ def _scan_start(commit_log, wanted: int, verify_crc: bool) -> int:
     if mf is None:
         return lo if wanted > commit_log.queue.max_offset else wanted
     rel = wanted - mf.start_offset
-    if rec.check_record(mf.buf, rel, mf.size, wanted, verify_crc) >= 0:
+    if rec.check_record(mf.buf, rel, mf.wrote, wanted, verify_crc, require_crc) >= 0:
         return wanted
     return mf.start_offset
 
@@ -103,8 +103,9 @@ def recover(store, crashed: bool) -> RecoveryReport:
     index_from = cp.dispatched_offset if cp.valid and index_existed else lo
     flushed_from = cp.flushed_offset if cp.valid else lo
     report.full_rebuild = cq_from == lo or index_from == lo
-    start = _scan_start(clog, min(cq_from, index_from, flushed_from), cfg.verify_crc_on_recover)
-    end, requests = scan(clog, start, cfg.verify_crc_on_recover, min(cq_from, index_from))
+    verify, require = cfg.verify_crc_on_recover, cfg.whole_record_crc
+    start = _scan_start(clog, min(cq_from, index_from, flushed_from), verify, require)
+    end, requests = scan(clog, start, verify, min(cq_from, index_from), require)
     report.scanned_bytes = end - start
     clog.truncate(end, scan_stale=crashed or not cp.valid)
     for mf in clog.queue.files:

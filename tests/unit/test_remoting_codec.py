@@ -7,7 +7,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, RequestCode, ResponseCode, SerializeType
+from client.protocol.codes import (
+    FLAG_ONEWAY,
+    FLAG_RESPONSE,
+    LanguageCode,
+    PermName,
+    PullSysFlag,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+)
 from client.protocol.remoting import (
     FrameDecoder,
     ProtocolError,
@@ -203,6 +212,8 @@ def test_memoryview_body_encodes_like_bytes():
 def test_binary_encode_of_out_of_range_code_is_a_clear_value_error():
     with pytest.raises(ValueError, match="ROCKETMQ header"):
         encode_frame(RemotingCommand(code=40000, serialize_type=SerializeType.ROCKETMQ))
+    with pytest.raises(ValueError, match="ROCKETMQ header"):
+        encode_frame(RemotingCommand(code=1, ext={"k" * 40000: "v"}, serialize_type=SerializeType.ROCKETMQ))
 
 
 def test_lone_surrogates_never_break_encoding_and_decode_to_encodable_text():
@@ -378,3 +389,22 @@ def test_structured_json_garbage_only_ever_raises_protocol_error(obj, body):
 @given(st.binary(max_size=80), st.binary(max_size=20), st.sampled_from([0, 1]))
 def test_well_framed_garbage_headers_only_ever_raise_protocol_error(header, body, serialize_type):
     assert_accepted_commands_are_sane(decode_all([frame_of(header, body, serialize_type)]))
+
+
+# ------------------------------------------------------------------------------ code tables
+
+def test_code_tables_have_no_aliases_and_key_numbers_match_the_spec():
+    for enum in (RequestCode, ResponseCode, LanguageCode):
+        assert len(enum.__members__) == len(enum), f"{enum.__name__} has two names for one number"
+    assert (RequestCode.SEND_MESSAGE, RequestCode.PULL_MESSAGE, RequestCode.HEART_BEAT,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE) == (
+        10, 11, 34, 105, 310, 320)
+    assert (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+            RequestCode.DELETE_TOPIC_IN_BROKER, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO) == (200, 207, 215, 222, 300)
+    assert (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.PULL_NOT_FOUND, ResponseCode.FLOW_CONTROL) == (17, 19, 215)
+    assert (LanguageCode.JAVA, LanguageCode.CPP, LanguageCode.PYTHON, LanguageCode.GO, LanguageCode.RUST) == (
+        0, 1, 3, 9, 12)
+    assert (PermName.READ | PermName.WRITE, PermName.INHERIT, PermName.PRIORITY) == (6, 1, 8)
+    assert (PullSysFlag.COMMIT_OFFSET | PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION) == 7
+    assert PullSysFlag.LITE_PULL == 0x10 and SerializeType.ROCKETMQ == 1

@@ -201,3 +201,25 @@ def test_heartbeat_encodes_java_form_and_round_trips():
 def test_malformed_heartbeats_raise_protocol_error(body, match):
     with pytest.raises(ProtocolError, match=match):
         decode_heartbeat(body)
+
+
+FIELD_NAMES = st.sampled_from([
+    "queueDatas", "brokerDatas", "filterServerTable", "orderTopicConf", "brokerName", "readQueueNums",
+    "writeQueueNums", "perm", "topicSysFlag", "topicSynFlag", "cluster", "brokerAddrs", "0", "clientID",
+    "producerDataSet", "consumerDataSet", "groupName", "consumeType", "messageModel", "consumeFromWhere",
+    "unitMode", "subscriptionDataSet", "topic", "subString", "tagsSet", "codeSet", "subVersion",
+    "expressionType", "classFilterMode"])
+JSON_DOCS = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5) | st.just("12"),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(FIELD_NAMES, inner, max_size=5), max_leaves=20)
+
+
+@settings(max_examples=400)
+@given(JSON_DOCS)
+def test_structured_garbage_only_raises_protocol_error(doc):
+    body = json.dumps(doc).encode()
+    for parse in (decode_topic_route, decode_heartbeat):
+        try:
+            parse(body)
+        except ProtocolError:
+            pass
