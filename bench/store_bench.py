@@ -1,0 +1,158 @@
+"""Store benchmark: appends/s and MB/s, reads/s, crash-recovery MB/s. Prints one JSON line.
+
+    python bench/store_bench.py [--quick] [--dir DIR]
+
+Messages are 1 KiB bodies carrying a tag, a key and a unique id (so every message adds two key
+index entries). Message objects are built before the clock starts: the figures are the
+store's own cost. A put is counted when its messages are dispatched (readable through the
+consume queues): under SYNC_FLUSH that is when put_and_wait returns.
+
+Figures (flat keys): async_single_msgs_s, async_batch_msgs_s (batches of 32, one writer),
+sync_{single,batch}_{1,16,64}w_msgs_s (SYNC_FLUSH, N concurrent writer threads),
+read_msgs_s (32-message reads through consume queues), recovery_mb_s (crash recovery that
+validates every record of the log: checkpoint removed, consume queues and index rebuilt),
+recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
+from node.store.message import StoreMessage  # noqa: E402
+from node.store.message_store import MessageStore  # noqa: E402
+from node.store.recovery import scan  # noqa: E402
+
+BODY = os.urandom(1024)
+QUEUES = 8
+
+
+def make_messages(start: int, count: int) -> list[StoreMessage]:
+    return [StoreMessage("BenchTopic", i % QUEUES, BODY,
+                         {"TAGS": "TagA", "KEYS": f"order-{i}",
+                          "UNIQ_KEY": f"7F00000100002A9F{i:016X}"}) for i in range(start, start + count)]
+
+
+def config(root: str, flush_mode: str) -> StoreConfig:
+    return StoreConfig(root_dir=root, flush_mode=flush_mode, commitlog_file_bytes=256 << 20,
+                       index_slots=1_000_000, index_entries=4_000_000)
+
+
+def run_async(root: str, total: int, batch: int) -> tuple[float, int]:
+    msgs = make_messages(0, total)
+    with MessageStore(config(root, ASYNC_FLUSH)) as store:
+        t0 = time.perf_counter()
+        for i in range(0, total, batch):
+            store.put(msgs[i:i + batch])
+        end = store.max_offset
+        while store.dispatcher.dispatched_offset < end:
+            time.sleep(0.0005)
+        dt = time.perf_counter() - t0
+        size = store.max_offset
+    return total / dt, size
+
+
+def run_sync(root: str, total: int, batch: int, writers: int) -> float:
+    per_writer = max(batch, total // writers // batch * batch)
+    lists = [make_messages(w * per_writer, per_writer) for w in range(writers)]
+    errors = []
+    with MessageStore(config(root, SYNC_FLUSH)) as store:
+        barrier = threading.Barrier(writers + 1)
+
+        def writer(msgs):
+            barrier.wait()
+            for i in range(0, len(msgs), batch):
+                _, status = store.put_and_wait(msgs[i:i + batch])
+                if status.value != "PUT_OK":
+                    errors.append(status)
+
+        threads = [threading.Thread(target=writer, args=(m,)) for m in lists]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        dt = time.perf_counter() - t0
+    if errors:
+        raise SystemExit(f"{len(errors)} puts not acknowledged: {errors[:3]}")
+    return per_writer * writers / dt
+
+
+def run_reads(root: str) -> float:
+    with MessageStore(config(root, ASYNC_FLUSH)) as store:
+        t0 = time.perf_counter()
+        n = 0
+        for qid in range(QUEUES):
+            offset = 0
+            while True:
+                r = store.get_messages("BenchTopic", qid, offset, 32)
+                if not r.messages:
+                    break
+                n += len(r.messages)
+                offset = r.next_begin_offset
+        return n / (time.perf_counter() - t0)
+
+
+def run_recovery(root: str) -> tuple[float, float]:
+    """Crash (abort file left), drop the checkpoint so every record is validated and the
+    derived data rebuilt, and time open()."""
+    store = MessageStore(config(root, ASYNC_FLUSH)).open()
+    clog = store.commit_log
+    t0 = time.perf_counter()
+    end, _ = scan(clog, clog.min_offset, True, clog.max_offset + 1, True)
+    scan_mb_s = end / (1 << 20) / (time.perf_counter() - t0)
+    store.close()
+    with open(os.path.join(root, "abort"), "w") as f:
+        f.write("crashed")
+    os.remove(os.path.join(root, "checkpoint"))
+    t0 = time.perf_counter()
+    store = MessageStore(config(root, ASYNC_FLUSH)).open()
+    dt = time.perf_counter() - t0
+    report = store.recovery_report
+    store.close()
+    return report.scanned_bytes / (1 << 20) / dt, scan_mb_s
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small counts: under 30 s")
+    ap.add_argument("--dir", help="leave the stores written here for inspection")
+    args = ap.parse_args()
+    base = args.dir or tempfile.mkdtemp(prefix="tidemq-store-bench-")
+    os.makedirs(base, exist_ok=True)
+    n_async = 100_000 if args.quick else 400_000
+    n_sync = 30_000 if args.quick else 120_000
+    out: dict[str, float] = {}
+    try:
+        rate, _ = run_async(os.path.join(base, "async-single"), n_async // 4, 1)
+        out["async_single_msgs_s"] = rate
+        rate, _ = run_async(os.path.join(base, "async-batch"), n_async, 32)
+        out["async_batch_msgs_s"] = rate
+        for writers in (1, 16, 64):
+            for batch, name in ((1, "single"), (32, "batch")):
+                count = n_sync // (8 if batch == 1 and writers == 1 else 1)
+                out[f"sync_{name}_{writers}w_msgs_s"] = run_sync(
+                    os.path.join(base, f"sync-{name}-{writers}w"), count, batch, writers)
+        out["read_msgs_s"] = run_reads(os.path.join(base, "async-batch"))
+        out["recovery_mb_s"], out["recovery_scan_mb_s"] = run_recovery(os.path.join(base, "async-batch"))
+        record_mb = 1212 / (1 << 20)  # bytes per stored record of this benchmark's messages
+        for key in [k for k in out if k.endswith("_msgs_s") and not k.startswith("read")]:
+            out[key.replace("_msgs_s", "_mb_s")] = out[key] * record_mb
+        out["quick"] = args.quick
+        print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}))
+    finally:
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
