@@ -85,12 +85,16 @@ class CommitLog:
             mv = mv[n:]
 
     def read(self, offset: int, size: int) -> bytes:
-        """Bytes [offset, offset+size) if they lie in one file and below max_offset."""
+        """Bytes [offset, offset+size) if they lie in one file and below max_offset; b"" when
+        not (including a file that retention deleted while we looked)."""
         mf = self.queue.find(offset)
         if mf is None or offset + size > mf.end_offset:
             return b""
         pos = offset - mf.start_offset
-        return mf.buf[pos:pos + size]
+        try:
+            return mf.buf[pos:pos + size]
+        except (TypeError, ValueError):  # closed by retention: buf is None or the map closed
+            return b""
 
     def read_raw(self, offset: int, max_bytes: int, limit: int | None = None) -> bytes:
         """Up to max_bytes from `offset`, not crossing a file end nor `limit` (HA transfer)."""

@@ -73,6 +73,7 @@ class MessageStore(StoreReader):
         self.confirmed = 0
         self.raw_parsed_offset = 0    # a slave's raw bytes are parsed into records up to here
         self.put_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
         self.retention = Retention(self, clock, disk_usage) if disk_usage else Retention(self, clock)
         self.flush_service = FlushService(self)
         self.maintenance = MaintenanceService(self, self.retention)
@@ -277,11 +278,14 @@ class MessageStore(StoreReader):
             self.dispatcher.advance(offset)
 
     def save_checkpoint(self) -> None:
-        dispatched = self.dispatcher.dispatched_offset
-        self.queues.flush()
-        if self.index is not None:
-            self.index.flush()
-        self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
+        # Under the checkpoint lock so a concurrent truncate() cannot be followed by a save of
+        # watermarks taken before the cut.
+        with self._checkpoint_lock:
+            dispatched = self.dispatcher.dispatched_offset
+            self.queues.flush()
+            if self.index is not None:
+                self.index.flush()
+            self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
 
     def prepare_next_file(self) -> None:
         """Create and warm the next commit-log file off the put path, once the last one is
@@ -323,12 +327,12 @@ class MessageStore(StoreReader):
     def truncate(self, offset: int) -> None:
         """Durably cut the log and everything derived from it back to `offset` (a record
         boundary) before returning."""
-        with self.put_lock:
+        with self._checkpoint_lock, self.put_lock:
             self.dispatcher.drop_pending_from(offset)
             with self.dispatcher.lock:
                 self._truncate_locked(offset)
-        self.checkpoint.save(min(self.flushed_offset, offset), self.dispatcher.dispatched_offset,
-                             self.confirmed)
+            self.checkpoint.save(min(self.flushed_offset, offset),
+                                 self.dispatcher.dispatched_offset, self.confirmed)
 
     def _truncate_locked(self, offset: int) -> None:
         self.commit_log.truncate(offset)
