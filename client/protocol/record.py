@@ -148,7 +148,7 @@ def decode_properties(raw) -> dict[str, str]:
 
 def crc_digits(crc: int) -> bytes:
     """Ten ASCII digits, least-significant first, zero padded (MessageDecoder.createCrc32)."""
-    return str(crc)[::-1].ljust(10, "0").encode()
+    return (b"%010d" % crc)[::-1]  # left zero padding, reversed: LSB first, zeros last
 
 
 def record_size(body_len: int, topic_len: int, props_len: int, born_v6: bool = False,
@@ -204,7 +204,8 @@ def encode_into(buf, pos: int, topic: bytes, queue_id: int, flag: int, queue_off
     if with_crc:
         buf[q:q + 9] = _CRC_PREFIX
         whole = _crc32(memoryview(buf)[pos:q]) & 0x7FFFFFFF
-        buf[q + 9:q + 20] = str(whole)[::-1].ljust(10, "0").encode() + b"\x02"
+        buf[q + 9:q + 19] = (b"%010d" % whole)[::-1]  # == crc_digits(whole)
+        buf[q + 19] = 2
     return total
 
 

@@ -38,15 +38,15 @@ class CommitLog:
         return self.queue.min_offset if self.queue.files else self.start_offset
 
     def append(self, msgs, queue_table: dict, store_ts: int):
-        """Encode `msgs` at the log end. Returns (dispatch requests, per-message
-        (physical_offset, size, queue_offset), end offset). queue_table maps (topic, queue_id)
-        to the next queue offset and is advanced here."""
+        """Encode `msgs` at the log end. Returns (dispatch requests, one per message, in
+        order; end offset). queue_table maps (topic, queue_id) to the next queue offset and is
+        advanced here."""
         crc = self.whole_record_crc
         extra = rec.CRC_RESERVED_BYTES if crc else 0
         encode = rec.encode_into
         mf = self.queue.writable_file(self.start_offset)
         buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
-        requests, placed = [], []
+        requests = []
         for m in msgs:
             size = m.size_no_crc + extra
             if size + rec.BLANK_SIZE > fsize - wrote:
@@ -67,9 +67,8 @@ class CommitLog:
             wrote += size
             requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
                              m.keys, m.uniq_key, m.sys_flag))
-            placed.append((phys, size, qoff))
         mf.wrote = wrote
-        return requests, placed, start + wrote
+        return requests, start + wrote
 
     def append_raw(self, offset: int, data) -> None:
         """Write replicated bytes at `offset`, which must be the log end."""

@@ -46,14 +46,18 @@ TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTER
 
 
 class AppendResult:
-    """Where a put landed: per message (physical_offset, size, queue_offset)."""
+    """Where a put landed. `placed`: per message (physical_offset, size, queue_offset)."""
 
-    __slots__ = ("placed", "end_offset", "store_timestamp")
+    __slots__ = ("requests", "end_offset", "store_timestamp")
 
-    def __init__(self, placed, end_offset: int, store_timestamp: int):
-        self.placed = placed
+    def __init__(self, requests, end_offset: int, store_timestamp: int):
+        self.requests = requests  # the dispatch requests (message.py DR_* fields)
         self.end_offset = end_offset
         self.store_timestamp = store_timestamp
+
+    @property
+    def placed(self) -> list[tuple[int, int, int]]:
+        return [(r[3], r[4], r[2]) for r in self.requests]
 
 
 class MessageStore(StoreReader):
@@ -219,12 +223,12 @@ class MessageStore(StoreReader):
             if not self.writable:
                 raise StoreClosed("store is not accepting writes")
             ts = int(self.clock() * 1000)
-            requests, placed, end = self.commit_log.append(msgs, self.queue_table, ts)
+            requests, end = self.commit_log.append(msgs, self.queue_table, ts)
             self.dispatcher.enqueue(requests)
         if self._local_confirm and not self._sync_flush:
             self.confirmed = end
             self.dispatcher.advance(end)
-        return AppendResult(placed, end, ts)
+        return AppendResult(requests, end, ts)
 
     def on_durable(self, end_offset: int, callback) -> None:
         """callback(PutStatus) once `end_offset` is durable per the flush mode."""
