@@ -8,7 +8,9 @@ store's own cost. A put is counted when its messages are dispatched (readable th
 consume queues): under SYNC_FLUSH that is when put_and_wait returns.
 
 Figures (flat keys): async_single_msgs_s, async_batch_msgs_s (batches of 32, one writer),
-sync_{single,batch}_{1,16,64}w_msgs_s (SYNC_FLUSH, N concurrent writer threads),
+sync_{single,batch}_{1,16,64}w_msgs_s (SYNC_FLUSH, N concurrent writers as asyncio tasks on
+one event loop, the broker's model), sync_{single,batch}_64threads_msgs_s (64 OS threads
+calling the blocking put_and_wait; Python's GIL hand-offs cost more than the fsyncs there),
 read_msgs_s (32-message reads through consume queues), recovery_mb_s (crash recovery that
 validates every record of the log: checkpoint removed, consume queues and index rebuilt),
 recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures.
@@ -16,6 +18,7 @@ recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -61,6 +64,35 @@ def run_async(root: str, total: int, batch: int) -> tuple[float, int]:
 
 
 def run_sync(root: str, total: int, batch: int, writers: int) -> float:
+    """SYNC_FLUSH with `writers` concurrent asyncio tasks on one event loop: how the broker
+    drives the store (put on the loop, on_durable resolves a future from the flusher)."""
+    return asyncio.run(_sync_tasks(root, total, batch, writers))
+
+
+async def _sync_tasks(root: str, total: int, batch: int, writers: int) -> float:
+    per_writer = max(batch, total // writers // batch * batch)
+    lists = [make_messages(w * per_writer, per_writer) for w in range(writers)]
+    loop = asyncio.get_running_loop()
+    statuses = []
+    with MessageStore(config(root, SYNC_FLUSH)) as store:
+        async def writer(msgs):
+            for i in range(0, len(msgs), batch):
+                end = store.put(msgs[i:i + batch]).end_offset
+                fut = loop.create_future()
+                store.on_durable(end, lambda s, f=fut: loop.call_soon_threadsafe(f.set_result, s))
+                statuses.append(await fut)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer(m) for m in lists))
+        dt = time.perf_counter() - t0
+    bad = [s for s in statuses if s.value != "PUT_OK"]
+    if bad:
+        raise SystemExit(f"{len(bad)} puts not acknowledged: {bad[:3]}")
+    return per_writer * writers / dt
+
+
+def run_sync_threads(root: str, total: int, batch: int, writers: int) -> float:
+    """SYNC_FLUSH with `writers` OS threads calling the blocking put_and_wait."""
     per_writer = max(batch, total // writers // batch * batch)
     lists = [make_messages(w * per_writer, per_writer) for w in range(writers)]
     errors = []
@@ -142,6 +174,9 @@ def main() -> None:
                 count = n_sync // (8 if batch == 1 and writers == 1 else 1)
                 out[f"sync_{name}_{writers}w_msgs_s"] = run_sync(
                     os.path.join(base, f"sync-{name}-{writers}w"), count, batch, writers)
+        for batch, name in ((1, "single"), (32, "batch")):
+            out[f"sync_{name}_64threads_msgs_s"] = run_sync_threads(
+                os.path.join(base, f"sync-{name}-64threads"), n_sync // 2, batch, 64)
         out["read_msgs_s"] = run_reads(os.path.join(base, "async-batch"))
         out["recovery_mb_s"], out["recovery_scan_mb_s"] = run_recovery(os.path.join(base, "async-batch"))
         record_mb = 1212 / (1 << 20)  # bytes per stored record of this benchmark's messages

@@ -23,6 +23,7 @@ from .errors import PutStatus
 
 log = logging.getLogger("tidemq.store.flush")
 WATCH_INTERVAL_S = 0.02
+GATHER_S = 0.001
 
 
 class FlushService:
@@ -31,6 +32,7 @@ class FlushService:
         self.cfg = store.config
         self._cond = threading.Condition()
         self._waiters: list = []   # (end_offset, deadline, callback)
+        self._gather_target = 1    # waiters that make the flusher start without gathering
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tidemq-flush", daemon=True)
         # The watcher times waiters out even while the flusher is stuck in a slow fsync
@@ -59,7 +61,8 @@ class FlushService:
         deadline = time.monotonic() + self.cfg.sync_flush_timeout_ms / 1000
         with self._cond:
             self._waiters.append((end_offset, deadline, callback))
-            self._cond.notify()
+            if len(self._waiters) == 1 or len(self._waiters) >= self._gather_target:
+                self._cond.notify()
 
     def wake(self) -> None:
         with self._cond:
@@ -70,12 +73,24 @@ class FlushService:
         interval = 0.01 if sync else self.cfg.flush_interval_ms / 1000
         thorough_every = self.cfg.flush_thorough_interval_ms / 1000
         last_thorough = time.monotonic()
+        last_round = 0
         while True:
             with self._cond:
                 if not self._stopping and not self._waiters:
                     self._cond.wait(interval)
+                if sync and last_round > 1:
+                    # Gather: the writers released by the last fsync are re-entering; give
+                    # them up to GATHER_S to join this one (fewer, fuller fsyncs).
+                    deadline = time.monotonic() + GATHER_S
+                    while len(self._waiters) < last_round and not self._stopping:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
                 if self._stopping:
                     break
+                last_round = len(self._waiters)
+                self._gather_target = max(1, last_round)
             least = 0
             if not sync and time.monotonic() - last_thorough < thorough_every:
                 least = self.cfg.flush_least_pages

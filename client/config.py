@@ -1,0 +1,162 @@
+"""Client configuration: one frozen dataclass per client kind, validated once.
+
+Defaults live on the fields and nowhere else; each limit's comment says where its number comes
+from (RocketMQ's Java client unless stated). `validate()` reports every problem together.
+
+Rules:
+1. A config is immutable after construction; clients read it, never write it.
+2. Durations are seconds (`*_s`) unless the name ends in `_ms` (wire fields in milliseconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from dataclasses import dataclass
+
+DEFAULT_ADDR = "127.0.0.1:10911"  # a standalone broker answers route queries itself (issue 3)
+
+
+class MessageModel(enum.Enum):
+    CLUSTERING = "CLUSTERING"
+    BROADCASTING = "BROADCASTING"
+
+
+class ConsumeFrom(enum.Enum):
+    LAST = "CONSUME_FROM_LAST_OFFSET"
+    FIRST = "CONSUME_FROM_FIRST_OFFSET"
+    TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+HEADER_FORMATS = ("json", "binary")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    # "host:port", or several separated by ";" (name servers in cluster mode, issue 6).
+    namesrv_addr: str = DEFAULT_ADDR
+    # Part of the client id "ip@instance"; None = "<pid>#<n>", unique per client in a process.
+    instance_name: str | None = None
+    client_ip: str | None = None  # None = this host's address, else 127.0.0.1
+    header_format: str = "json"  # "binary" = RocketMQ's ROCKETMQ header (cheaper to encode)
+    request_timeout_s: float = 3.0  # cpp/Java default sync timeout (spec remoting.md 1.7)
+    connect_timeout_s: float = 3.0  # cpp connect timeout (spec 1.7)
+    route_timeout_s: float = 5.0  # cpp route query timeout (spec 2.3)
+    route_refresh_interval_s: float = 30.0  # pollNameServerInterval (spec 2.3)
+    heartbeat_interval_s: float = 30.0  # heartbeatBrokerInterval (spec 9 #21)
+    timeout_sweep_interval_s: float = 0.05  # how late a timed-out request may be failed
+
+    def problems(self) -> list[str]:
+        out = []
+        if not [a for a in self.namesrv_addr.split(";") if a.strip()]:
+            out.append("namesrv_addr is empty")
+        for addr in self.namesrv_addr.split(";"):
+            if addr.strip() and not _is_host_port(addr.strip()):
+                out.append(f"namesrv_addr entry {addr!r} is not host:port")
+        if self.header_format not in HEADER_FORMATS:
+            out.append(f"header_format must be one of {HEADER_FORMATS}, got {self.header_format!r}")
+        for name in ("request_timeout_s", "connect_timeout_s", "route_timeout_s",
+                     "route_refresh_interval_s", "heartbeat_interval_s", "timeout_sweep_interval_s"):
+            if not getattr(self, name) > 0:
+                out.append(f"{name} must be > 0")
+        return out
+
+    def validate(self):
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"{type(self).__name__}: " + "; ".join(problems))
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig(ClientConfig):
+    group: str = "DEFAULT_PRODUCER"
+    send_timeout_s: float = 3.0  # sendMsgTimeout, for all attempts together
+    retries: int = 2  # retryTimesWhenSendFailed: 1 + 2 attempts
+    retry_backoff_s: float = 0.02  # pause before a retry after an overload answer
+    compress_threshold_bytes: int = 4096  # compressMsgBodyOverHowmuch (spec 1.7)
+    compress_level: int = 5  # cpp's zlib level (spec 1.7)
+    max_message_bytes: int = 4 * 1024 * 1024  # maxMessageSize (spec 1.7)
+    default_topic: str = "TBW102"  # auto-create template (spec 3.5)
+    default_topic_queue_nums: int = 4  # clamp of the template's queues (spec 3.5)
+    use_v2_header: bool = False  # True: codes 310/320 with one-letter keys; False: code 10
+    shutdown_grace_s: float = 3.0  # how long shutdown waits for in-flight sends
+
+    def problems(self) -> list[str]:
+        out = ClientConfig.problems(self)
+        if not self.group:
+            out.append("group is empty")
+        if self.retries < 0 or self.retries > 16:
+            out.append("retries must be in 0..16")
+        if not 0 <= self.compress_level <= 9:
+            out.append("compress_level must be in 0..9")
+        if self.compress_threshold_bytes < 0:
+            out.append("compress_threshold_bytes must be >= 0")
+        if not 0 < self.max_message_bytes <= 16 * 1024 * 1024:
+            out.append("max_message_bytes must be in 1..16 MiB (the frame limit)")
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            out.append("default_topic_queue_nums must be in 1..1024")
+        if not self.send_timeout_s > 0:
+            out.append("send_timeout_s must be > 0")
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig(ClientConfig):
+    group: str = "DEFAULT_CONSUMER"
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from: ConsumeFrom = ConsumeFrom.LAST
+    consume_timestamp_ms: int = 0  # for ConsumeFrom.TIMESTAMP; 0 = half an hour ago (Java)
+    allocate_strategy: str = "averagely"  # see client.rebalance.STRATEGIES
+    rebalance_interval_s: float = 20.0  # Java waitInterval (spec SH 7.3)
+    pull_batch_size: int = 32  # pullBatchSize (spec SH 7.1)
+    suspend_ms: int = 15000  # BROKER_SUSPEND_MAX_TIME_MILLIS (spec 4.3)
+    pull_timeout_s: float = 30.0  # socket timeout of a suspended pull (spec 4.3); > suspend
+    pull_error_backoff_s: float = 1.0  # pullTimeDelayMillsWhenException (spec 4.3)
+    commit_offset_on_pull: bool = True  # piggyback commits on pulls (COMMIT_OFFSET flag)
+    offset_commit_interval_s: float = 5.0  # persistConsumerOffsetInterval (spec 4.5)
+    consume_batch_max: int = 1  # consumeMessageBatchMaxSize
+    cached_messages_per_queue_max: int = 1000  # pullThresholdForQueue (flow control)
+    local_retries_max: int = 3  # RECONSUME_LATER retried in place this often, then skipped
+    local_retry_delay_s: float = 0.5
+    drop_grace_s: float = 3.0  # how long a dropped queue waits for its running listener
+    offset_store_dir: str = os.path.join("~", ".tidemq_offsets")  # broadcasting offsets
+
+    def problems(self) -> list[str]:
+        out = ClientConfig.problems(self)
+        if not self.group:
+            out.append("group is empty")
+        if not 1 <= self.pull_batch_size <= 1024:
+            out.append("pull_batch_size must be in 1..1024")
+        if not 0 <= self.suspend_ms <= 60000:
+            out.append("suspend_ms must be in 0..60000")
+        if not self.pull_timeout_s * 1000 > self.suspend_ms:
+            out.append("pull_timeout_s must exceed suspend_ms, or idle pulls time out")
+        if not 1 <= self.consume_batch_max <= 1024:
+            out.append("consume_batch_max must be in 1..1024")
+        if self.cached_messages_per_queue_max < self.pull_batch_size:
+            out.append("cached_messages_per_queue_max must be >= pull_batch_size")
+        if self.local_retries_max < 0:
+            out.append("local_retries_max must be >= 0")
+        for name in ("rebalance_interval_s", "offset_commit_interval_s", "pull_error_backoff_s"):
+            if not getattr(self, name) > 0:
+                out.append(f"{name} must be > 0")
+        from client.rebalance import STRATEGIES  # pure module; imported late to keep this leaf
+        if self.allocate_strategy not in STRATEGIES:
+            out.append(f"allocate_strategy must be one of {sorted(STRATEGIES)}")
+        return out
+
+
+def make_config(cls, **options):
+    """Build and validate `cls` from keyword options, naming any unknown option."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"{cls.__name__}: unknown option(s) {unknown}")
+    return cls(**options).validate()
+
+
+def _is_host_port(addr: str) -> bool:
+    host, sep, port = addr.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)

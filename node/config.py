@@ -1,0 +1,346 @@
+"""BrokerConfig: every broker key, its default and its meaning, loaded once and validated once.
+
+Sources, later wins: field defaults < TOML file (`-c broker.toml`) < `--set key=value`
+overrides. Store keys live in the `[store]` table (`--set store.flush_mode=SYNC_FLUSH`),
+ZooKeeper keys in `[zookeeper]`.
+
+Rules:
+1. Defaults live on the dataclass fields and nowhere else; `describe()` renders them, with the
+   `doc` of each field, as the Markdown table the README includes.
+2. `load_config` reports every problem at once (unknown keys, wrong types, bad values, the
+   store's own checks) in one ConfigError; a config that loads is valid.
+3. A field whose metadata says `secret` never reaches a log, /config or an error message in
+   clear: `redacted()` replaces a non-empty value by "***".
+4. Role and routing are seams: `zookeeper.hosts` empty means standalone (the broker is its own
+   master, broker id 0, and answers route queries itself). Cluster mode comes later.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
+
+MIB = 1024 * 1024
+REDACTED = "***"
+
+
+def _f(default, doc, **meta):
+    return field(default=default, metadata={"doc": doc, **meta})
+
+
+# Docs for StoreConfig's keys (node/store/config.py owns the defaults and the checks).
+STORE_DOCS = {
+    "root_dir": "Store directory: commitlog/, consumequeue/, index/, config/ (topics, offsets).",
+    "commitlog_file_bytes": "Size of one commit-log file.",
+    "consume_queue_file_units": "20-byte units per consume-queue file.",
+    "index_enable": "Build the key index (QUERY_MESSAGE by key).",
+    "index_slots": "Hash slots per index file.",
+    "index_entries": "Entries per index file.",
+    "flush_mode": "ASYNC_FLUSH (acknowledge after the write) or SYNC_FLUSH (after fsync).",
+    "flush_interval_ms": "ASYNC_FLUSH flush period.",
+    "flush_least_pages": "ASYNC_FLUSH: flush when at least this many 4 KiB pages are dirty.",
+    "flush_thorough_interval_ms": "ASYNC_FLUSH: flush everything at least this often.",
+    "sync_flush_timeout_ms": "SYNC_FLUSH: past this a send is answered FLUSH_DISK_TIMEOUT (stored).",
+    "derived_flush_interval_ms": "Consume queues, index and checkpoint flush period.",
+    "whole_record_crc": "Write the __CRC32# whole-record checksum (fixed at store creation).",
+    "verify_crc_on_recover": "Check CRCs while recovering after a crash.",
+    "max_message_bytes": "Largest message body; larger sends get MESSAGE_ILLEGAL (13).",
+    "max_queues_per_topic": "Largest queue count of a topic.",
+    "file_reserved_hours": "Retention: commit-log files older than this may be deleted.",
+    "delete_when": "Retention: hours (00-23, ';'-separated) when old files are deleted.",
+    "disk_max_used_ratio": "Retention: delete old files above this disk use.",
+    "disk_clean_forcibly_ratio": "Retention: delete even young files above this disk use.",
+    "disk_warning_ratio": "Refuse writes above this disk use.",
+    "clean_interval_ms": "Retention check period.",
+    "delete_files_batch_max": "Retention: most files deleted per pass.",
+    "preallocate_at_ratio": "Create the next commit-log file when the current one is this full.",
+    "confirm_mode": "local (the store's own flush bound) or external (HA moves it).",
+}
+STORE_ROOT_DEFAULT = "~/tidemq/store"
+
+
+@dataclass(frozen=True)
+class ZooKeeperConfig:
+    hosts: str = _f("", "ZooKeeper connect string; empty = standalone (cluster mode comes later).")
+    session_timeout_ms: int = _f(6000, "ZooKeeper session timeout (cluster mode).")
+    auth: str = _f("", "ZooKeeper digest credentials 'user:password' (secret).", secret=True)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_name: str = _f("broker-a", "Broker group name, as in routes (brokerName).")
+    cluster_name: str = _f("DefaultCluster", "Cluster name, as in routes.")
+    broker_id: int = _f(0, "0 = master. Standalone brokers are always 0.")
+    listen_host: str = _f("127.0.0.1", "Remoting (RocketMQ protocol) listen address.")
+    listen_port: int = _f(10911, "Remoting port; 0 = pick a free one (printed on READY).")
+    advertised_host: str = _f("", "Address clients are told (routes, STOREHOST, msgId); "
+                                  "empty = listen_host.")
+    advertised_port: int = _f(0, "Port clients are told; 0 = the real listen port.")
+    admin_host: str = _f("127.0.0.1", "Admin HTTP (/health, /metrics, /topics, /config) address.")
+    admin_port: int = _f(10913, "Admin HTTP port; 0 = pick a free one.")
+    region_id: str = _f("DefaultRegion", "MSG_REGION in send replies.")
+    auto_create_topic: bool = _f(True, "Own TBW102 (perm 7) and create unknown topics on send.")
+    default_topic_queues: int = _f(8, "Queues of TBW102 and of topics the broker creates itself.")
+    max_topics: int = _f(10_000, "Most topics the broker will hold (create fails past it).")
+    max_frame_bytes: int = _f(16 * MIB, "Largest frame (4-byte length included); larger closes "
+                                        "the connection.")
+    max_connections: int = _f(4096, "Connections past this get SYSTEM_BUSY and are closed.")
+    max_inflight_per_connection: int = _f(1024, "Requests awaiting a reply per connection "
+                                                "(held pulls, sends awaiting fsync); past it "
+                                                "SYSTEM_BUSY.")
+    max_held_pulls: int = _f(10_000, "Held long-poll pulls in the whole broker; past it "
+                                     "SYSTEM_BUSY.")
+    write_buffer_high_bytes: int = _f(1 * MIB, "Stop reading a connection while this much reply "
+                                               "data waits to be sent.")
+    max_write_buffer_bytes: int = _f(64 * MIB, "A connection whose unsent replies exceed this "
+                                               "is cut off.")
+    write_stall_timeout_ms: int = _f(60_000, "A connection that reads none of its replies for "
+                                             "this long is cut off.")
+    idle_timeout_ms: int = _f(120_000, "Close connections silent this long (Java: 120 s).")
+    client_expiry_ms: int = _f(120_000, "Drop a client registration after this long without "
+                                        "a heartbeat, and close its connection.")
+    long_polling_enable: bool = _f(True, "Hold SUSPEND pulls up to suspendTimeoutMillis; off = "
+                                         "hold short_polling_ms.")
+    short_polling_ms: int = _f(1000, "Hold time when long polling is off.")
+    max_pull_suspend_ms: int = _f(25_000, "Cap on a pull's suspendTimeoutMillis (clients time "
+                                          "out at 30 s).")
+    pull_max_msgs: int = _f(1024, "Most messages in one pull reply (also capped by maxMsgNums).")
+    pull_max_bytes: int = _f(256 * 1024, "Most record bytes in one pull reply.")
+    query_max_msgs: int = _f(64, "Most messages one QUERY_MESSAGE returns.")
+    offsets_flush_interval_ms: int = _f(5000, "Consumer offsets are written this often (and at "
+                                              "shutdown).")
+    max_offset_entries: int = _f(1_000_000, "Most (group, topic, queue) consumer offsets kept.")
+    lock_expiry_ms: int = _f(60_000, "Orderly-consumption queue locks expire after this.")
+    max_locks: int = _f(100_000, "Most queue locks held in the broker.")
+    store: StoreConfig = field(default=None, metadata={"doc": "[store] table"})  # type: ignore
+    zookeeper: ZooKeeperConfig = field(default_factory=ZooKeeperConfig,
+                                       metadata={"doc": "[zookeeper] table"})
+
+    @property
+    def standalone(self) -> bool:
+        return not self.zookeeper.hosts
+
+    def advertised_addr(self, real_port: int) -> tuple[str, int]:
+        return (self.advertised_host or self.listen_host, self.advertised_port or real_port)
+
+
+class ConfigError(ValueError):
+    def __init__(self, problems: list[str]):
+        super().__init__("invalid broker config:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+# ------------------------------------------------------------------------------ loading
+
+def _fields(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _type_of(cls, name: str) -> type:
+    hints = {"StoreConfig": StoreConfig, "ZooKeeperConfig": ZooKeeperConfig}
+    t = _fields(cls)[name].type
+    return {"str": str, "int": int, "float": float, "bool": bool}.get(t, hints.get(t, t))
+
+
+def _parse_text(kind: type, text: str):
+    """A --set value as the field's type."""
+    if kind is bool:
+        low = text.strip().lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"expected true/false, got {text!r}")
+    if kind is int:
+        return int(text.replace("_", ""), 0)
+    if kind is float:
+        return float(text)
+    return text
+
+
+def _check_type(kind: type, value):
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise ValueError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _merge_table(cls, table: dict, into: dict, prefix: str, problems: list[str]) -> None:
+    known = _fields(cls)
+    for key, value in table.items():
+        name = prefix + key
+        if key not in known:
+            problems.append(f"unknown key {name!r}")
+            continue
+        kind = _type_of(cls, key)
+        if dataclasses.is_dataclass(kind):
+            if not isinstance(value, dict):
+                problems.append(f"{name!r} must be a table")
+                continue
+            _merge_table(kind, value, into.setdefault(key, {}), name + ".", problems)
+            continue
+        try:
+            into[key] = _check_type(kind, value)
+        except ValueError as exc:
+            problems.append(f"{name}: {_safe(cls, key, str(exc))}")
+
+
+def _safe(cls, key: str, message: str) -> str:
+    return REDACTED if _fields(cls)[key].metadata.get("secret") else message
+
+
+def _apply_override(raw: dict, item: str, problems: list[str]) -> None:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        problems.append(f"--set {item.split('=')[0]!r}: expected key=value")
+        return
+    parts = key.split(".")
+    cls, table = BrokerConfig, raw
+    for i, part in enumerate(parts):
+        known = _fields(cls)
+        if part not in known:
+            problems.append(f"--set: unknown key {key!r}")
+            return
+        kind = _type_of(cls, part)
+        last = i == len(parts) - 1
+        if dataclasses.is_dataclass(kind):
+            if last:
+                problems.append(f"--set: {key!r} is a table; set one of its keys")
+                return
+            cls, table = kind, table.setdefault(part, {})
+            continue
+        if not last:
+            problems.append(f"--set: {'.'.join(parts[:i + 1])!r} is not a table")
+            return
+        try:
+            table[part] = _parse_text(kind, text)
+        except ValueError as exc:
+            problems.append(f"--set {key}: {_safe(cls, part, str(exc))}")
+
+
+def load_config(path: str | None = None, overrides: list[str] = ()) -> BrokerConfig:
+    """The validated config, or ConfigError listing every problem."""
+    problems: list[str] = []
+    raw: dict = {}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError([f"cannot read {path}: {exc}"]) from None
+        _merge_table(BrokerConfig, doc, raw, "", problems)
+    for item in overrides:
+        _apply_override(raw, item, problems)
+    return build_config(raw, problems)
+
+
+def build_config(raw: dict, problems: list[str] | None = None) -> BrokerConfig:
+    """BrokerConfig from a dict already shaped like the TOML (typed values)."""
+    problems = list(problems or ())
+    raw = dict(raw)
+    store_raw = dict(raw.pop("store", {}))
+    zk_raw = raw.pop("zookeeper", {})
+    store_raw.setdefault("root_dir", STORE_ROOT_DEFAULT)
+    store_raw["root_dir"] = os.path.expanduser(store_raw["root_dir"])
+    store = None
+    try:
+        store = StoreConfig(**store_raw)
+    except StoreConfigError as exc:
+        problems.extend(f"store.{p}" for p in exc.problems)
+    except TypeError as exc:
+        problems.append(f"store: {exc}")
+    zk = ZooKeeperConfig(**zk_raw)
+    cfg = None
+    try:
+        cfg = BrokerConfig(store=store, zookeeper=zk, **raw)
+    except TypeError as exc:
+        problems.append(str(exc))
+    if cfg is not None:
+        problems.extend(_validate(cfg))
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+def _validate(c: BrokerConfig) -> list[str]:
+    p = []
+    name_ok = c.broker_name and all(ch.isalnum() or ch in "-_." for ch in c.broker_name)
+    if not name_ok:
+        p.append(f"broker_name={c.broker_name!r}: letters, digits, '-', '_', '.' only")
+    if not c.cluster_name:
+        p.append("cluster_name must not be empty")
+    if c.broker_id != 0 and c.standalone:
+        p.append("broker_id must be 0 for a standalone broker (slaves come with HA)")
+    for name in ("listen_port", "admin_port", "advertised_port"):
+        if not 0 <= getattr(c, name) <= 65535:
+            p.append(f"{name} must be in 0..65535")
+    if c.listen_host in ("0.0.0.0", "::") and not c.advertised_host:
+        p.append("advertised_host is required when listen_host is a wildcard address")
+    positive = ("default_topic_queues", "max_topics", "max_connections",
+                "max_inflight_per_connection", "max_held_pulls", "write_buffer_high_bytes",
+                "max_write_buffer_bytes", "write_stall_timeout_ms", "idle_timeout_ms",
+                "client_expiry_ms", "short_polling_ms", "max_pull_suspend_ms", "pull_max_msgs",
+                "pull_max_bytes", "query_max_msgs", "offsets_flush_interval_ms",
+                "max_offset_entries", "lock_expiry_ms", "max_locks")
+    for name in positive:
+        if getattr(c, name) <= 0:
+            p.append(f"{name} must be > 0")
+    if not 1024 <= c.max_frame_bytes <= 2**31:
+        p.append("max_frame_bytes must be in 1024..2147483648")
+    if c.write_buffer_high_bytes > c.max_write_buffer_bytes:
+        p.append("write_buffer_high_bytes must be <= max_write_buffer_bytes")
+    if c.store is not None and c.default_topic_queues > c.store.max_queues_per_topic:
+        p.append("default_topic_queues must be <= store.max_queues_per_topic")
+    if c.zookeeper.hosts:
+        p.append("zookeeper.hosts: cluster mode is not available yet; leave it empty "
+                 "for a standalone broker")
+    return p
+
+
+# ------------------------------------------------------------------------------ output
+
+def redacted(cfg) -> dict:
+    """The config as a plain dict, secrets replaced by "***" (rule 3)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            value = redacted(value)
+        elif f.metadata.get("secret") and value:
+            value = REDACTED
+        out[f.name] = value
+    return out
+
+
+def describe() -> str:
+    """Every key with its default and meaning, as a Markdown table (rule 1)."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+
+    def add(cls, prefix, docs=None):
+        for f in dataclasses.fields(cls):
+            kind = _type_of(cls, f.name)
+            if dataclasses.is_dataclass(kind):
+                continue
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            else:
+                default = STORE_ROOT_DEFAULT if f.name == "root_dir" else ""
+            doc = (docs or {}).get(f.name) or f.metadata.get("doc", "")
+            shown = f'"{default}"' if isinstance(default, str) else str(default).lower() \
+                if isinstance(default, bool) else f"{default:_}" if isinstance(default, int) and default >= 100_000 \
+                else str(default)
+            rows.append(f"| `{prefix}{f.name}` | {shown} | {doc} |")
+
+    add(BrokerConfig, "")
+    add(StoreConfig, "store.", STORE_DOCS)
+    add(ZooKeeperConfig, "zookeeper.")
+    return "\n".join(rows)
+
+
+__all__ = ["BrokerConfig", "ZooKeeperConfig", "ConfigError", "load_config", "build_config",
+           "redacted", "describe", "ASYNC_FLUSH"]

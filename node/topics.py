@@ -1,0 +1,258 @@
+"""Topic configs: the table of topics this broker serves, its rules, and where it is kept.
+
+TopicManager owns the table; a TopicConfigStore keeps it. In standalone mode that is
+FileTopicConfigStore, `<store root>/config/topics.json` written with an atomic replace; in
+cluster mode (a later issue) a ZooKeeper-backed store implements the same two methods.
+
+File format = the GET_ALL_TOPIC_CONFIG (21) body (spec remoting.md 7):
+    {"dataVersion":{"counter":n,"timestamp":ms},
+     "topicConfigTable":{"T":{"order":false,"perm":6,"readQueueNums":8,"topicFilterType":
+       "SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":8}}}
+
+Rules:
+1. Every change is persisted before it is visible to anyone: a topic a client was told about
+   survives a restart.
+2. Names follow Java's TopicValidator: `^[%|a-zA-Z0-9_-]+$`, at most 127 characters; the
+   auto-create key TBW102 and the system topics are never created by clients.
+3. Auto-creation (spec 3.5): an unknown topic sent with `defaultTopic` naming a template that
+   carries INHERIT gets min(defaultTopicQueueNums, template queues) queues and the template's
+   perm without INHERIT. `%RETRY%<group>` topics get 1 queue, perm RW.
+4. The table is bounded (max_topics); queue counts by the store's max_queues_per_topic.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from client.protocol.codes import PERM_READ_WRITE, PermName
+
+log = logging.getLogger("tidemq.topics")
+
+AUTO_CREATE_TOPIC = "TBW102"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+# TopicValidator.SYSTEM_TOPIC_SET and NOT_ALLOWED_SEND_TOPIC_SET (rocketmq-all-4.9.8).
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
+                           "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                                     TRANS_CHECK_MAX_TIME_TOPIC})
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_CHARS = 127  # TopicValidator.TOPIC_MAX_LENGTH (a V1 record's i8 topic length)
+FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = int(PERM_READ_WRITE)
+    filter_type: str = "SINGLE_TAG"
+    sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def queue_count(self) -> int:
+        """Queues that exist: a queue id below this is legal in a send (Java msgCheck)."""
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    def to_json(self) -> dict:
+        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.filter_type, "topicName": self.name,
+                "topicSysFlag": self.sys_flag, "writeQueueNums": self.write_queue_nums}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "TopicConfig":
+        return cls(str(doc["topicName"]), int(doc["readQueueNums"]), int(doc["writeQueueNums"]),
+                   int(doc.get("perm", PERM_READ_WRITE)), str(doc.get("topicFilterType", "SINGLE_TAG")),
+                   int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
+
+
+class TopicError(Exception):
+    """A refused topic operation; `code` is the wire response code, str(self) the remark."""
+
+    def __init__(self, code: int, remark: str):
+        super().__init__(remark)
+        self.code = code
+
+
+def topic_name_problem(topic: str) -> str | None:
+    """Java's TopicValidator.validateTopic remark for a bad name, None when it is fine."""
+    if not topic:
+        return "The specified topic is blank."
+    if not TOPIC_PATTERN.match(topic):
+        return (f"The specified topic[{topic[:200]}] contains illegal characters, "
+                f"allowing only ^[%|a-zA-Z0-9_-]+$")
+    if len(topic) > TOPIC_MAX_CHARS:
+        return "The specified topic is longer than topic max length."
+    if topic == AUTO_CREATE_TOPIC:
+        return f"The specified topic[{topic}] is conflict with AUTO_CREATE_TOPIC_KEY_TOPIC."
+    return None
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+class TopicConfigStore(Protocol):
+    def load(self) -> tuple[dict[str, TopicConfig], dict] | None: ...
+    def save(self, table: dict[str, TopicConfig], data_version: dict) -> None: ...
+
+
+class FileTopicConfigStore:
+    """<root>/config/topics.json, replaced atomically (tmp + fsync + rename + fsync dir)."""
+
+    def __init__(self, root_dir: str, fs):
+        self.path = os.path.join(root_dir, "config", "topics.json")
+        self.fs = fs
+
+    def load(self):
+        try:
+            with open(self.path, "rb") as f:
+                doc = json.loads(f.read())
+        except FileNotFoundError:
+            return None
+        table = {name: TopicConfig.from_json(t) for name, t in doc["topicConfigTable"].items()}
+        return table, dict(doc.get("dataVersion") or {})
+
+    def save(self, table, data_version) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fs.write_atomic(self.path, encode_table(table, data_version))
+
+
+def encode_table(table: dict[str, TopicConfig], data_version: dict) -> bytes:
+    doc = {"dataVersion": data_version,
+           "topicConfigTable": {name: tc.to_json() for name, tc in sorted(table.items())}}
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+class TopicManager:
+    def __init__(self, store: TopicConfigStore, *, auto_create: bool, default_queues: int,
+                 max_topics: int, max_queues: int):
+        self._store = store
+        self.auto_create = auto_create
+        self.default_queues = default_queues
+        self.max_topics = max_topics
+        self.max_queues = max_queues
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        self.listeners = []  # fn(TopicConfig) after a change is persisted (cluster re-register)
+
+    def load(self, store_topics: dict[str, list[int]]) -> None:
+        """Read the kept table, then adopt topics the message store has but the table lacks
+        (a lost config file must not hide data)."""
+        loaded = self._store.load()
+        if loaded is not None:
+            self.table, version = loaded
+            self.data_version.update(version)
+        changed = False
+        if self.auto_create and AUTO_CREATE_TOPIC not in self.table:
+            q = self.default_queues
+            perm = int(PermName.INHERIT | PERM_READ_WRITE)
+            self.table[AUTO_CREATE_TOPIC] = TopicConfig(AUTO_CREATE_TOPIC, q, q, perm)
+            changed = True
+        for topic, qids in store_topics.items():
+            if topic not in self.table and not topic_name_problem(topic):
+                q = max(self.default_queues, max(qids) + 1 if qids else 0)
+                self.table[topic] = TopicConfig(topic, q, q)
+                log.warning("topic %s found in the store but not in the topic table: adopted "
+                            "with %d queues", topic, q)
+                changed = True
+        if changed or loaded is None:
+            self._persist()
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def route_topic(self, topic: str) -> TopicConfig | None:
+        """What a route query shows for `topic`: its config; TBW102 only with auto-create;
+        a not-yet-created %RETRY% topic as 1 RW queue (cpp subscribes it before it exists)."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc if topic != AUTO_CREATE_TOPIC or self.auto_create else None
+        if topic.startswith(RETRY_PREFIX) and not topic_name_problem(topic):
+            return TopicConfig(topic, 1, 1)
+        return None
+
+    def update(self, tc: TopicConfig) -> TopicConfig:
+        """Create or replace (code 17). Raises TopicError(1) for a bad name or queue count."""
+        problem = topic_name_problem(tc.name)
+        if problem:
+            raise TopicError(1, problem)
+        if tc.name in SYSTEM_TOPICS:
+            raise TopicError(1, f"The topic[{tc.name}] is conflict with system topic.")
+        if not (0 < tc.read_queue_nums <= self.max_queues and 0 < tc.write_queue_nums <= self.max_queues):
+            raise TopicError(1, f"queue nums of topic[{tc.name}] must be in 1..{self.max_queues}")
+        if tc.perm & ~0xF or tc.filter_type not in FILTER_TYPES:
+            raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type!r}")
+        self._put(tc)
+        return tc
+
+    def create_in_send(self, topic: str, default_topic: str | None,
+                       default_queue_nums: int) -> TopicConfig | None:
+        """Spec 3.5 (rule 3); None when the topic may not be created this way."""
+        tc = self.table.get(topic)
+        if tc is not None:
+            return tc
+        if topic.startswith(RETRY_PREFIX):
+            return self._create(TopicConfig(topic, 1, 1))
+        if not self.auto_create or not default_topic:
+            return None
+        template = self.table.get(default_topic)
+        if template is None or not template.perm & PermName.INHERIT:
+            return None
+        queues = max(1, min(default_queue_nums, template.write_queue_nums))
+        return self._create(TopicConfig(topic, queues, queues, template.perm & ~PermName.INHERIT,
+                                        template.filter_type))
+
+    def ensure_retry_topic(self, group: str) -> TopicConfig | None:
+        name = retry_topic(group)
+        tc = self.table.get(name)
+        if tc is None and not topic_name_problem(name):
+            tc = self._create(TopicConfig(name, 1, 1))
+        return tc
+
+    def _create(self, tc: TopicConfig) -> TopicConfig | None:
+        if len(self.table) >= self.max_topics:
+            log.warning("topic %s not created: the table holds max_topics=%d", tc.name,
+                        self.max_topics)
+            return None
+        self._put(tc)
+        log.info("topic created: %s", tc)
+        return tc
+
+    def _put(self, tc: TopicConfig) -> None:
+        if tc.name not in self.table and len(self.table) >= self.max_topics:
+            raise TopicError(1, f"the broker holds max_topics={self.max_topics} topics")
+        old = self.table.get(tc.name)
+        self.table[tc.name] = tc
+        try:
+            self._persist()
+        except Exception:
+            # Rule 1: not persisted, so not visible.
+            if old is None:
+                del self.table[tc.name]
+            else:
+                self.table[tc.name] = old
+            raise
+        for fn in self.listeners:
+            fn(tc)
+
+    def _persist(self) -> None:
+        self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
+                             "timestamp": int(time.time() * 1000)}
+        self._store.save(self.table, self.data_version)
+
+    def all_json(self) -> bytes:
+        """The GET_ALL_TOPIC_CONFIG (21) body."""
+        return encode_table(self.table, self.data_version)
