@@ -381,6 +381,14 @@ def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool
     lengths and CRCs it requires PHYSICALOFFSET == expected_phys, so a stale record left at
     another position never passes. With require_crc (a store that writes the trailer), a
     record whose trailer is missing, e.g. damaged, fails too."""
+    r = check_record_layout(buf, pos, limit, expected_phys, verify_crc, require_crc)
+    return r if r.__class__ is int else r[0]
+
+
+def check_record_layout(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool,
+                        require_crc: bool = False):
+    """check_record, but a valid record gives (size, topic position, topic length,
+    properties position, properties length) so a caller can read fields without re-walking."""
     if limit - pos < 8:
         return -1
     total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
@@ -399,9 +407,12 @@ def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool
     body_at = p + 4
     p = body_at + body_len
     if magic == MAGIC_V2:
-        topic_len = _I16.unpack_from(buf, p)[0] + 2
+        topic_len = _I16.unpack_from(buf, p)[0]
+        p += 2
     else:
-        topic_len = buf[p] + 1
+        topic_len = buf[p]
+        p += 1
+    topic_at = p
     p += topic_len
     if p + 2 > pos + total:
         return -1
@@ -413,10 +424,10 @@ def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool
         if _crc32(mv[body_at:body_at + body_len]) & 0x7FFFFFFF != _I32.unpack_from(buf, pos + 8)[0]:
             return -1
         end = pos + total
-        if props_len >= CRC_RESERVED_BYTES and bytes(mv[end - 20:end - 11]) == _CRC_PREFIX:
-            whole = _crc32(mv[pos:end - 20]) & 0x7FFFFFFF
-            if bytes(mv[end - 11:end]) != crc_digits(whole) + b"\x02":
+        if props_len >= CRC_RESERVED_BYTES and buf[end - 20:end - 11] == _CRC_PREFIX:
+            if buf[end - 11:end - 1] != crc_digits(_crc32(mv[pos:end - 20]) & 0x7FFFFFFF) \
+                    or buf[end - 1] != 2:
                 return -1
         elif require_crc:
             return -1
-    return total
+    return total, topic_at, topic_len, p + 2, props_len

@@ -77,9 +77,7 @@ class StoreMessage:
 
 
 _FIXED = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
-_I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_I16 = struct.Struct(">h")
 
 
 def _prop(props: bytes, name: bytes) -> str | None:
@@ -95,31 +93,32 @@ def _prop(props: bytes, name: bytes) -> str | None:
 
 def parse_dispatch(buf, pos: int, limit: int):
     """The dispatch request for the record at buf[pos:limit], read straight from the bytes
-    (no body copy, no full property decode): the slave's and recovery's hot path. Raises
-    RecordError when the bytes are not a record."""
+    (no body copy, no full property decode). Raises RecordError for anything else."""
     try:
-        total, magic, _, qid, _, qoff, phys, sysflag, _ = _FIXED.unpack_from(buf, pos)
-        p = pos + 48 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8)
-        store_ts = _I64.unpack_from(buf, p)[0]
-        p += 8 + (20 if sysflag & rec.SYSFLAG_STOREHOST_V6 else 8) + 12
-        p += 4 + _I32.unpack_from(buf, p)[0]
-        if magic == rec.MAGIC_V2:
-            tlen = _I16.unpack_from(buf, p)[0]
-            p += 2
-        else:
-            tlen = buf[p]
-            p += 1
-        topic = bytes(buf[p:p + tlen]).decode("utf-8")
-        p += tlen
-        plen = _I16.unpack_from(buf, p)[0]
-        props = b"\x02" + bytes(buf[p + 2:p + 2 + plen])
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise rec.RecordError(f"not a record at {pos}: {exc}") from None
-    if total <= 0 or pos + total > limit or p + 2 + plen != pos + total:
+        phys = _I64.unpack_from(buf, pos + rec.POS_PHYSICAL_OFFSET)[0]
+    except struct.error:
+        raise rec.RecordError(f"not a record at {pos}") from None
+    layout = rec.check_record_layout(buf, pos, limit, phys, False)
+    if layout.__class__ is int:
         raise rec.RecordError(f"not a record at {pos}")
+    return dispatch_from_layout(buf, pos, layout)
+
+
+def dispatch_from_layout(buf, pos: int, layout):
+    """Build the dispatch request from check_record_layout()'s answer: the slave's and
+    recovery's hot path."""
+    total, topic_at, topic_len, props_at, props_len = layout
+    _, _, _, qid, _, qoff, phys, sysflag, _ = _FIXED.unpack_from(buf, pos)
+    store_ts = _I64.unpack_from(buf, pos + 48 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8))[0]
+    try:
+        topic = buf[topic_at:topic_at + topic_len].decode("utf-8")
+    except UnicodeDecodeError:
+        raise rec.RecordError(f"topic of the record at {pos} is not UTF-8") from None
+    props = b"\x02" + buf[props_at:props_at + props_len]
     tags = _prop(props, b"\x02TAGS\x01")
     if topic == SCHEDULE_TOPIC:
-        code = tags_code(topic, tags, {PROP_DELIVER_AT_MS: _prop(props, b"\x02" + PROP_DELIVER_AT_MS.encode() + b"\x01") or "0"})
+        due = _prop(props, b"\x02" + PROP_DELIVER_AT_MS.encode() + b"\x01") or "0"
+        code = tags_code(topic, tags, {PROP_DELIVER_AT_MS: due})
     else:
         code = java_string_hash(tags) if tags else 0
     return (topic, qid, qoff, phys, total, code, store_ts, _prop(props, b"\x02KEYS\x01"),

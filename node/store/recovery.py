@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from client.protocol import record as rec
 
-from .message import is_dispatched_to_queue, parse_dispatch
+from .message import dispatch_from_layout, is_dispatched_to_queue
 
 log = logging.getLogger("tidemq.store.recovery")
 
@@ -45,7 +45,7 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_cr
     requests = []
     pos = start
     q = commit_log.queue
-    check = rec.check_record
+    check = rec.check_record_layout
     while True:
         mf = q.find(pos)
         if mf is None:
@@ -53,13 +53,13 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_cr
         buf, base, fsize = mf.buf, mf.start_offset, mf.wrote
         rel = pos - base
         while True:
-            size = check(buf, rel, fsize, base + rel, verify_crc, require_crc)
-            if size > 0:
-                if base + rel >= collect_from:
-                    requests.append(parse_dispatch(buf, rel, rel + size))
-                rel += size
-            else:
+            layout = check(buf, rel, fsize, base + rel, verify_crc, require_crc)
+            if layout.__class__ is int:
+                size = layout
                 break
+            if base + rel >= collect_from:
+                requests.append(dispatch_from_layout(buf, rel, layout))
+            rel += layout[0]
         pos = base + rel
         if size == 0:  # BLANK: continue at the next file
             pos = base + mf.size

@@ -1,0 +1,239 @@
+"""Messages: what a producer sends (`Message`) and a lazy view of what a consumer receives
+(`MessageExt`), plus client message ids (UNIQ_KEY) and body compression.
+
+UNIQ_KEY (spec store-and-ha.md 9; Java `MessageClientIDSetter`), 32 uppercase hex chars:
+
+    client IPv4 (4 B) | pid low 16 bits (2 B) | per-process random i32 (4 B; Java: class-loader
+    hash) | ms since the start of the current month (4 B) | counter (2 B, wraps)
+
+Rules:
+1. A pulled record is not decoded until the user touches it: a `MessageExt` holds the pull
+   body and the record's position; only its queue offset is read eagerly (one struct read).
+2. `MessageExt.body` is always the application's bytes: a record with the COMPRESSED sysflag is
+   inflated on first access; `raw_body` is the stored bytes.
+3. UNIQ_KEYs are unique within a process (one counter for all producers) and a retry reuses the
+   key of its first attempt, so a consumer can deduplicate on `msg_id`.
+4. Batches are never compressed (spec 3.2).
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import os
+import random
+import socket
+import struct
+import time
+import zlib
+
+from client import errors
+from client.protocol.record import (
+    PROP_DELAY, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, PROP_WAIT, SYSFLAG_COMPRESSED, RecordError,
+    decode_record)
+
+_RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
+_RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spec SH 1.1)
+TOPIC_MAX_CHARS = 127  # a V1 record's topic length is a signed byte
+DELAY_LEVEL_MAX = 18  # messageDelayLevel has 18 levels (spec SH 7.5)
+
+
+class Message:
+    """A message to send. `keys` may be a string ("k1 k2") or a list; `properties` are extra
+    user properties (names must not contain \\x01 or \\x02)."""
+
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
+
+    def __init__(self, topic, body=b"", tags=None, keys=None, properties=None, delay_level=0,
+                 flag=0):
+        self.topic = topic
+        self.body = body.encode() if isinstance(body, str) else body
+        self.tags = tags
+        self.keys = keys
+        self.properties = properties
+        self.delay_level = delay_level
+        self.flag = flag
+
+    def wire_properties(self) -> dict:
+        """The properties as sent, without UNIQ_KEY (the producer adds it)."""
+        props = dict(self.properties) if self.properties else {}
+        if self.tags:
+            props[PROP_TAGS] = self.tags
+        if self.keys:
+            props[PROP_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        if self.delay_level:
+            props[PROP_DELAY] = str(self.delay_level)
+        props[PROP_WAIT] = "true"  # waitStoreMsgOK, Java's default
+        return props
+
+    def check(self, max_body_bytes):
+        """Client-side validation (Java `Validators.checkMessage`)."""
+        if not self.topic or len(self.topic) > TOPIC_MAX_CHARS:
+            raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} chars, got {self.topic!r}")
+        if not isinstance(self.body, (bytes, bytearray, memoryview)):
+            raise errors.IllegalArgument(f"body must be bytes or str, got {type(self.body).__name__}")
+        if len(self.body) == 0:
+            raise errors.IllegalArgument("body is empty")
+        if len(self.body) > max_body_bytes:
+            raise errors.IllegalArgument(f"body of {len(self.body)} bytes exceeds {max_body_bytes}")
+        if not 0 <= self.delay_level <= DELAY_LEVEL_MAX:
+            raise errors.IllegalArgument(f"delay_level must be in 0..{DELAY_LEVEL_MAX}")
+
+    def __repr__(self):
+        return (f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, tags={self.tags!r}, "
+                f"keys={self.keys!r})")
+
+
+def encode_properties_str(props: dict) -> str:
+    return "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None])
+
+
+def compress_body(body, threshold_bytes, level):
+    """(body, sysflag bits): zlib-compressed when longer than the threshold and it helps."""
+    if len(body) > threshold_bytes:
+        packed = zlib.compress(body, level)
+        if len(packed) < len(body):
+            return packed, SYSFLAG_COMPRESSED
+    return body, 0
+
+
+# ---------------------------------------------------------------------------- UNIQ_KEY
+
+def local_ip() -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+        socket.inet_aton(ip)
+        return ip
+    except OSError:
+        return "127.0.0.1"
+
+
+def _month_bounds_ms(now_ms):
+    now = datetime.datetime.fromtimestamp(now_ms / 1000)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    nxt = (start + datetime.timedelta(days=32)).replace(day=1)
+    return int(start.timestamp() * 1000), int(nxt.timestamp() * 1000)
+
+
+class UniqKeyGenerator:
+    """Makes UNIQ_KEYs; one per process (module-level `uniq_keys`), shared by all producers."""
+
+    def __init__(self, ip=None, pid=None, salt=None):
+        try:
+            ip_raw = socket.inet_aton(ip or local_ip())
+        except OSError:
+            ip_raw = socket.inet_aton("127.0.0.1")
+        pid = os.getpid() if pid is None else pid
+        salt = random.getrandbits(32) if salt is None else salt
+        self.prefix = (ip_raw + struct.pack(">HI", pid & 0xFFFF, salt & 0xFFFFFFFF)).hex().upper()
+        self._counter = itertools.count(random.getrandbits(16))
+        self._month_start_ms, self._next_month_ms = _month_bounds_ms(time.time() * 1000)
+
+    def next(self, now_ms=None) -> str:
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if now_ms >= self._next_month_ms:
+            self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
+        return "%s%08X%04X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF,
+                               next(self._counter) & 0xFFFF)
+
+
+uniq_keys = UniqKeyGenerator()
+
+
+def parse_uniq_key(key: str) -> dict:
+    """The fields of a UNIQ_KEY (for tests and debugging)."""
+    raw = bytes.fromhex(key)
+    if len(raw) != 16:
+        raise ValueError(f"UNIQ_KEY must be 32 hex chars, got {key!r}")
+    pid, salt, ms, counter = struct.unpack(">HIIH", raw[4:])
+    return {"ip": socket.inet_ntoa(raw[:4]), "pid": pid, "salt": salt,
+            "ms_in_month": ms, "counter": counter}
+
+
+# ---------------------------------------------------------------------------- received messages
+
+class MessageExt:
+    """A received message, decoded from its record only when first touched (rule 1)."""
+
+    __slots__ = ("_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body")
+
+    def __init__(self, buf, pos, queue_offset, broker_name=None):
+        self._buf = buf
+        self._pos = pos
+        self.queue_offset = queue_offset
+        self.broker_name = broker_name
+        self._rec = None
+        self._body = None
+
+    @property
+    def record(self):
+        """The decoded client.protocol.record.MessageExt."""
+        rec = self._rec
+        if rec is None:
+            try:
+                rec = self._rec = decode_record(self._buf, self._pos)
+            except RecordError as exc:
+                raise errors.ProtocolViolation(f"undecodable record at offset {self.queue_offset}: {exc}")
+            self._buf = None  # the record holds its own copies now
+        return rec
+
+    @property
+    def body(self) -> bytes:
+        body = self._body
+        if body is None:
+            try:
+                body = self._body = self.record.inflated_body()
+            except RecordError as exc:
+                raise errors.ProtocolViolation(str(exc)) from None
+        return body
+
+    @property
+    def raw_body(self) -> bytes:
+        return self.record.body
+
+    topic = property(lambda self: self.record.topic)
+    queue_id = property(lambda self: self.record.queue_id)
+    tags = property(lambda self: self.record.tags)
+    keys = property(lambda self: self.record.keys)
+    properties = property(lambda self: self.record.properties)
+    msg_id = property(lambda self: self.record.msg_id, doc="UNIQ_KEY if set, else offset_msg_id")
+    uniq_key = property(lambda self: self.record.uniq_key)
+    offset_msg_id = property(lambda self: self.record.offset_msg_id)
+    physical_offset = property(lambda self: self.record.physical_offset)
+    sys_flag = property(lambda self: self.record.sys_flag)
+    flag = property(lambda self: self.record.flag)
+    born_timestamp = property(lambda self: self.record.born_timestamp)
+    store_timestamp = property(lambda self: self.record.store_timestamp)
+    reconsume_times = property(lambda self: self.record.reconsume_times)
+    store_size = property(lambda self: self.record.size)
+
+    @property
+    def decoded(self) -> bool:
+        return self._rec is not None
+
+    def get_property(self, name, default=None):
+        return self.record.properties.get(name, default)
+
+    def __repr__(self):
+        return f"MessageExt(broker={self.broker_name!r}, queue_offset={self.queue_offset}, decoded={self.decoded})"
+
+
+def split_records(body, broker_name=None) -> list[MessageExt]:
+    """Cut a pull/query body into lazy views; checks sizes only (rule 1)."""
+    out = []
+    size = len(body)
+    pos = 0
+    unpack = _RECORD_HEAD.unpack_from
+    while pos < size:
+        if size - pos < _RECORD_MIN_BYTES:
+            raise errors.ProtocolViolation(f"truncated record at byte {pos} of a {size}-byte body")
+        total, queue_offset = unpack(body, pos)
+        if total < _RECORD_MIN_BYTES or pos + total > size:
+            raise errors.ProtocolViolation(f"bad record size {total} at byte {pos} of {size}")
+        out.append(MessageExt(body, pos, queue_offset, broker_name))
+        pos += total
+    return out
+
+
+__all__ = ["Message", "MessageExt", "split_records", "compress_body", "uniq_keys",
+           "UniqKeyGenerator", "parse_uniq_key", "encode_properties_str", "PROP_UNIQ_KEY"]

@@ -1,0 +1,185 @@
+"""Connection: one client TCP connection of the remoting server (an asyncio.Protocol).
+
+Bytes in -> FrameDecoder -> RemotingServer.handle(conn, cmd) per command; replies out through
+a per-connection output list written once per event-loop turn.
+
+Rules:
+1. Bad bytes (ProtocolError from the decoder, an oversized frame) close THIS connection only,
+   with one log line; nothing was handed to a processor, so nothing was written to the log.
+2. Replies are never awaited: they are appended to `_out` and written with one
+   transport.write per loop turn (or at the end of data_received), so a burst of requests
+   costs one send() syscall, not one per reply.
+3. Bounded memory: above write_buffer_high_bytes of unsent replies the connection stops
+   reading (asyncio flow control: pause_writing -> pause_reading), so a peer that does not read
+   its replies cannot make us buffer more requests. A peer stalled past
+   write_stall_timeout_ms, or whose unsent replies exceed max_write_buffer_bytes, is cut off.
+4. `inflight` counts accepted requests whose reply is deferred (held pulls, sends awaiting
+   fsync); RemotingServer refuses new requests past max_inflight_per_connection.
+5. A deferred reply completed after the connection closed is dropped (the counter still
+   goes down).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+
+from client.protocol.codes import FLAG_ONEWAY, SerializeType
+from client.protocol.record import encode_host
+from client.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame_head
+
+log = logging.getLogger("tidemq.connection")
+_ids = itertools.count(1)
+_UNKNOWN_HOST = encode_host("0.0.0.0", 0)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server):
+        self.server = server
+        self.cfg = server.cfg
+        self.loop = server.loop
+        self.id = next(_ids)
+        self.transport = None
+        self.decoder = FrameDecoder(self.cfg.max_frame_bytes)
+        self.peer = "?"
+        self.born_host = _UNKNOWN_HOST
+        self.inflight = 0
+        self.closed = False
+        self.over_limit = False
+        self.last_read = self.loop.time()
+        self.serialize_type = SerializeType.JSON  # server-initiated requests use the client's
+        self.client = None  # ClientManager's record, once the peer sent a heartbeat
+        self._out: list = []
+        self._flush_scheduled = False
+        self._in_receive = False
+        self._stall_timer = None
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        high = self.cfg.write_buffer_high_bytes
+        transport.set_write_buffer_limits(high=high, low=high // 4)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+            try:
+                self.born_host = encode_host(peer[0], peer[1])
+            except (OSError, ValueError):
+                pass
+        self.server.connection_made(self)
+
+    def data_received(self, data) -> None:
+        self.last_read = self.loop.time()
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self.server.metrics.protocol_errors += 1
+            log.warning("closing connection %s: bad frame: %s", self.peer, exc)
+            self.abort()
+            return
+        if not commands:
+            return
+        self._in_receive = True
+        try:
+            handle = self.server.handle
+            for cmd in commands:
+                if self.closed:
+                    break
+                handle(self, cmd)
+        finally:
+            self._in_receive = False
+            if self._out:
+                self._flush()
+
+    def eof_received(self):
+        return False  # close our side too
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self._out = []
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+        self.server.connection_lost(self)
+
+    def pause_writing(self) -> None:
+        if self.closed:
+            return
+        self.transport.pause_reading()
+        self._stall_timer = self.loop.call_later(self.cfg.write_stall_timeout_ms / 1000,
+                                                 self._stalled)
+
+    def resume_writing(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        if not self.closed:
+            self.transport.resume_reading()
+
+    # -- output ----------------------------------------------------------------------------
+    def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        if request.flag & FLAG_ONEWAY or self.closed:
+            return
+        self.send_command(response)
+
+    def send_command(self, cmd: RemotingCommand) -> None:
+        head = encode_frame_head(cmd)
+        out = self._out
+        out.append(head)
+        if cmd.body:
+            out.append(cmd.body)
+        if not self._in_receive and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def defer(self) -> None:
+        self.inflight += 1
+
+    def complete(self, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Send a deferred reply (rule 5)."""
+        self.inflight -= 1
+        if not self.closed and not request.flag & FLAG_ONEWAY:
+            self.send_command(response)
+
+    def send_request(self, code: int, ext: dict, oneway: bool = True) -> None:
+        """A server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED), in the serialize type
+        the client last used: cpp parses JSON only (spec 1.1)."""
+        if not self.closed:
+            self.send_command(RemotingCommand.request(code, ext, oneway=oneway,
+                                                      serialize_type=self.serialize_type))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        out = self._out
+        if not out or self.closed:
+            return
+        self._out = []
+        transport = self.transport
+        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if transport.get_write_buffer_size() > self.cfg.max_write_buffer_bytes:
+            log.warning("closing connection %s: %d bytes of replies unread", self.peer,
+                        transport.get_write_buffer_size())
+            self.server.metrics.slow_consumer_cutoffs += 1
+            self.abort()
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if not self.closed:
+            log.warning("closing connection %s: it read none of its replies for %d ms",
+                        self.peer, self.cfg.write_stall_timeout_ms)
+            self.server.metrics.slow_consumer_cutoffs += 1
+            self.abort()
+
+    # -- closing ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close after what is queued has been written."""
+        if not self.closed and self.transport is not None:
+            self._flush()
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.closed = True
+            self.transport.abort()
+
+    def __repr__(self) -> str:
+        return f"Connection#{self.id}({self.peer})"
