@@ -22,6 +22,7 @@ import datetime
 import itertools
 import os
 import random
+import re
 import socket
 import struct
 import time
@@ -36,6 +37,7 @@ _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
 _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spec SH 1.1)
 TOPIC_MAX_CHARS = 127  # a V1 record's topic length is a signed byte
 DELAY_LEVEL_MAX = 18  # messageDelayLevel has 18 levels (spec SH 7.5)
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator (spec remoting.md 3.3)
 
 
 class Message:
@@ -68,8 +70,9 @@ class Message:
 
     def check(self, max_body_bytes):
         """Client-side validation (Java `Validators.checkMessage`)."""
-        if not self.topic or len(self.topic) > TOPIC_MAX_CHARS:
-            raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} chars, got {self.topic!r}")
+        if not self.topic or len(self.topic) > TOPIC_MAX_CHARS or not _TOPIC_CHARS.match(self.topic):
+            raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} of [%|a-zA-Z0-9_-], "
+                                         f"got {self.topic!r}")
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
             raise errors.IllegalArgument(f"body must be bytes or str, got {type(self.body).__name__}")
         if len(self.body) == 0:

@@ -140,6 +140,15 @@ class Connection(asyncio.Protocol):
         if not self.closed and not request.flag & FLAG_ONEWAY:
             self.send_command(response)
 
+    def complete_frame(self, request: RemotingCommand, frame: bytes) -> None:
+        """complete() with the reply already encoded."""
+        self.inflight -= 1
+        if not self.closed and not request.flag & FLAG_ONEWAY:
+            self._out.append(frame)
+            if not self._in_receive and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self.loop.call_soon(self._flush)
+
     def send_request(self, code: int, ext: dict, oneway: bool = True) -> None:
         """A server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED), in the serialize type
         the client last used: cpp parses JSON only (spec 1.1)."""

@@ -212,7 +212,7 @@ class TopicManager:
         if template is None or not template.perm & PermName.INHERIT:
             return None
         queues = max(1, min(default_queue_nums, template.write_queue_nums))
-        return self._create(TopicConfig(topic, queues, queues, template.perm & ~PermName.INHERIT,
+        return self._create(TopicConfig(topic, queues, queues, int(template.perm & ~PermName.INHERIT),
                                         template.filter_type))
 
     def ensure_retry_topic(self, group: str) -> TopicConfig | None:

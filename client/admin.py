@@ -1,0 +1,151 @@
+"""Admin calls against one broker: topics (17, 21, 202 or 29-31), message queries (12, 33),
+runtime info (28). Used by the `tidemq` CLI and by tests.
+
+Rules:
+1. `topic_stats` prefers GET_TOPIC_STATS_INFO (202); if the broker does not support it, it
+   falls back to GET_MIN_OFFSET / GET_MAX_OFFSET per queue of the route.
+2. A message id is tried as an offsetMsgId (33, read from the broker it names only if that is
+   the broker we talk to) and, with a topic, as a UNIQ_KEY (12 with `_UNIQUE_KEY_QUERY`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from client import errors, pull_api
+from client.config import ClientConfig, make_config
+from client.instance import ClientInstance
+from client.message import split_records
+from client.protocol.codes import PERM_READ_WRITE, RequestCode, ResponseCode
+from client.protocol.record import RecordError, decode_offset_msg_id
+from client.protocol.route_json import HeartbeatData
+from client.route import subscribe_queues
+
+QUERY_MAX_NUM = 64
+
+
+class Admin:
+    def __init__(self, broker_addr, **options):
+        self.broker_addr = broker_addr
+        self.config = make_config(ClientConfig, namesrv_addr=broker_addr, **options)
+        self._instance = None
+
+    async def __aenter__(self):
+        self._instance = ClientInstance(self.config, lambda: HeartbeatData(self._instance.client_id))
+        return self
+
+    async def __aexit__(self, *exc_info):
+        await self._instance.close()
+
+    async def _call(self, code, ext=None, *, ok=(0,), what=None, timeout_s=None):
+        return await self._instance.call(self.broker_addr, code, ext, ok=ok, what=what, timeout_s=timeout_s)
+
+    async def create_topic(self, topic, queues=8, *, read_queues=None, write_queues=None,
+                           perm=PERM_READ_WRITE, order=False):
+        ext = {"topic": topic, "defaultTopic": "TBW102",
+               "readQueueNums": str(read_queues or queues), "writeQueueNums": str(write_queues or queues),
+               "perm": str(int(perm)), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
+               "order": "true" if order else "false"}
+        await self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"create topic {topic!r}")
+
+    async def topic_configs(self) -> dict:
+        resp = await self._call(RequestCode.GET_ALL_TOPIC_CONFIG, what="list topics")
+        doc = _json(resp.body)
+        return doc.get("topicConfigTable") or {}
+
+    async def topic_stats(self, topic) -> list[dict]:
+        """[{"broker", "queue_id", "min_offset", "max_offset", "last_update_ms"}] per queue."""
+        resp = await self._call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic},
+                                ok=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED),
+                                what=f"stats of {topic!r}")
+        if resp.code == ResponseCode.SUCCESS and resp.body:
+            rows = _stats_rows(_json(resp.body))
+            if rows is not None:
+                return rows
+        route = await self._instance.routes.query_route(topic)
+        if route is None:
+            raise errors.TopicNotExist(f"topic {topic!r} does not exist", code=ResponseCode.TOPIC_NOT_EXIST)
+        rows = []
+        for mq in subscribe_queues(topic, route):
+            lo = await pull_api.queue_offset(self._instance, self.broker_addr, mq, "min")
+            hi = await pull_api.queue_offset(self._instance, self.broker_addr, mq, "max")
+            rows.append({"broker": mq.broker_name, "queue_id": mq.queue_id, "min_offset": lo,
+                         "max_offset": hi})
+        return rows
+
+    async def runtime_info(self) -> dict:
+        resp = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO, what="runtime info")
+        return _json(resp.body).get("table") or {}
+
+    async def query_by_key(self, topic, key, max_num=QUERY_MAX_NUM, *, unique=False,
+                           begin_ms=0, end_ms=None) -> list:
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms if end_ms is not None else int(time.time() * 1000) + 60_000)}
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        resp = await self._call(RequestCode.QUERY_MESSAGE, ext,
+                                ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
+                                what=f"query {topic!r} key {key!r}")
+        if resp.code == ResponseCode.QUERY_NOT_FOUND or not resp.body:
+            return []
+        msgs = split_records(resp.body)
+        if unique:
+            return [m for m in msgs if m.uniq_key == key]
+        return [m for m in msgs if key in m.keys or m.uniq_key == key]
+
+    async def view_by_offset_id(self, msg_id):
+        try:
+            _ip, _port, offset = decode_offset_msg_id(msg_id)
+        except RecordError as exc:
+            raise errors.IllegalArgument(str(exc)) from None
+        resp = await self._call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)},
+                                what=f"view message {msg_id}")
+        msgs = split_records(resp.body)
+        if len(msgs) != 1:
+            raise errors.ProtocolViolation(f"view of {msg_id} returned {len(msgs)} records")
+        return msgs[0]
+
+    async def query_by_id(self, msg_id, topic=None) -> list:
+        """Rule 2: offsetMsgId first, then UNIQ_KEY within `topic`."""
+        found = []
+        try:
+            msg = await self.view_by_offset_id(msg_id)
+            if msg.offset_msg_id == msg_id.upper():
+                found.append(msg)
+        except (errors.BrokerError, errors.IllegalArgument, errors.ProtocolViolation):
+            pass
+        if not found and topic:
+            found = await self.query_by_key(topic, msg_id, unique=True)
+        return found
+
+
+def _json(body):
+    try:
+        return json.loads(bytes(body).decode("utf-8"))
+    except ValueError as exc:
+        raise errors.ProtocolViolation(f"bad JSON body: {exc}") from None
+
+
+def _stats_rows(doc):
+    """TopicStatsTable in standard JSON: {"offsetTable": {<mq>: {...}}} where <mq> is a JSON
+    object text or "topic@broker@qid"; None if the shape is not recognised."""
+    table = doc.get("offsetTable") if isinstance(doc, dict) else None
+    if not isinstance(table, (dict, list)):
+        return None
+    items = table.items() if isinstance(table, dict) else [(e.get("messageQueue"), e) for e in table]
+    rows = []
+    for key, val in items:
+        mq = key
+        if isinstance(key, str):
+            try:
+                mq = json.loads(key)
+            except ValueError:
+                parts = key.split("@")
+                mq = {"brokerName": parts[1] if len(parts) > 2 else "", "queueId": parts[-1]}
+        if not isinstance(mq, dict) or not isinstance(val, dict):
+            return None
+        rows.append({"broker": mq.get("brokerName"), "queue_id": int(mq.get("queueId", -1)),
+                     "min_offset": int(val.get("minOffset", -1)), "max_offset": int(val.get("maxOffset", -1)),
+                     "last_update_ms": int(val.get("lastUpdateTimestamp", 0))})
+    return sorted(rows, key=lambda r: (str(r["broker"]), r["queue_id"]))

@@ -1,0 +1,232 @@
+"""`tidemq` command line: start a broker, manage topics, produce and consume, query messages.
+
+    tidemq broker [broker options...]            (node.main.run_broker)
+    tidemq [-b HOST:PORT] topic create T [--queues N] | topic list | topic stats T
+    tidemq [-b HOST:PORT] produce T [--count N] [--size B] [--batch K] [--tag T] [--key K]
+    tidemq [-b HOST:PORT] consume T G [--count N] [--timeout S] [--from-beginning] [--tag EXPR]
+    tidemq [-b HOST:PORT] message query (--key K --topic T | --id ID [--topic T])
+
+`-b/--broker` may come before or after the subcommand; without it, env TIDEMQ_BROKER, then
+127.0.0.1:10911. Results are printed as JSON on stdout; errors go to stderr with exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+
+from client import errors
+
+DEFAULT_BROKER = "127.0.0.1:10911"
+
+
+def _broker_arg(parser, default):
+    parser.add_argument("-b", "--broker", default=default,
+                        help="broker host:port (env TIDEMQ_BROKER, default %s)" % DEFAULT_BROKER)
+
+
+def build_parser():
+    top = argparse.ArgumentParser(prog="tidemq", description=__doc__.splitlines()[0])
+    _broker_arg(top, None)
+    top.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = top.add_subparsers(dest="command", required=True)
+    sub.add_parser("broker", help="run a broker node (options: see `tidemq broker --help`)",
+                   add_help=False)
+
+    topic = sub.add_parser("topic", help="create, list, inspect topics")
+    tsub = topic.add_subparsers(dest="topic_command", required=True)
+    create = tsub.add_parser("create")
+    create.add_argument("topic")
+    create.add_argument("--queues", type=int, default=8, help="read and write queues (default 8)")
+    create.add_argument("--read-queues", type=int)
+    create.add_argument("--write-queues", type=int)
+    create.add_argument("--order", action="store_true")
+    tsub.add_parser("list")
+    stats = tsub.add_parser("stats")
+    stats.add_argument("topic")
+    for p in (create, tsub.choices["list"], stats):
+        _broker_arg(p, argparse.SUPPRESS)
+
+    produce = sub.add_parser("produce", help="send messages and print throughput")
+    produce.add_argument("topic")
+    produce.add_argument("--count", type=int, default=1000)
+    produce.add_argument("--size", type=int, default=1024, help="body bytes (default 1024)")
+    produce.add_argument("--batch", type=int, default=1, help="messages per batch send")
+    produce.add_argument("--tag")
+    produce.add_argument("--key")
+    produce.add_argument("--group", default="tidemq-cli-producer")
+    produce.add_argument("--in-flight", type=int, default=256, help="concurrent sends")
+    _broker_arg(produce, argparse.SUPPRESS)
+
+    consume = sub.add_parser("consume", help="consume messages and print throughput")
+    consume.add_argument("topic")
+    consume.add_argument("group")
+    consume.add_argument("--count", type=int, default=0, help="stop after N messages (0 = no limit)")
+    consume.add_argument("--timeout", type=float, default=30.0, help="stop after S seconds")
+    consume.add_argument("--from-beginning", action="store_true")
+    consume.add_argument("--tag", default="*", help="tag expression, e.g. 'a || b'")
+    consume.add_argument("--print", action="store_true", help="print each message as a JSON line")
+    _broker_arg(consume, argparse.SUPPRESS)
+
+    message = sub.add_parser("message", help="find messages")
+    msub = message.add_subparsers(dest="message_command", required=True)
+    query = msub.add_parser("query")
+    which = query.add_mutually_exclusive_group(required=True)
+    which.add_argument("--key")
+    which.add_argument("--id")
+    query.add_argument("--topic")
+    _broker_arg(query, argparse.SUPPRESS)
+    return top
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["broker"]:
+        from node.main import run_broker  # lazily: the SDK must not need the server's packages
+        return run_broker(argv[1:])
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args.broker = args.broker or os.environ.get("TIDEMQ_BROKER") or DEFAULT_BROKER
+    try:
+        result = asyncio.run(_dispatch(args))
+    except (errors.TideMQError, ValueError) as exc:
+        print(f"tidemq: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+async def _dispatch(args):
+    if args.command == "topic":
+        return await _topic(args)
+    if args.command == "produce":
+        return await _produce(args)
+    if args.command == "consume":
+        return await _consume(args)
+    return await _message_query(args)
+
+
+async def _topic(args):
+    from client.admin import Admin
+    async with Admin(args.broker) as admin:
+        if args.topic_command == "create":
+            await admin.create_topic(args.topic, args.queues, read_queues=args.read_queues,
+                                     write_queues=args.write_queues, order=args.order)
+            return {"created": args.topic, "read_queues": args.read_queues or args.queues,
+                    "write_queues": args.write_queues or args.queues}
+        if args.topic_command == "list":
+            configs = await admin.topic_configs()
+            return {"topics": sorted(configs)}
+        rows = await admin.topic_stats(args.topic)
+        return {"topic": args.topic, "queues": rows,
+                "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}
+
+
+async def _produce(args):
+    from client.message import Message
+    from client.producer import Producer
+    if args.count <= 0 or args.size <= 0 or args.batch <= 0 or args.in_flight <= 0:
+        raise ValueError("--count, --size, --batch and --in-flight must be positive")
+    body = (b"tidemq-" * (args.size // 7 + 1))[:args.size]
+    producer = Producer(args.group, args.broker)
+    await producer.start()
+    sent = failed = maybe = 0
+    sem = asyncio.Semaphore(args.in_flight if args.batch == 1 else max(args.in_flight // args.batch, 1))
+
+    async def one(n):
+        nonlocal sent, failed, maybe
+        async with sem:
+            try:
+                if args.batch == 1:
+                    res = await producer.send(Message(args.topic, body, tags=args.tag, keys=args.key))
+                else:
+                    res = await producer.send_batch(
+                        [Message(args.topic, body, tags=args.tag, keys=args.key) for _ in range(n)])
+            except errors.TideMQError as exc:
+                failed += n
+                if exc.maybe_stored:
+                    maybe += n
+                return
+            if res.ok:
+                sent += n
+            else:
+                maybe += n
+
+    start = time.perf_counter()
+    try:
+        sizes = [args.batch] * (args.count // args.batch)
+        if args.count % args.batch:
+            sizes.append(args.count % args.batch)
+        await asyncio.gather(*[one(n) for n in sizes])
+    finally:
+        elapsed = time.perf_counter() - start
+        await producer.shutdown()
+    return {"topic": args.topic, "sent": sent, "failed": failed, "maybe_stored": maybe,
+            "seconds": round(elapsed, 3), "msgs_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
+            "bytes": sent * args.size}
+
+
+async def _consume(args):
+    from client.consumer import PushConsumer
+    received = 0
+    done = asyncio.Event()
+    first_at = None
+
+    def listener(msgs):
+        nonlocal received, first_at
+        if first_at is None:
+            first_at = time.perf_counter()
+        received += len(msgs)
+        if args.print:
+            for m in msgs:
+                print(json.dumps(_describe(m, body_chars=200)), flush=True)
+        if args.count and received >= args.count:
+            done.set()
+
+    consumer = PushConsumer(args.group, {args.topic: args.tag}, listener,
+                            consume_from="FIRST" if args.from_beginning else "LAST",
+                            namesrv_or_broker=args.broker, consume_batch_max=32)
+    start = time.perf_counter()
+    await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), args.timeout)
+    except asyncio.TimeoutError:
+        pass
+    end = time.perf_counter()
+    await consumer.shutdown()
+    active = end - (first_at or end)
+    return {"topic": args.topic, "group": args.group, "received": received,
+            "seconds": round(end - start, 3),
+            "msgs_s": round(received / active, 1) if active > 0 else 0.0}
+
+
+async def _message_query(args):
+    from client.admin import Admin
+    async with Admin(args.broker) as admin:
+        if args.key:
+            if not args.topic:
+                raise ValueError("--key needs --topic")
+            msgs = await admin.query_by_key(args.topic, args.key)
+        else:
+            msgs = await admin.query_by_id(args.id, args.topic)
+    return {"found": len(msgs), "messages": [_describe(m) for m in msgs]}
+
+
+def _describe(m, body_chars=1000):
+    body = m.body
+    return {"topic": m.topic, "queue_id": m.queue_id, "queue_offset": m.queue_offset,
+            "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id, "tags": m.tags, "keys": m.keys,
+            "store_timestamp": m.store_timestamp, "body_bytes": len(body),
+            "body": body[:body_chars].decode("utf-8", "replace")}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Per-queue consumption state of a push consumer: what was pulled and not yet consumed.
+
+Rules:
+1. Batches are consumed in pull order; `batches[0]` is the oldest with unconsumed messages.
+2. The committable offset is the queue offset of the first unconsumed message of the oldest
+   batch, else `pulled_upto` (the broker's nextBeginOffset of the latest pull): everything
+   before it was consumed or filtered out. It never passes a message still in flight, so a
+   crash or a rebalance replays at most the in-flight messages (at-least-once).
+3. `cached` counts pulled-but-unconsumed messages; pulling pauses at the configured maximum
+   (flow control) and resumes when the consumer drains below it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+
+class PulledBatch:
+    __slots__ = ("msgs", "idx", "next_begin")
+
+    def __init__(self, msgs, next_begin):
+        self.msgs = msgs
+        self.idx = 0
+        self.next_begin = next_begin
+
+
+class ProcessQueue:
+    __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
+                 "dropped", "has_work", "space", "pull_task", "consume_task", "consumed")
+
+    def __init__(self, mq, start_offset, cached_max):
+        self.mq = mq
+        self.next_offset = start_offset  # where the next pull reads
+        self.pulled_upto = start_offset
+        self.batches = deque()
+        self.cached = 0
+        self.cached_max = cached_max
+        self.dropped = False
+        self.has_work = asyncio.Event()
+        self.space = asyncio.Event()
+        self.space.set()
+        self.pull_task = None
+        self.consume_task = None
+        self.consumed = 0
+
+    def add(self, msgs, next_begin):
+        self.batches.append(PulledBatch(msgs, next_begin))
+        self.cached += len(msgs)
+        self.pulled_upto = next_begin
+        self.next_offset = next_begin
+        if self.cached >= self.cached_max:
+            self.space.clear()
+        self.has_work.set()
+
+    def advance(self, next_begin):
+        """A pull found nothing (new or matching) up to next_begin."""
+        self.pulled_upto = next_begin
+        self.next_offset = next_begin
+
+    def reset(self, offset):
+        """The broker moved us (OFFSET_ILLEGAL): restart from `offset`."""
+        self.next_offset = offset
+        if not self.batches:
+            self.pulled_upto = offset
+
+    def consumed_through(self, batch, count):
+        """`count` more messages of `batch` (== batches[0]) are done."""
+        batch.idx += count
+        self.cached -= count
+        self.consumed += count
+        if batch.idx >= len(batch.msgs):
+            self.batches.popleft()
+        if self.cached < self.cached_max:
+            self.space.set()
+
+    def commit_offset(self) -> int:
+        batches = self.batches
+        if batches:
+            batch = batches[0]
+            return batch.msgs[batch.idx].queue_offset
+        return self.pulled_upto

@@ -1,0 +1,189 @@
+"""Broker: composes the store, the tables, the processors and the servers, and owns their lifecycle.
+
+Start order: open the store (recovery) -> load topics and offsets -> bind the remoting socket
+(port 0 resolves here, and the advertised address with it) -> register processors -> serve ->
+admin HTTP -> background tasks. Stop is the reverse: background tasks, admin HTTP, remoting
+(connections closed, held pulls dropped), offsets persisted, store closed.
+
+Rules:
+1. Every background task is owned here and cancelled in stop(); a task that dies by an
+   unexpected exception is logged, and the broker stops (a node in an unknown state must not
+   serve): `failed` is set, which main.py waits on with the signals.
+2. Offsets are snapshotted on the loop thread and written by a worker thread, so the loop
+   never waits for an fsync.
+3. The STOREHOST written into records and the route address are the same advertised
+   "ip:port" (spec 3.4): a hostname in advertised_host is resolved once, here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+
+from client.protocol.record import encode_host
+
+from node.admin_http import AdminHttp
+from node.bridge import LoopBridge
+from node.clients import ClientManager
+from node.locks import QueueLocks
+from node.longpoll import PullHoldService
+from node.metrics import Metrics
+from node.offsets import ConsumerOffsets
+from node.processors import register_all
+from node.routing import StandaloneRole, StandaloneRouting
+from node.server import RemotingServer
+from node.store.fileio import OS_FILE_SYSTEM
+from node.store.message_store import MessageStore
+from node.topics import FileTopicConfigStore, TopicManager
+
+log = logging.getLogger("tidemq.broker")
+HOUSEKEEPING_INTERVAL_S = 10.0
+
+
+class Broker:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.failed = None  # asyncio.Event set when a background task dies (rule 1)
+        self.store = None
+        self.addr = ""
+        self.store_host = b""
+        self.remoting_port = 0
+        self.admin_port = 0
+        self._tasks: list[asyncio.Task] = []
+        self.admin = None
+        self.server = None
+
+    async def start(self) -> None:
+        cfg = self.cfg
+        loop = self.loop = asyncio.get_running_loop()
+        self.failed = asyncio.Event()
+        self.bridge = LoopBridge(loop)
+        self.metrics = Metrics()
+        self.store = MessageStore(cfg.store).open()
+        root = cfg.store.root_dir
+        self.role = StandaloneRole()
+        self.topics = TopicManager(FileTopicConfigStore(root, OS_FILE_SYSTEM),
+                                   auto_create=cfg.auto_create_topic,
+                                   default_queues=cfg.default_topic_queues,
+                                   max_topics=cfg.max_topics,
+                                   max_queues=cfg.store.max_queues_per_topic)
+        self.topics.load(self.store.topics())
+        self.offsets = ConsumerOffsets(os.path.join(root, "config", "consumerOffset.json"),
+                                       OS_FILE_SYSTEM, cfg.max_offset_entries)
+        self.offsets.load()
+        self.clients = ClientManager(cfg.client_expiry_ms / 1000)
+        self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)
+        self.hold = PullHoldService(loop, self.bridge, cfg.max_held_pulls, self.metrics,
+                                    self.store.max_queue_offset)
+        self.store.dispatcher.arrival_listener = self.hold.arrival_listener
+
+        sock = socket.create_server((cfg.listen_host, cfg.listen_port), backlog=1024,
+                                    family=_family(cfg.listen_host))
+        self.remoting_port = sock.getsockname()[1]
+        host, port = cfg.advertised_addr(self.remoting_port)
+        ip = _resolve(host)
+        self.addr = f"{ip}:{port}"
+        self.store_host = encode_host(ip, port)
+        self.routing = StandaloneRouting(self.topics, cfg.cluster_name, cfg.broker_name, self.addr)
+
+        self.server = RemotingServer(cfg, loop, self.metrics)
+        client_proc = register_all(self.server, self)
+        self.server.on_close += [self.hold.connection_closed, client_proc.connection_closed]
+        self._client_proc = client_proc
+        self._gauges()
+        await self.server.start_on(sock)
+        self.admin = AdminHttp(self)
+        self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port)
+        self._spawn(self._flush_offsets_loop(), "offsets-flush")
+        self._spawn(self._housekeeping_loop(), "housekeeping")
+        log.info("broker %s serving on %s:%d (advertised %s), admin HTTP on %s:%d",
+                 cfg.broker_name, cfg.listen_host, self.remoting_port, self.addr, cfg.admin_host,
+                 self.admin_port)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        if self.admin is not None:
+            await self.admin.stop()
+        if self.server is not None:
+            await self.server.stop()
+            self.hold.close()
+        if self.store is not None:
+            try:
+                self.offsets.persist()
+            except OSError:
+                log.exception("could not persist consumer offsets at shutdown")
+            self.store.close()
+            self.store = None
+        log.info("broker stopped")
+
+    # -- background -----------------------------------------------------------------------
+    def _spawn(self, coro, name: str) -> None:
+        task = self.loop.create_task(coro, name=name)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("background task %s died; stopping the broker", task.get_name(),
+                      exc_info=exc)
+            self.failed.set()
+
+    async def _flush_offsets_loop(self) -> None:
+        interval = self.cfg.offsets_flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            data = self.offsets.dump_if_dirty()
+            if data is not None:
+                try:
+                    await self.loop.run_in_executor(None, self.offsets.write, data)
+                except OSError:
+                    log.exception("could not persist consumer offsets; will retry")
+
+    async def _housekeeping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            self._client_proc.expire()
+            self.locks.expire(self.loop.time())
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.gauge("tidemq_held_pulls", "Pulls held waiting for messages.", lambda: self.hold.count)
+        m.gauge("tidemq_connections", "Open remoting connections.",
+                lambda: len(self.server.connections))
+        m.gauge("tidemq_store_max_offset_bytes", "Commit-log end (bytes).",
+                lambda: self.store.max_offset if self.store else 0)
+        m.gauge("tidemq_store_flushed_offset_bytes", "Commit-log durable end (bytes).",
+                lambda: self.store.flushed_offset if self.store else 0)
+        m.gauge("tidemq_store_confirmed_offset_bytes", "Commit-log end visible to consumers.",
+                lambda: self.store.confirmed_offset if self.store else 0)
+        m.gauge("tidemq_store_dispatched_offset_bytes", "Commit-log end indexed in consume queues.",
+                lambda: self.store.dispatcher.dispatched_offset if self.store else 0)
+        m.gauge("tidemq_store_min_offset_bytes", "Commit-log start (bytes).",
+                lambda: self.store.min_offset if self.store else 0)
+        m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))
+        m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
+                lambda: len(self.clients.consumers))
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _resolve(host: str) -> str:
+    """An IP for STOREHOST (rule 3): records hold 4 or 16 address bytes, not names."""
+    try:
+        socket.inet_pton(_family(host), host)
+        return host
+    except OSError:
+        return socket.gethostbyname(host)

@@ -1,0 +1,46 @@
+"""Request processors, one module per concern, and the table that wires them to codes.
+
+Implemented: 10/310/320 send, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
+28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 41/42 queue locks,
+105 route. Everything else (including 25 and 318, refused on purpose) is answered
+3 REQUEST_CODE_NOT_SUPPORTED by the server.
+"""
+from __future__ import annotations
+
+from client.protocol.codes import RequestCode as R
+
+from node.processors.admin import AdminProcessor
+from node.processors.client_manage import ClientManageProcessor
+from node.processors.offsets import OffsetProcessor
+from node.processors.pull import PullProcessor
+from node.processors.query import QueryProcessor
+from node.processors.route import RouteProcessor
+from node.processors.send import SendProcessor
+
+
+def register_all(server, broker) -> ClientManageProcessor:
+    send = SendProcessor(broker)
+    pull = PullProcessor(broker)
+    offsets = OffsetProcessor(broker)
+    clients = ClientManageProcessor(broker)
+    admin = AdminProcessor(broker)
+    query = QueryProcessor(broker)
+    table = {
+        R.SEND_MESSAGE: send, R.SEND_MESSAGE_V2: send, R.SEND_BATCH_MESSAGE: send,
+        R.PULL_MESSAGE: pull,
+        R.QUERY_MESSAGE: query.query_message, R.VIEW_MESSAGE_BY_ID: query.view_message,
+        R.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
+        R.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+        R.SEARCH_OFFSET_BY_TIMESTAMP: offsets.offset_by_time,
+        R.GET_MAX_OFFSET: offsets.max_offset, R.GET_MIN_OFFSET: offsets.min_offset,
+        R.GET_EARLIEST_MSG_STORETIME: offsets.earliest_time,
+        R.UPDATE_AND_CREATE_TOPIC: admin.create_topic, R.GET_ALL_TOPIC_CONFIG: admin.all_topics,
+        R.GET_BROKER_RUNTIME_INFO: admin.runtime_info,
+        R.LOCK_BATCH_MQ: admin.lock_batch, R.UNLOCK_BATCH_MQ: admin.unlock_batch,
+        R.HEART_BEAT: clients.heartbeat, R.UNREGISTER_CLIENT: clients.unregister,
+        R.GET_CONSUMER_LIST_BY_GROUP: clients.consumer_list,
+        R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(broker),
+    }
+    for code, fn in table.items():
+        server.register(code, fn)
+    return clients

@@ -1,0 +1,114 @@
+"""Admin codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
+GET_BROKER_RUNTIME_INFO (28), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) (spec remoting.md 7, 4.7).
+
+17: ext topic, readQueueNums, writeQueueNums, perm, topicFilterType, topicSysFlag, order
+    (cpp sends the ints as JSON numbers; the decoder turns them into text). A bad name, a system
+    topic or a bad queue count -> 1 with the reason; nothing changes.
+28: KVTable {"table": {k: "v"}}, every value a string.
+41/42: body {"consumerGroup","clientId","mqSet":[{"topic","brokerName","queueId"}]}; 41 replies
+    {"lockOKMQSet":[...]} with the queues granted, 42 replies 0 with no body.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from client.protocol.codes import PERM_READ_WRITE, ResponseCode
+from client.protocol.remoting import ProtocolError
+
+from node import __version__
+from node.processors.common import error, ok
+from node.store.reader import store_timestamp_of
+from node.topics import TopicConfig, TopicError
+
+MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
+
+
+class AdminProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topics
+        self.metrics = broker.metrics
+        self.locks = broker.locks
+        self.boot_ms = int(time.time() * 1000)
+
+    def create_topic(self, conn, cmd):
+        topic = cmd.require_str("topic")
+        tc = TopicConfig(topic, cmd.require_int("readQueueNums"), cmd.require_int("writeQueueNums"),
+                         cmd.ext_int("perm", int(PERM_READ_WRITE)),
+                         cmd.ext_str("topicFilterType", "SINGLE_TAG"),
+                         cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"))
+        try:
+            self.topics.update(tc)
+        except TopicError as exc:
+            return error(cmd, exc.code, str(exc))
+        return ok(cmd)
+
+    def all_topics(self, conn, cmd):
+        return ok(cmd, body=self.topics.all_json())
+
+    def runtime_info(self, conn, cmd):
+        s = self.store
+        m = self.metrics
+        now_ms = int(time.time() * 1000)
+        up_s = (now_ms - self.boot_ms) // 1000
+        table = {
+            "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": "409",
+            "tidemqVersion": __version__,
+            "brokerName": self.broker.cfg.broker_name,
+            "msgPutTotalTodayNow": m.put_total,
+            "msgGetTotalTodayNow": m.get_total,
+            "commitLogMaxOffset": s.max_offset,
+            "commitLogMinOffset": s.min_offset,
+            "commitLogFlushedOffset": s.flushed_offset,
+            "confirmedOffset": s.confirmed_offset,
+            "dispatchedOffset": s.dispatcher.dispatched_offset,
+            "dispatchBehindBytes": max(0, s.confirmed_offset - s.dispatcher.dispatched_offset),
+            "earliestMessageTimeStamp": self._earliest(),
+            "bootTimestamp": self.boot_ms,
+            "runtime": f"[ {up_s // 86400} days, {up_s // 3600 % 24} hours, "
+                       f"{up_s // 60 % 60} minutes, {up_s % 60} seconds ]",
+            "flushMode": self.broker.cfg.store.flush_mode,
+            "heldPulls": self.broker.hold.count,
+            "connections": len(self.broker.server.connections),
+            "topicCount": len(self.topics.table),
+            "sendThreadPoolQueueSize": 0,
+            "pullThreadPoolQueueSize": 0,
+        }
+        body = json.dumps({"table": {k: str(v) for k, v in table.items()}}, separators=(",", ":"))
+        return ok(cmd, body=body.encode())
+
+    def _earliest(self) -> int:
+        """Store time of the oldest record still in the log (0 when empty)."""
+        s = self.store
+        data = s.commit_log.read_record(s.min_offset) if s.max_offset > s.min_offset else b""
+        return store_timestamp_of(data) if len(data) >= 92 else 0
+
+    def lock_batch(self, conn, cmd):
+        group, client_id, mqs = _lock_body(cmd)
+        granted = self.locks.lock(group, client_id, mqs, self.broker.loop.time())
+        body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in granted]}
+        return ok(cmd, body=json.dumps(body, separators=(",", ":")).encode())
+
+    def unlock_batch(self, conn, cmd):
+        group, client_id, mqs = _lock_body(cmd)
+        self.locks.unlock(group, client_id, mqs)
+        return ok(cmd)
+
+
+def _lock_body(cmd):
+    try:
+        doc = json.loads(bytes(cmd.body).decode("utf-8", "replace"))
+        group, client_id = doc["consumerGroup"], doc["clientId"]
+        mqs = [(mq["topic"], mq["brokerName"], int(mq["queueId"])) for mq in doc.get("mqSet") or ()]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ProtocolError(f"bad lock batch body: {exc!r}") from None
+    if not isinstance(group, str) or not isinstance(client_id, str):
+        raise ProtocolError("bad lock batch body: consumerGroup and clientId must be strings")
+    if len(mqs) > MAX_LOCK_QUEUES:
+        raise ProtocolError(f"bad lock batch body: more than {MAX_LOCK_QUEUES} queues")
+    if not all(isinstance(t, str) and isinstance(b, str) for t, b, _ in mqs):
+        raise ProtocolError("bad lock batch body: topic and brokerName must be strings")
+    return group, client_id, mqs

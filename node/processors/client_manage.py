@@ -1,0 +1,75 @@
+"""HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), and the
+broker's NOTIFY_CONSUMER_IDS_CHANGED (40) (spec remoting.md 4.1, 4.2).
+
+Heartbeats are parsed by route_json.decode_heartbeat, which normalises the cpp, Java and Go
+forms (enum ordinals or names, string subVersion, codeSet recomputed from tags). A consumer
+heartbeat creates %RETRY%<group>. When a group's member set changes, every member gets 40
+(oneway, ext consumerGroup) so it rebalances at once.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from client.protocol.codes import RequestCode, ResponseCode
+from client.protocol.route_json import decode_heartbeat
+
+from node.clients import TooManyGroups
+from node.processors.common import error, ok
+
+log = logging.getLogger("tidemq.clients")
+
+
+class ClientManageProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.clients = broker.clients
+        self.topics = broker.topics
+        self.loop = broker.loop
+
+    def heartbeat(self, conn, cmd):
+        hb = decode_heartbeat(cmd.body)
+        conn.serialize_type = cmd.serialize_type
+        try:
+            changed = self.clients.heartbeat(conn, hb, cmd.language, cmd.version, self.loop.time())
+        except TooManyGroups as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        for consumer in hb.consumers:
+            if self.topics.table.get("%RETRY%" + consumer.group_name) is None:
+                self.topics.ensure_retry_topic(consumer.group_name)
+        self.notify(changed)
+        return ok(cmd)
+
+    def unregister(self, conn, cmd):
+        changed = self.clients.unregister(conn, cmd.require_str("clientID"),
+                                          cmd.ext_str("producerGroup"), cmd.ext_str("consumerGroup"))
+        self.notify(changed)
+        return ok(cmd)
+
+    def consumer_list(self, conn, cmd):
+        group = cmd.require_str("consumerGroup")
+        ids = self.clients.consumer_ids(group)
+        if not ids:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return ok(cmd, body=json.dumps({"consumerIdList": ids}, separators=(",", ":"),
+                                       ensure_ascii=False).encode())
+
+    def connection_closed(self, conn) -> None:
+        self.notify(self.clients.connection_closed(conn))
+
+    def notify(self, groups) -> None:
+        """40 to every member of each group whose members changed (rule 2 of node/clients)."""
+        for group in groups:
+            members = self.clients.members(group)
+            if members:
+                log.info("consumer group %s changed: %d members", group, len(members))
+            for member in members:
+                member.send_request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                                    {"consumerGroup": group})
+
+    def expire(self) -> None:
+        for conn in self.clients.expired(self.loop.time()):
+            log.info("client on %s expired: no heartbeat for %.0f s", conn.peer,
+                     self.clients.expiry_s)
+            self.connection_closed(conn)
+            conn.close()

@@ -1,0 +1,161 @@
+"""PULL_MESSAGE (11), with long polling (spec remoting.md 4.3, store-and-ha.md 7.1).
+
+Store status -> response code (PullMessageProcessor):
+  FOUND -> 0 (only ever with a non-empty body); NO_MATCHED_MESSAGE -> 20; OFFSET_FOUND_NULL,
+  OFFSET_OVERFLOW_ONE -> 19; OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY -> 21;
+  NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE -> 19 at offset 0, else 21 (next = 0).
+Every reply carries ext suggestWhichBrokerId, nextBeginOffset, minOffset, maxOffset; the next
+offset is exact on 19/20 (cpp commits it when idle).
+
+Rules:
+1. Only pulls with the SUSPEND sysflag are held, and only when the answer would be 19; held
+   up to min(suspendTimeoutMillis, max_pull_suspend_ms) (short_polling_ms with long polling
+   off). A message arriving for the queue wakes the pull at once (node/longpoll.py).
+2. Filter: TAG expressions by tag hash code ("tagA || tagB", "*" = all). The expression comes
+   from the request when the SUBSCRIPTION flag is set, else from the group's heartbeat, else
+   from the request's `subscription` field, else "*" (more lenient than Java's
+   SUBSCRIPTION_NOT_EXIST). Clients re-filter by exact tag string.
+3. COMMIT_OFFSET piggyback: commitOffset is stored for (group, topic, queue) before the read.
+4. A reply holds at most min(maxMsgNums, pull_max_msgs) records and pull_max_bytes bytes.
+5. Records carry this broker's advertised address as STOREHOST (node/records.py).
+"""
+from __future__ import annotations
+
+import time
+
+from client.protocol.codes import PermName, PullSysFlag, ResponseCode
+from client.protocol.remoting import RemotingCommand
+
+from node.offsets import OffsetTableFull
+from node.processors.common import error, subscription_codes, tag_codes, topic_not_exist_remark
+from node.records import join_records
+from node.server import DEFERRED
+from node.store.reader import GetStatus
+from node.topics import RETRY_PREFIX
+
+_S = GetStatus
+_CODES = {_S.FOUND: 0, _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+          _S.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+          _S.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+          _S.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+          _S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+          _S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED}
+_EMPTY = (_S.NO_MESSAGE_IN_QUEUE, _S.NO_MATCHED_LOGIC_QUEUE)
+_READ = int(PermName.READ)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_COMMIT = int(PullSysFlag.COMMIT_OFFSET)
+_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+
+
+class PullProcessor:
+    def __init__(self, broker):
+        cfg = broker.cfg
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topics
+        self.offsets = broker.offsets
+        self.clients = broker.clients
+        self.metrics = broker.metrics
+        self.hold = broker.hold
+        self.hold.execute = self._execute_held
+        self.max_msgs = cfg.pull_max_msgs
+        self.max_bytes = cfg.pull_max_bytes
+        self.long_polling = cfg.long_polling_enable
+        self.short_polling_s = cfg.short_polling_ms / 1000
+        self.max_suspend_s = cfg.max_pull_suspend_ms / 1000
+
+    def __call__(self, conn, cmd: RemotingCommand):
+        t0 = time.perf_counter()
+        group = cmd.require_str("consumerGroup")
+        topic = cmd.require_str("topic")
+        queue_id = cmd.require_int("queueId")
+        offset = cmd.require_int("queueOffset")
+        max_nums = cmd.require_int("maxMsgNums")
+        sys_flag = cmd.require_int("sysFlag")
+        tc = self.topics.table.get(topic)
+        if tc is None and topic.startswith(RETRY_PREFIX):
+            tc = self.topics.create_in_send(topic, None, 1)
+        if tc is None:
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        if not tc.perm & _READ:
+            return error(cmd, ResponseCode.NO_PERMISSION,
+                         f"the topic[{topic}] pulling message is forbidden")
+        if not 0 <= queue_id < tc.read_queue_nums:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
+                         f"consumer:[{conn.peer}]")
+        expression_type = cmd.ext_str("expressionType")
+        if expression_type and expression_type != "TAG":
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"The broker does not support consumer to filter message by "
+                         f"{expression_type}")
+        codes = self._filter(cmd, group, topic, sys_flag)
+        if sys_flag & _COMMIT:
+            commit = cmd.ext_int("commitOffset", -1)
+            if commit >= 0:
+                try:
+                    self.offsets.commit(group, topic, queue_id, commit)
+                except OffsetTableFull:
+                    pass  # the pull itself still works; an explicit commit gets the error
+        limit = max(1, min(max_nums, self.max_msgs))
+        args = (codes, limit)
+        res, code = self._read(topic, queue_id, offset, args)
+        if code == ResponseCode.PULL_NOT_FOUND and sys_flag & _SUSPEND:
+            if self.long_polling:
+                timeout_s = min(max(cmd.ext_int("suspendTimeoutMillis", 0), 0) / 1000,
+                                self.max_suspend_s)
+            else:
+                timeout_s = self.short_polling_s
+            if timeout_s > 0:
+                if self.hold.hold(conn, cmd, topic, queue_id, offset, args, timeout_s):
+                    return DEFERRED
+                self.metrics.busy["held_pulls"] += 1
+                return error(cmd, ResponseCode.SYSTEM_BUSY,
+                             "[OVERLOAD]system busy, too many held pulls")
+        response = self._respond(cmd, topic, res, code)
+        self.metrics.latency["pull"].observe(time.perf_counter() - t0)
+        return response
+
+    def _filter(self, cmd, group: str, topic: str, sys_flag: int):
+        if sys_flag & _SUBSCRIPTION:
+            return tag_codes(cmd.ext_str("subscription"))
+        sub = self.clients.subscription(group, topic)
+        if sub is not None:
+            return subscription_codes(sub)
+        return tag_codes(cmd.ext_str("subscription"))
+
+    def _execute_held(self, held, final: bool):
+        """The hold service's re-execution (longpoll rule 4)."""
+        res, code = self._read(held.topic, held.queue_id, held.offset, held.args)
+        if not final:
+            if code == ResponseCode.PULL_RETRY_IMMEDIATELY and res.next_begin_offset > held.offset:
+                held.offset = res.next_begin_offset  # skip what the filter rejected
+            if code != 0 and code != ResponseCode.PULL_OFFSET_MOVED:
+                return None  # keep holding
+        elif code == ResponseCode.PULL_NOT_FOUND and held.offset > held.request.ext_int("queueOffset"):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY  # messages were passed over by the filter
+        return self._respond(held.request, held.topic, res, code)
+
+    def _read(self, topic, queue_id, offset, args):
+        codes, limit = args
+        res = self.store.get_messages(topic, queue_id, offset, limit, self.max_bytes, codes)
+        status = res.status
+        if status in _EMPTY:
+            code = ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+        else:
+            code = _CODES[status]
+        return res, code
+
+    def _respond(self, cmd, topic, res, code):
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
+               "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
+        if code == 0:
+            msgs = res.messages
+            body = join_records(msgs, self.broker.store_host)
+            m = self.metrics
+            m.get_total += len(msgs)
+            m.get_msgs[topic] += len(msgs)
+            m.get_bytes[topic] += len(body)
+            return RemotingCommand.make_response(cmd, 0, ext, body)
+        return RemotingCommand.make_response(cmd, int(code), ext)

@@ -1,0 +1,56 @@
+"""QUERY_MESSAGE (12) by key and VIEW_MESSAGE_BY_ID (33) (spec remoting.md 6).
+
+12: ext topic, key, maxNum, beginTimestamp, endTimestamp, optional _UNIQUE_KEY_QUERY (then
+    maxNum is 32, Java's defaultQueryMaxNum). maxNum is capped at query_max_msgs. Reply 0 with
+    ext indexLastUpdateTimestamp / indexLastUpdatePhyoffset and the records; nothing -> 22.
+33: ext offset (commit-log position, from the offsetMsgId). Reply 0 with exactly one record,
+    or 1 "can not find message by the offset, <n>". Only a record that really starts at that
+    offset is served (its PHYSICALOFFSET field must match), so a forged offset into the middle
+    of a body returns nothing.
+Records carry this broker's advertised address as STOREHOST (node/records.py).
+"""
+from __future__ import annotations
+
+import struct
+
+from client.protocol import record as rec
+from client.protocol.codes import ResponseCode
+
+from node.processors.common import error, ok
+from node.records import join_records
+from node.store.reader import store_timestamp_of
+
+_I64 = struct.Struct(">q")
+_UNIQUE_MAX = 32
+
+
+class QueryProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.store = broker.store
+        self.max_msgs = broker.cfg.query_max_msgs
+
+    def query_message(self, conn, cmd):
+        topic = cmd.require_str("topic")
+        key = cmd.require_str("key")
+        max_num = cmd.require_int("maxNum")
+        begin = cmd.ext_int("beginTimestamp", 0)
+        end = cmd.ext_int("endTimestamp", 2**62)
+        if cmd.ext_bool("_UNIQUE_KEY_QUERY"):
+            max_num = _UNIQUE_MAX
+        max_num = max(1, min(max_num, self.max_msgs))
+        records = self.store.query_by_key(topic, key, max_num, begin, end)
+        if not records:
+            return error(cmd, ResponseCode.QUERY_NOT_FOUND,
+                         "can not find message, maybe time range not correct")
+        ext = {"indexLastUpdateTimestamp": str(max(store_timestamp_of(r) for r in records)),
+               "indexLastUpdatePhyoffset": str(self.store.dispatcher.dispatched_offset)}
+        return ok(cmd, ext, join_records(records, self.broker.store_host))
+
+    def view_message(self, conn, cmd):
+        offset = cmd.require_int("offset")
+        data = self.store.get_record(offset) if offset >= 0 else b""
+        if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"can not find message by the offset, {offset}")
+        return ok(cmd, body=join_records([data], self.broker.store_host))

@@ -1,0 +1,298 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
+
+Header (spec remoting.md 3.1): code 10 uses full names, 310/320 one-letter keys. The request
+is a batch when the code is 320 or `batch`/`m` is true: cpp 1.2.4 sends batches as code 10 with
+batch "1" (the C++ batch form); Java and Go send 320.
+
+Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
+  broker not writable -> 16; bad topic name -> 1; forbidden system topic -> 16; unknown topic
+  -> auto-create (3.5) else 17; topic not writable -> 16; queueId >= queue count -> 1 (< 0
+  picks a queue); transactional message -> 16 (transactions come with the messaging issue);
+  body over max_message_bytes or a bad batch body -> 13.
+
+Reply ext: msgId (32-hex offsetMsgId; a batch's joined with ","), queueId, queueOffset (a
+batch's first), MSG_REGION, TRACE_ON. Under SYNC_FLUSH the reply waits for the fsync that
+covers the message (never blocking the loop); past sync_flush_timeout_ms it is
+FLUSH_DISK_TIMEOUT (10), with the same ext: the message IS stored. A message with property
+WAIT=false is answered at once, as Java does.
+
+STOREHOST is the broker's advertised address, so offsetMsgIds dial this broker (3.4).
+
+Rules:
+1. Nothing is stored unless every check passed; a refused request changes nothing.
+2. Every accepted request is answered exactly once (also when the group put fails).
+3. The put runs on the loop thread; the loop never waits for fsync: durability arrives as a
+   store callback (any thread), bridged back to the loop (node/bridge.py).
+4. Sends that arrive in one event-loop turn (all the frames of one read, and of other
+   connections' reads in that turn) are validated one by one, then stored with ONE store put
+   (one lock, one dispatch, one durability wait): about 3 µs less per message at 256 in flight.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+
+from client.protocol import record as rec
+from client.protocol.codes import (FLAG_ONEWAY, FLAG_RESPONSE, PermName, RequestCode,
+                                   ResponseCode, SerializeType)
+from client.protocol.remoting import (LOCAL_LANGUAGE, LOCAL_VERSION, ProtocolError,
+                                      RemotingCommand, encode_frame, parse_int)
+
+from node.processors.common import error, topic_not_exist_remark
+from node.server import DEFERRED
+from node.store.errors import DiskFull, MessageIllegal, PutStatus, StoreClosed
+from node.store.message import StoreMessage
+from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX,
+                         topic_name_problem)
+
+log = logging.getLogger("tidemq.send")
+_I64 = struct.Struct(">q")
+_PREFIX = struct.Struct(">iI")
+_ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
+_I16 = struct.Struct(">h")
+_ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
+
+# Header field names: (full name for code 10, letter for 310/320).
+F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES = 0, 1, 2, 3
+F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_FLAG, F_PROPS, F_RECONSUME, F_BATCH = 4, 5, 6, 7, 8, 9, 10
+_FULL = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
+         "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch")
+_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
+_WRITE = int(PermName.WRITE)
+_PUT_CODES = {PutStatus.PUT_OK: 0, PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+              PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+              PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE}
+
+
+def _int(name: str, value) -> int:
+    """parse_int with a fast path for the usual plain non-negative decimal text."""
+    if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 19:
+        return int(value)
+    return parse_int(name, value)
+
+
+def json_reply_template(region: str) -> bytes:
+    """JSON header of a send reply with %-slots for code, opaque, msgId, queueId, queueOffset;
+    exactly what encode_frame_head writes for make_response(request, code, ext)."""
+    head = (b'{"code":%%d,"language":"%s","version":%d,"opaque":%%d,"flag":%d,"extFields":'
+            % (LOCAL_LANGUAGE.name.encode(), LOCAL_VERSION, FLAG_RESPONSE))
+    ext = (b'{"msgId":"%%s","queueId":"%%d","queueOffset":"%%d","MSG_REGION":%s,'
+           b'"TRACE_ON":"false"}}' % json.dumps(region).encode())
+    return head + ext
+
+
+class BatchError(ValueError):
+    pass
+
+
+def decode_batch(body, header_props: bytes):
+    """[(flag, body, properties_raw)] of a batch body (spec 3.2). Each entry's stored
+    properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder)."""
+    out = []
+    pos, n = 0, len(body)
+    mv = memoryview(body)
+    while pos < n:
+        if n - pos < _ENTRY_MIN:
+            raise BatchError(f"truncated batch entry at byte {pos}")
+        total, _, _, flag, body_len = _ENTRY_HEAD.unpack_from(body, pos)
+        end = pos + total
+        b_start = pos + 20
+        b_end = b_start + body_len
+        if total < _ENTRY_MIN or end > n or body_len < 0 or b_end + 2 > end:
+            raise BatchError(f"bad batch entry at byte {pos}: size {total}, body {body_len}")
+        props_len = _I16.unpack_from(body, b_end)[0]
+        if props_len < 0 or b_end + 2 + props_len != end:
+            raise BatchError(f"bad batch entry at byte {pos}: properties length {props_len}")
+        props = bytes(mv[b_end + 2:end])
+        if header_props:
+            if props and not props.endswith(b"\x02"):
+                props += b"\x02"
+            props += header_props
+        out.append((flag, bytes(mv[b_start:b_end]), props))
+        pos = end
+    if not out:
+        raise BatchError("empty batch")
+    return out
+
+
+class SendProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+        self.store = broker.store
+        self.topics = broker.topics
+        self.metrics = broker.metrics
+        self.bridge = broker.bridge
+        self.max_body = broker.cfg.store.max_message_bytes
+        self.sync_flush = broker.cfg.store.flush_mode == "SYNC_FLUSH"
+        self.region = broker.cfg.region_id
+        self._json_reply = json_reply_template(self.region)
+        self.broker_name = broker.cfg.broker_name
+        self.loop = broker.loop
+        self._rr = 0
+        self._pending = []  # sends accepted this loop turn, put together (rule 4)
+
+    def __call__(self, conn, cmd: RemotingCommand):
+        t0 = time.perf_counter()
+        ext = cmd.ext
+        names = _FULL if cmd.code == RequestCode.SEND_MESSAGE else _V2
+        topic = ext.get(names[F_TOPIC])
+        if topic is None:
+            raise ProtocolError(f"request code {cmd.code}: missing header field {names[F_TOPIC]!r}")
+        queue_id = _int(names[F_QUEUE_ID], ext.get(names[F_QUEUE_ID], "-1"))
+        sys_flag = _int(names[F_SYS_FLAG], ext.get(names[F_SYS_FLAG], "0"))
+        born_ts = _int(names[F_BORN_TS], ext.get(names[F_BORN_TS], "0"))
+        flag = _int(names[F_FLAG], ext.get(names[F_FLAG], "0"))
+        reconsume = _int(names[F_RECONSUME], ext.get(names[F_RECONSUME], "0"))
+        batch_text = ext.get(names[F_BATCH])
+        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
+            batch_text is not None and batch_text.lower() in ("true", "1"))
+        props_text = ext.get(names[F_PROPS]) or ""
+
+        if not self.broker.role.writable:
+            return error(cmd, ResponseCode.NO_PERMISSION,
+                         f"the broker[{self.broker_name}] sending message is forbidden")
+        tc = self.topics.table.get(topic)
+        if tc is None or topic == AUTO_CREATE_TOPIC:
+            problem = topic_name_problem(topic)
+            if problem:
+                return error(cmd, ResponseCode.SYSTEM_ERROR, problem)
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                return error(cmd, ResponseCode.NO_PERMISSION,
+                             f"Sending message to topic[{topic}] is forbidden.")
+            default_queues = parse_int(names[F_DEFAULT_QUEUES],
+                                       ext.get(names[F_DEFAULT_QUEUES], "4"))
+            tc = self.topics.create_in_send(topic, ext.get(names[F_DEFAULT_TOPIC]), default_queues)
+            if tc is None:
+                return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        if not tc.perm & _WRITE:
+            return error(cmd, ResponseCode.NO_PERMISSION,
+                         f"the topic[{topic}] sending message is forbidden")
+        if queue_id < 0:
+            self._rr += 1
+            queue_id = self._rr % tc.write_queue_nums
+        elif queue_id >= tc.queue_count:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                         f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
+                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
+                         f"Producer:[{conn.peer}]")
+        props = rec.decode_properties(props_text) if props_text else {}
+        if props.get(rec.PROP_TRAN_MSG) == "true" or sys_flag & rec.SYSFLAG_TX_MASK:
+            return error(cmd, ResponseCode.NO_PERMISSION,
+                         f"the broker[{self.broker_name}] sending transaction message is "
+                         f"forbidden (transactions are not available yet)")
+        body = cmd.body
+        born_host, store_host = conn.born_host, self.broker.store_host
+        if batch:
+            if topic.startswith(RETRY_PREFIX):
+                return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                             f"batch request does not support retry group {topic}")
+            try:
+                entries = decode_batch(body, props_text.encode())
+            except BatchError as exc:
+                return error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+            decode = rec.decode_properties
+            msgs = [StoreMessage(topic, queue_id, b, decode(p.decode("utf-8", "replace")),
+                                 properties_raw=p, flag=f, sys_flag=sys_flag,
+                                 born_timestamp=born_ts, born_host=born_host,
+                                 store_host=store_host, reconsume_times=reconsume)
+                    for f, b, p in entries]
+        else:
+            if len(body) > self.max_body:
+                return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                             f"the message body is {len(body)} bytes; the limit is {self.max_body}")
+            msgs = [StoreMessage(topic, queue_id, body, props, properties_raw=props_text.encode(),
+                                 flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
+                                 born_host=born_host, store_host=store_host,
+                                 reconsume_times=reconsume)]
+        wait = self.sync_flush and not cmd.flag & FLAG_ONEWAY and (
+            batch or props.get(rec.PROP_WAIT) != "false")
+        conn.defer()
+        if not self._pending:
+            self.loop.call_soon(self._put_pending)
+        self._pending.append((conn, cmd, msgs, topic, queue_id, batch, wait, t0))
+        return DEFERRED
+
+    def _put_pending(self) -> None:
+        """One store put for every send that arrived in this loop turn (rule 4)."""
+        pending, self._pending = self._pending, []
+        try:
+            self._put_group(pending)
+        except Exception as exc:  # never leave a request unanswered
+            log.exception("group put failed")
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR, f"put failed: {exc!r}"))
+
+    def _put_group(self, pending) -> None:
+        msgs = pending[0][2] if len(pending) == 1 else [m for p in pending for m in p[2]]
+        try:
+            result = self.store.put(msgs)
+        except MessageIllegal as exc:
+            if len(pending) == 1:
+                conn, cmd = pending[0][:2]
+                conn.complete(cmd, error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc)))
+            else:  # the store wrote nothing: put one by one to find the bad request(s)
+                for p in pending:
+                    self._put_group([p])
+            return
+        except (DiskFull, StoreClosed) as exc:
+            remark = f"service not available now: {exc}"
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
+            return
+        placed = result.placed
+        store_host = self.broker.store_host
+        latency = self.metrics.latency
+        waiting = []
+        i = 0
+        for p in pending:
+            conn, cmd, pmsgs, topic, queue_id, batch, wait, t0 = p
+            n = len(pmsgs)
+            self._count(topic, pmsgs)
+            if batch:
+                msg_id = ",".join([(store_host + _I64.pack(x[0])).hex().upper()
+                                   for x in placed[i:i + n]])
+            else:
+                msg_id = (store_host + _I64.pack(placed[i][0])).hex().upper()
+            reply = (msg_id, queue_id, placed[i][2])
+            i += n
+            if wait:
+                waiting.append((conn, cmd, reply, t0, batch))
+            else:
+                latency["send_batch" if batch else "send"].observe(time.perf_counter() - t0)
+                conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
+        if waiting:
+            post, done = self.bridge.post_or_run, self._durable
+            self.store.on_durable(result.end_offset, lambda status: post(done, waiting, status))
+
+    def _durable(self, waiting, status) -> None:
+        code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        if code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            self.metrics.flush_timeouts += len(waiting)
+        latency = self.metrics.latency
+        now = time.perf_counter()
+        frame = self._reply_frame
+        for conn, cmd, reply, t0, batch in waiting:
+            latency["send_batch" if batch else "send"].observe(now - t0)
+            conn.complete_frame(cmd, frame(cmd, code, reply))
+
+    def _reply_frame(self, cmd, code: int, reply) -> bytes:
+        """The reply frame. JSON (every cpp and Go client, most Java ones) comes from a
+        template: the generic encoder costs about 3 µs a reply, this a fraction of it; the
+        bytes are the same (tests/broker/test_send_reply_encoding.py)."""
+        msg_id, queue_id, queue_offset = reply
+        if cmd.serialize_type == SerializeType.JSON:
+            header = self._json_reply % (code, cmd.opaque, msg_id.encode(), queue_id, queue_offset)
+            return _PREFIX.pack(len(header) + 4, len(header)) + header
+        ext = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
+               "MSG_REGION": self.region, "TRACE_ON": "false"}
+        return encode_frame(RemotingCommand.make_response(cmd, code, ext))
+
+    def _count(self, topic: str, msgs) -> None:
+        m = self.metrics
+        n = len(msgs)
+        m.put_total += n
+        m.put_msgs[topic] += n
+        m.put_bytes[topic] += sum(len(x.body) for x in msgs) if n > 1 else len(msgs[0].body)

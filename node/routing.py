@@ -1,0 +1,45 @@
+"""Role and routing seams: who this broker is in its group, and who answers route queries.
+
+Standalone mode (no ZooKeeper) is the only mode today: the broker is the master (id 0) of its
+own group, always writable, and answers GET_ROUTEINFO_BY_TOPIC (105) for itself. Cluster mode
+(a later issue) swaps in a role driven by election (writable only while master, fenced by
+epoch) and a routing view fed by ZooKeeper, behind the same two small interfaces.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from client.protocol.route_json import BrokerData, QueueData, TopicRouteData
+
+MASTER_ID = 0
+
+
+class Role(Protocol):
+    broker_id: int
+    writable: bool  # may accept sends (a master that is not fenced)
+
+
+class StandaloneRole:
+    broker_id = MASTER_ID
+    writable = True
+
+
+class Routing(Protocol):
+    def route(self, topic: str) -> TopicRouteData | None: ...
+
+
+class StandaloneRouting:
+    """Routes naming this broker alone: brokerAddrs {"0": advertised address}."""
+
+    def __init__(self, topics, cluster_name: str, broker_name: str, addr: str):
+        self.topics = topics
+        self._broker = BrokerData(cluster_name, broker_name, {MASTER_ID: addr})
+        self.broker_name = broker_name
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        tc = self.topics.route_topic(topic)
+        if tc is None:
+            return None
+        queue = QueueData(self.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                          tc.sys_flag)
+        return TopicRouteData([queue], [self._broker])

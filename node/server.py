@@ -1,0 +1,150 @@
+"""RemotingServer: accepts connections and routes each request to its processor.
+
+A processor is `fn(conn, request) -> RemotingCommand | DEFERRED`. Most answer at once (the
+store put is fast and runs on the loop thread). A processor that cannot (a held pull, a send
+waiting for fsync) calls `conn.defer()`, returns DEFERRED, and later `conn.complete(request,
+response)`. So requests on one connection are processed concurrently and answered out of order
+by opaque, with no task per request.
+
+Rules:
+1. Unknown codes, and the refused 25 UPDATE_BROKER_CONFIG / 318 UPDATE_NAMESRV_CONFIG (their
+   only public users are RCE exploit scripts, spec 7), get 3 REQUEST_CODE_NOT_SUPPORTED with
+   Java's remark " request type <code> not supported".
+2. A processor exception becomes 1 SYSTEM_ERROR with the exception text; the connection stays
+   up. Bad header fields raise ProtocolError, answered the same way without a traceback.
+3. Overload answers 2 SYSTEM_BUSY "[OVERLOAD]system busy, ..." and changes nothing: past
+   max_connections (then the connection is closed), past max_inflight_per_connection, and
+   (in the pull processor) past max_held_pulls.
+4. Oneway requests (flag bit 1) get no reply; cpp's "oneway" requests carry flag 0 and get one,
+   which the client drops (spec 1.5).
+5. Responses to server-initiated requests (flag bit 0 set) are dropped: every server request
+   we send today is oneway.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from client.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
+from client.protocol.remoting import ProtocolError, RemotingCommand
+
+from node.connection import Connection
+
+log = logging.getLogger("tidemq.server")
+DEFERRED = object()
+REFUSED_CODES = frozenset({RequestCode.UPDATE_BROKER_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG})
+_CODE_NAMES = {int(c): c.name for c in RequestCode}
+_SWEEP_INTERVAL_S = 5.0
+_ERROR_LOG_INTERVAL_S = 10.0  # processor tracebacks: at most one per interval per code
+
+
+def error_response(request, code, remark) -> RemotingCommand:
+    return RemotingCommand.make_response(request, code, remark=remark)
+
+
+class RemotingServer:
+    def __init__(self, cfg, loop, metrics):
+        self.cfg = cfg
+        self.loop = loop
+        self.metrics = metrics
+        self.processors: dict[int, object] = {}
+        self.connections: set[Connection] = set()
+        self.on_close = []  # fn(conn) when a connection goes away (client manager, pulls)
+        self._server = None
+        self._sweeper = None
+        self._last_error_log: dict[int, float] = {}
+        self.port = 0
+
+    def register(self, code: int, fn) -> None:
+        assert code not in REFUSED_CODES, code
+        self.processors[int(code)] = fn
+
+    async def start_on(self, sock) -> int:
+        """Serve on an already bound socket (the broker binds first: port 0 resolves there)."""
+        self._server = await self.loop.create_server(lambda: Connection(self), sock=sock,
+                                                     backlog=1024)
+        self.port = sock.getsockname()[1]
+        self._sweeper = self.loop.create_task(self._sweep())
+        return self.port
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- connections -------------------------------------------------------------------------
+    def connection_made(self, conn: Connection) -> None:
+        if len(self.connections) >= self.cfg.max_connections:
+            conn.over_limit = True  # answered SYSTEM_BUSY, then closed (rule 3)
+        self.connections.add(conn)
+
+    def connection_lost(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for fn in self.on_close:
+            try:
+                fn(conn)
+            except Exception:
+                log.exception("connection close hook failed")
+
+    async def _sweep(self) -> None:
+        """Close connections idle past idle_timeout_ms (Java: 120 s); a connection with a held
+        request is not idle."""
+        idle_s = self.cfg.idle_timeout_ms / 1000
+        while True:
+            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            now = self.loop.time()
+            for conn in list(self.connections):
+                if conn.inflight == 0 and now - conn.last_read > idle_s:
+                    log.info("closing idle connection %s", conn.peer)
+                    conn.close()
+
+    # -- requests ----------------------------------------------------------------------------
+    def handle(self, conn: Connection, cmd: RemotingCommand) -> None:
+        if cmd.flag & FLAG_RESPONSE:
+            return  # rule 5
+        code = cmd.code
+        fn = self.processors.get(code)
+        metrics = self.metrics
+        if fn is None:
+            metrics.requests["unsupported"] += 1
+            conn.reply(cmd, error_response(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                           f" request type {code} not supported"))
+            return
+        metrics.requests[_CODE_NAMES.get(code, code)] += 1
+        if conn.over_limit:
+            metrics.busy["connections"] += 1
+            conn.reply(cmd, error_response(cmd, ResponseCode.SYSTEM_BUSY,
+                                           "[OVERLOAD]system busy, too many connections"))
+            conn.close()
+            return
+        if conn.inflight >= self.cfg.max_inflight_per_connection:
+            metrics.busy["inflight"] += 1
+            conn.reply(cmd, error_response(cmd, ResponseCode.SYSTEM_BUSY,
+                                           "[OVERLOAD]system busy, too many requests in flight "
+                                           "on this connection"))
+            return
+        try:
+            response = fn(conn, cmd)
+        except ProtocolError as exc:
+            response = error_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except Exception as exc:
+            self._log_error(code, exc)
+            response = error_response(cmd, ResponseCode.SYSTEM_ERROR,
+                                      f"{type(exc).__name__}: {exc}")
+        if response is not DEFERRED:
+            conn.reply(cmd, response)
+
+    def _log_error(self, code: int, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last_error_log.get(code, -1e9) >= _ERROR_LOG_INTERVAL_S:
+            self._last_error_log[code] = now
+            log.error("request code %s failed", code, exc_info=exc)

@@ -1,0 +1,151 @@
+"""SEND_MESSAGE in every form: code 10 full names, 310 letters (binary header), oneway, the
+cpp batch (code 10 + batch "1"), 320, and the checks that refuse a send without storing it."""
+import asyncio
+
+from client.protocol import record as rec
+from client.protocol.codes import RequestCode as R, SerializeType
+from tests.broker.conftest import run
+from tests.support.raw_client import (RawClient, batch_body, decode_records, properties,
+                                      pull_ext, send_ext, send_ext_v2)
+
+
+async def _pull_all(c, topic, queue_id, offset=0):
+    r = await c.request(R.PULL_MESSAGE, pull_ext(topic, queue_id, offset, max_nums=100))
+    assert r.code == 0, (r.code, r.remark, r.ext)
+    return decode_records(r.body)
+
+
+async def _max_offset(c):
+    r = await c.request(R.GET_BROKER_RUNTIME_INFO)
+    import json
+    return int(json.loads(r.body)["table"]["commitLogMaxOffset"])
+
+
+def test_single_send_reply_and_stored_record(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            props = properties(tags="TagA", keys="K1 K2", uniq="UNIQ0001")
+            r = await c.request(R.SEND_MESSAGE, send_ext("SendT", 2, props, born_ts=1234), b"hello")
+            assert r.code == 0, r.remark
+            assert set(r.ext) == {"msgId", "queueId", "queueOffset", "MSG_REGION", "TRACE_ON"}
+            assert all(isinstance(v, str) and v for v in r.ext.values())
+            assert (r.ext["queueId"], r.ext["queueOffset"], r.ext["MSG_REGION"], r.ext["TRACE_ON"]) == (
+                "2", "0", "DefaultRegion", "false")
+            ip, port, phys = rec.decode_offset_msg_id(r.ext["msgId"])
+            assert f"{ip}:{port}" == shared_broker.addr
+            assert len(r.ext["msgId"]) == 32 and r.ext["msgId"] == r.ext["msgId"].upper()
+            [m] = await _pull_all(c, "SendT", 2)
+            assert (m.body, m.physical_offset, m.queue_offset, m.born_timestamp) == (b"hello", phys, 0, 1234)
+            assert m.tags == "TagA" and m.keys == ["K1", "K2"] and m.uniq_key == "UNIQ0001"
+            assert m.offset_msg_id == r.ext["msgId"]
+            r = await c.request(R.SEND_MESSAGE, send_ext("SendT", 2), b"second")
+            assert r.ext["queueOffset"] == "1"
+    run(go())
+
+
+def test_v2_binary_header_oneway_and_queue_pick(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr, SerializeType.ROCKETMQ) as c:
+            r = await c.request(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", 1, properties(tags="x")), b"v2")
+            assert r.code == 0 and r.serialize_type == SerializeType.ROCKETMQ
+            assert r.ext["queueId"] == "1"
+            await c.oneway(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", 1), b"oneway")
+            # a oneway gets no reply: the next request's reply is the next frame we see
+            r = await c.request(R.GET_MAX_OFFSET, {"topic": "SendV2", "queueId": "1"})
+            assert r.ext["offset"] == "2"
+            picked = set()
+            for _ in range(8):
+                r = await c.request(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", -1), b"any")
+                assert r.code == 0
+                picked.add(int(r.ext["queueId"]))
+            assert len(picked) > 1 and all(0 <= q < 4 for q in picked)
+        async with await RawClient.connect(shared_broker.addr) as c:
+            bodies = [m.body for m in await _pull_all(c, "SendV2", 1)]
+            assert bodies[:2] == [b"v2", b"oneway"]
+    run(go())
+
+
+def test_batch_forms(shared_broker):
+    entries = [(f"b{i}".encode(), properties(tags="T", uniq=f"U{i}")) for i in range(5)]
+
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            # cpp 1.2.4: code 10 with batch "1"
+            r = await c.request(R.SEND_MESSAGE, send_ext("BatchT", 0, batch=True), batch_body(entries))
+            assert r.code == 0, r.remark
+            ids = r.ext["msgId"].split(",")
+            assert len(ids) == 5 and r.ext["queueOffset"] == "0"
+            # Java / Go: 320 with letter keys and a header property merged into every entry
+            r2 = await c.request(R.SEND_BATCH_MESSAGE,
+                                 send_ext_v2("BatchT", 0, properties(HDR="h"), batch=True),
+                                 batch_body(entries[:3]))
+            assert r2.code == 0 and r2.ext["queueOffset"] == "5"
+            msgs = await _pull_all(c, "BatchT", 0)
+            assert [m.body for m in msgs] == [b"b0", b"b1", b"b2", b"b3", b"b4", b"b0", b"b1", b"b2"]
+            assert [m.queue_offset for m in msgs] == list(range(8))
+            assert [m.offset_msg_id for m in msgs[:5]] == ids
+            assert msgs[1].uniq_key == "U1" and msgs[6].properties["HDR"] == "h"
+            for bad in (b"\x00\x00\x00\x05garbage", batch_body(entries)[:-1], b""):
+                before = await c.request(R.GET_MAX_OFFSET, {"topic": "BatchT", "queueId": 0})
+                r = await c.request(R.SEND_BATCH_MESSAGE, send_ext_v2("BatchT", 0, batch=True), bad)
+                assert r.code == 13, (bad, r.code, r.remark)
+                after = await c.request(R.GET_MAX_OFFSET, {"topic": "BatchT", "queueId": 0})
+                assert before.ext == after.ext
+    run(go())
+
+
+def test_refusals_change_nothing(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            assert (await c.request(R.SEND_MESSAGE, send_ext("RefT", 0), b"x")).code == 0
+            start = await _max_offset(c)
+            cases = [
+                (send_ext("bad topic!", 0), b"x", 1),
+                (send_ext("x" * 128, 0), b"x", 1),
+                (send_ext("TBW102", 0), b"x", 1),
+                (send_ext("SCHEDULE_TOPIC_XXXX", 0), b"x", 16),
+                (send_ext("RefT", 99), b"x", 1),
+                (send_ext("NoAuto", 0, default_topic="NotATemplate"), b"x", 17),
+                (send_ext("RefT", 0, properties(TRAN_MSG="true")), b"x", 16),
+                (send_ext("RefT", 0), b"x" * (4 * 1024 * 1024 + 1), 13),
+            ]
+            for ext, body, code in cases:
+                r = await c.request(R.SEND_MESSAGE, ext, body)
+                assert r.code == code, (ext["topic"][:20], r.code, r.remark)
+                assert r.remark
+            missing = dict(send_ext("RefT", 0))
+            del missing["topic"]
+            r = await c.request(R.SEND_MESSAGE, missing, b"x")
+            assert r.code == 1 and "topic" in r.remark
+            assert await _max_offset(c) == start
+            assert (await c.request(R.SEND_MESSAGE, send_ext("RefT", 0), b"y")).code == 0
+    run(go())
+
+
+def test_auto_create_via_tbw102(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            r = await c.request(R.SEND_MESSAGE, send_ext("Auto1", 3), b"x")
+            assert r.code == 0
+            from client.protocol.route_json import decode_topic_route
+            route = await c.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Auto1"})
+            q = decode_topic_route(route.body).queue_datas[0]
+            assert (q.write_queue_nums, q.perm) == (4, 6)  # min(4, TBW102's 8), INHERIT dropped
+    run(go())
+
+
+def test_sync_flush_replies_after_fsync_with_many_in_flight(broker_factory):
+    b = broker_factory("store.flush_mode=SYNC_FLUSH").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            futs = [c.start(R.SEND_MESSAGE, send_ext("SyncT", i % 4), b"m%d" % i) for i in range(300)]
+            replies = await asyncio.wait_for(asyncio.gather(*futs), 20)
+            assert all(r.code == 0 for r in replies), {r.code for r in replies}
+            offsets = sorted(int(r.ext["queueOffset"]) for r in replies if r.ext["queueId"] == "0")
+            assert offsets == list(range(75))
+            info = await c.request(R.GET_BROKER_RUNTIME_INFO)
+            import json
+            table = json.loads(info.body)["table"]
+            assert int(table["commitLogFlushedOffset"]) == int(table["commitLogMaxOffset"])
+    run(go())
