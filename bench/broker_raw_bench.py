@@ -111,10 +111,12 @@ def main():
     p.add_argument("--header", default="json", choices=("json", "binary"))
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--body", type=int, default=1024)
+    p.add_argument("--set", dest="settings", action="append", default=[],
+                   help="extra broker settings, key=value")
     args = p.parse_args()
     st = SerializeType.JSON if args.header == "json" else SerializeType.ROCKETMQ
     with tempfile.TemporaryDirectory() as d:
-        b = BrokerProcess(os.path.join(d, "store"), [f"store.flush_mode={args.flush}"],
+        b = BrokerProcess(os.path.join(d, "store"), [f"store.flush_mode={args.flush}", *args.settings],
                           small_store=False)
         b.start()
         try:

@@ -8,11 +8,14 @@ For each flush mode (ASYNC_FLUSH, then SYNC_FLUSH) a fresh broker is started and
   - sync send: one `await send` at a time (latency p50/p99, ms)
 under ASYNC_FLUSH also:
   - batch send: `send_batch` of 64 messages, 4 batches in flight (msgs/s)
-  - push consume: a PushConsumer draining the backlog left by the sends (msgs/s)
+  - push consume: a PushConsumer draining the backlog left by the sends (msgs/s; pulls of up
+    to 256 messages, listener batches of 32)
   - long-poll wake: a PullConsumer holds a pull (suspend 10 s); a message is sent; time from the
     start of the send to the pull's reply (p50/p99, ms)
 
-Prints ONE JSON line with flat keys (msgs/s and ms). `--quick` finishes in well under 60 s.
+Prints ONE JSON line with flat keys (msgs/s and ms), plus the CPU microseconds per message spent
+by this process (`*_client_cpu_us`) and by the broker (`*_broker_cpu_us`) in the throughput
+phases. `--quick` finishes in well under 60 s.
 The client and the broker share this machine's cores: the figures are for both together.
 """
 from __future__ import annotations
@@ -21,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +42,29 @@ TOPIC = "Bench"
 IN_FLIGHT = 256
 BATCH = 64
 BATCHES_IN_FLIGHT = 4
+
+
+class CpuMeter:
+    """CPU seconds used by this process and by the broker over a phase, per message."""
+
+    def __init__(self, broker_pid):
+        self.broker_pid = broker_pid
+
+    def _broker_cpu(self):
+        try:
+            with open(f"/proc/{self.broker_pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return float("nan")
+
+    def start(self):
+        self._c0, self._b0 = time.process_time(), self._broker_cpu()
+
+    def per_msg_us(self, count):
+        client = (time.process_time() - self._c0) / max(count, 1) * 1e6
+        broker = (self._broker_cpu() - self._b0) / max(count, 1) * 1e6
+        return round(client, 1), round(broker, 1)
 
 
 def pct(values, q):
@@ -74,7 +99,7 @@ async def async_send(producer, seconds):
     pump()
     await done
     elapsed = time.perf_counter() - t0
-    return state["ok"] / elapsed, state["failed"]
+    return state["ok"] / elapsed, state["failed"], state["ok"]
 
 
 async def batch_send(producer, seconds):
@@ -91,7 +116,7 @@ async def batch_send(producer, seconds):
 
     t0 = time.perf_counter()
     await asyncio.gather(*[worker() for _ in range(BATCHES_IN_FLIGHT)])
-    return sent / (time.perf_counter() - t0)
+    return sent / (time.perf_counter() - t0), sent
 
 
 async def sync_latency(producer, count):
@@ -151,26 +176,33 @@ async def long_poll_wake(addr, header, rounds):
         return pct(wakes, 50), pct(wakes, 99)
 
 
-async def measure(addr, header, flush, args):
+async def measure(addr, header, flush, args, cpu):
     out = {}
     tag = "async_flush" if flush == "ASYNC_FLUSH" else "sync_flush"
     async with Admin(addr, header_format=header) as admin:
         await admin.create_topic(TOPIC, 8)
     async with Producer("bench-producer", addr, header_format=header) as p:
         await async_send(p, 0.5)  # warm-up: connections, routes, templates
-        rate, failed = await async_send(p, args.seconds)
+        cpu.start()
+        rate, failed, count = await async_send(p, args.seconds)
         out[f"async_send_{tag}_msgs_s"] = round(rate)
         out[f"async_send_{tag}_failed"] = failed
+        out[f"async_send_{tag}_client_cpu_us"], out[f"async_send_{tag}_broker_cpu_us"] = cpu.per_msg_us(count)
         p50, p99 = await sync_latency(p, args.sync_count)
         out[f"sync_send_p50_ms_{tag}"] = round(p50, 3)
         out[f"sync_send_p99_ms_{tag}"] = round(p99, 3)
         if flush == "ASYNC_FLUSH":
-            out["batch_send_msgs_s"] = round(await batch_send(p, args.seconds))
+            cpu.start()
+            rate, count = await batch_send(p, args.seconds)
+            out["batch_send_msgs_s"] = round(rate)
+            out["batch_send_client_cpu_us"], out["batch_send_broker_cpu_us"] = cpu.per_msg_us(count)
     if flush == "ASYNC_FLUSH":
         async with Admin(addr, header_format=header) as admin:
             backlog = sum(r["max_offset"] for r in await admin.topic_stats(TOPIC))
+        cpu.start()
         rate, count = await consume(addr, header, min(backlog, args.consume_max), 60)
         out["consume_msgs_s"] = round(rate)
+        out["consume_client_cpu_us"], out["consume_broker_cpu_us"] = cpu.per_msg_us(count)
         out["consume_count"] = count
         p50, p99 = await long_poll_wake(addr, header, args.wake_rounds)
         out["long_poll_wake_p50_ms"] = round(p50, 3)
@@ -181,8 +213,8 @@ async def measure(addr, header, flush, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="short phases (< 60 s in total)")
-    ap.add_argument("--header", choices=("json", "binary"), default="binary",
-                    help="remoting header format the SDK uses (default binary: cheaper)")
+    ap.add_argument("--header", choices=("json", "binary"), default="json",
+                    help="remoting header format the SDK uses (default json, the SDK's default)")
     ap.add_argument("--seconds", type=float, help="length of each throughput phase")
     args = ap.parse_args()
     args.seconds = args.seconds or (3.0 if args.quick else 10.0)
@@ -196,10 +228,12 @@ def main():
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             os.makedirs(os.path.join(d, flush.lower()))
             broker = BrokerProcess(os.path.join(d, flush.lower(), "store"),
-                                   [f"store.flush_mode={flush}", "store.commitlog_file_bytes=268435456"])
+                                   [f"store.flush_mode={flush}", "store.commitlog_file_bytes=268435456"],
+                                   small_store=False)
             broker.start()
             try:
-                result.update(asyncio.run(measure(broker.addr, args.header, flush, args)))
+                result.update(asyncio.run(measure(broker.addr, args.header, flush, args,
+                                                 CpuMeter(broker.proc.pid))))
             finally:
                 broker.stop()
                 broker.kill()

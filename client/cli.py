@@ -86,9 +86,10 @@ def build_parser():
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["broker"]:
+    at = _subcommand_index(argv)
+    if at is not None and argv[at] == "broker":
         from node.main import run_broker  # lazily: the SDK must not need the server's packages
-        return run_broker(argv[1:])
+        return run_broker(argv[at + 1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -102,6 +103,22 @@ def main(argv=None):
         return 130
     print(json.dumps(result, sort_keys=True))
     return 0
+
+
+def _subcommand_index(argv):
+    """Index of the subcommand, skipping the global options before it."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-b", "--broker"):
+            i += 2
+        elif arg.startswith("--broker=") or arg in ("-v", "--verbose") or arg.startswith("-b"):
+            i += 1
+        elif arg.startswith("-"):
+            return None  # e.g. --help: argparse answers
+        else:
+            return i
+    return None
 
 
 async def _dispatch(args):
@@ -138,40 +155,64 @@ async def _produce(args):
     body = (b"tidemq-" * (args.size // 7 + 1))[:args.size]
     producer = Producer(args.group, args.broker)
     await producer.start()
-    sent = failed = maybe = 0
-    sem = asyncio.Semaphore(args.in_flight if args.batch == 1 else max(args.in_flight // args.batch, 1))
+    counts = {"sent": 0, "failed": 0, "maybe": 0}
+    sizes = [args.batch] * (args.count // args.batch)
+    if args.count % args.batch:
+        sizes.append(args.count % args.batch)
+    window = args.in_flight if args.batch == 1 else max(args.in_flight // args.batch, 1)
 
-    async def one(n):
-        nonlocal sent, failed, maybe
-        async with sem:
-            try:
-                if args.batch == 1:
-                    res = await producer.send(Message(args.topic, body, tags=args.tag, keys=args.key))
-                else:
-                    res = await producer.send_batch(
-                        [Message(args.topic, body, tags=args.tag, keys=args.key) for _ in range(n)])
-            except errors.TideMQError as exc:
-                failed += n
-                if exc.maybe_stored:
-                    maybe += n
-                return
-            if res.ok:
-                sent += n
-            else:
-                maybe += n
+    def start_one(n):
+        msgs = [Message(args.topic, body, tags=args.tag, keys=args.key) for _ in range(n)]
+        if n == 1 and args.batch == 1:
+            return producer.send_async(msgs[0])
+        return asyncio.ensure_future(producer.send_batch(msgs))
+
+    def finished(n, fut):
+        exc = fut.exception()
+        if exc is None and fut.result().ok:
+            counts["sent"] += n
+        elif exc is None or getattr(exc, "maybe_stored", False):
+            counts["maybe"] += n
+        else:
+            counts["failed"] += n
 
     start = time.perf_counter()
     try:
-        sizes = [args.batch] * (args.count // args.batch)
-        if args.count % args.batch:
-            sizes.append(args.count % args.batch)
-        await asyncio.gather(*[one(n) for n in sizes])
+        await _windowed(sizes, window, start_one, finished)
     finally:
         elapsed = time.perf_counter() - start
         await producer.shutdown()
+    sent, failed, maybe = counts["sent"], counts["failed"], counts["maybe"]
     return {"topic": args.topic, "sent": sent, "failed": failed, "maybe_stored": maybe,
             "seconds": round(elapsed, 3), "msgs_s": round(sent / elapsed, 1) if elapsed > 0 else 0.0,
             "bytes": sent * args.size}
+
+
+async def _windowed(items, window, start_one, finished):
+    """Keep at most `window` of start_one(item) futures running until all items are done."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    it = iter(items)
+    state = {"running": 0, "exhausted": False}
+
+    def launch():
+        while state["running"] < window and not state["exhausted"]:
+            item = next(it, None)
+            if item is None:
+                state["exhausted"] = True
+                break
+            state["running"] += 1
+            start_one(item).add_done_callback(lambda f, n=item: on_done(n, f))
+        if state["exhausted"] and state["running"] == 0 and not done.done():
+            done.set_result(None)
+
+    def on_done(item, fut):
+        state["running"] -= 1
+        finished(item, fut)
+        launch()
+
+    launch()
+    await done
 
 
 async def _consume(args):

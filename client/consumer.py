@@ -330,6 +330,8 @@ class PushConsumer:
                     return  # not consumed: the next owner replays it
             self.consumed_count += len(chunk)
             pq.consumed_through(batch, len(chunk))
+            if batch.idx >= len(batch.msgs):
+                await asyncio.sleep(0)  # one pulled batch at a time: let other queues and timers run
 
     async def _consume_slow(self, pq, chunk, result):
         """An awaitable listener result, or RECONSUME_LATER with local retries (see docstring)."""

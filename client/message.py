@@ -19,6 +19,7 @@ Rules:
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import os
 import random
@@ -70,9 +71,7 @@ class Message:
 
     def check(self, max_body_bytes):
         """Client-side validation (Java `Validators.checkMessage`)."""
-        if not self.topic or len(self.topic) > TOPIC_MAX_CHARS or not _TOPIC_CHARS.match(self.topic):
-            raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} of [%|a-zA-Z0-9_-], "
-                                         f"got {self.topic!r}")
+        check_topic(self.topic)
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
             raise errors.IllegalArgument(f"body must be bytes or str, got {type(self.body).__name__}")
         if len(self.body) == 0:
@@ -85,6 +84,16 @@ class Message:
     def __repr__(self):
         return (f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, tags={self.tags!r}, "
                 f"keys={self.keys!r})")
+
+
+@functools.lru_cache(maxsize=4096)
+def check_topic(topic):
+    """Java `Validators.checkTopic`; cached, topics repeat on every message."""
+    if not isinstance(topic, str) or not topic or len(topic) > TOPIC_MAX_CHARS \
+            or not _TOPIC_CHARS.match(topic):
+        raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} of [%|a-zA-Z0-9_-], "
+                                     f"got {topic!r}")
+    return True
 
 
 def encode_properties_str(props: dict) -> str:
@@ -176,7 +185,8 @@ class MessageExt:
             try:
                 rec = self._rec = decode_record(self._buf, self._pos)
             except RecordError as exc:
-                raise errors.ProtocolViolation(f"undecodable record at offset {self.queue_offset}: {exc}")
+                raise errors.ProtocolViolation(
+                    f"undecodable record at offset {self.queue_offset}: {exc}") from None
             self._buf = None  # the record holds its own copies now
         return rec
 

@@ -34,7 +34,7 @@ from client import errors
 from client.config import DEFAULT_ADDR, ProducerConfig, make_config
 from client.instance import ClientInstance
 from client.message import Message, compress_body, encode_properties_str, uniq_keys
-from client.protocol.codes import FLAG_ONEWAY, ResponseCode
+from client.protocol.codes import FLAG_ONEWAY
 from client.protocol.record import PROP_UNIQ_KEY
 from client.protocol.route_json import HeartbeatData
 from client.remoting_client import serialize_type_for
@@ -95,7 +95,8 @@ class _Prepared:
 
 
 class _SendOp:
-    """One send with its retries. Completion resolves `fut` exactly once."""
+    """One send with its retries. Completion resolves `fut` (a Future, or a callback(result,
+    exc)) exactly once."""
 
     __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
                  "mq", "addr")
@@ -115,7 +116,11 @@ class _SendOp:
         p = self.p
         info = p._instance.routes.publish_info_nowait(self.prep.topic)
         if info is not None and info.queues:
-            mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
+            try:
+                mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
+            except errors.TideMQError as err:  # a user selector's bad answer
+                self.on_reply(None, err)
+                return
             addr = info.master_addrs.get(mq.broker_name)
             conn = p._instance.remoting.connection_nowait(addr) if addr else None
             if conn is not None:
@@ -140,6 +145,9 @@ class _SendOp:
         except errors.TideMQError as err:
             self.on_reply(None, err)
             return
+        except asyncio.CancelledError:
+            self._finish_exc(errors.ClientStateError("producer shut down during the send"))
+            raise
         except BaseException as err:
             self._finish_exc(err)
             raise
@@ -164,16 +172,20 @@ class _SendOp:
         if exc is None:
             status = _STATUS_BY_CODE.get(cmd.code)
             if status is not None:
-                if not self.fut.done():
-                    ext = cmd.ext
-                    try:
-                        queue_offset = int(ext.get("queueOffset", -1))
-                    except ValueError:
-                        queue_offset = -1
-                    self.fut.set_result(SendResult(
-                        status, self.prep.uniq_key, ext.get("msgId"), self.mq, queue_offset,
-                        ext.get("MSG_REGION"), ext.get("transactionId")))
+                ext = cmd.ext
+                try:
+                    queue_offset = int(ext.get("queueOffset", -1))
+                except ValueError:
+                    queue_offset = -1
+                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"), self.mq,
+                                    queue_offset, ext.get("MSG_REGION"), ext.get("transactionId"))
                 self.p._inflight -= 1
+                fut = self.fut
+                if fut.__class__ is asyncio.Future:
+                    if not fut.done():
+                        fut.set_result(result)
+                else:
+                    self._callback(result, None)
                 return
             exc = errors.error_for_response(cmd, addr=self.addr, what=f"send to {self.prep.topic!r}")
         if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
@@ -186,9 +198,28 @@ class _SendOp:
         self._finish_exc(exc)
 
     def _finish_exc(self, exc):
-        if not self.fut.done():
-            self.fut.set_exception(exc)
         self.p._inflight -= 1
+        fut = self.fut
+        if fut.__class__ is asyncio.Future:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            self._callback(None, exc)
+
+    def _callback(self, result, exc):
+        try:
+            self.fut(result, exc)
+        except Exception:  # the user's callback must not break the connection's reader
+            log.exception("send callback failed")
+
+
+def _properties_text(msg, uniq):
+    """The message's properties with its UNIQ_KEY, as the wire text (rule 1: made once)."""
+    if msg.properties or msg.tags or msg.keys or msg.delay_level:
+        props = msg.wire_properties()
+        props[PROP_UNIQ_KEY] = uniq
+        return encode_properties_str(props)
+    return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
 
 
 class Producer:
@@ -203,6 +234,7 @@ class Producer:
         self._inflight = 0
         self._closing = False
         self._known_brokers = set()
+        self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
 
     @property
     def client_id(self):
@@ -250,7 +282,15 @@ class Producer:
     def send_async(self, msg: Message, *, timeout_s=None) -> asyncio.Future:
         """Start a send and return a Future of its SendResult (no task on the fast path)."""
         self._check_running()
-        return self._start(self._prepare(msg), timeout_s, None)
+        fut = self._loop.create_future()
+        self._start(self._prepare(msg), timeout_s, None, fut)
+        return fut
+
+    def send_callback(self, msg: Message, callback, *, timeout_s=None):
+        """Start a send; `callback(result, exc)` runs once, in the event loop, when it ends
+        (exactly one of the two is None). No Future at all: the cheapest per-message path."""
+        self._check_running()
+        self._start(self._prepare(msg), timeout_s, None, callback)
 
     async def send_ordered(self, msg: Message, selector_key, selector=None, *, timeout_s=None):
         """Send to the queue chosen by `selector(queues, msg, key)`, by default the hash of
@@ -264,12 +304,16 @@ class Producer:
                 if not isinstance(mq, MessageQueue) or mq not in info.queues:
                     raise errors.IllegalArgument(f"selector returned {mq!r}, not a queue of the topic")
                 return mq
-        return await self._start(self._prepare(msg), timeout_s, pick)
+        fut = self._loop.create_future()
+        self._start(self._prepare(msg), timeout_s, pick, fut)
+        return await fut
 
     async def send_batch(self, msgs, *, timeout_s=None) -> SendResult:
         """One request carrying several messages of one topic (no delay, no compression)."""
         self._check_running()
-        return await self._start(self._prepare_batch(msgs), timeout_s, None)
+        fut = self._loop.create_future()
+        self._start(self._prepare_batch(msgs), timeout_s, None, fut)
+        return await fut
 
     async def send_oneway(self, msg: Message):
         """Fire and forget: no reply, no retry. Waits only while the socket buffer is full."""
@@ -289,21 +333,20 @@ class Producer:
         await conn.drain()
 
     # ------------------------------------------------------------------ internals
-    def _start(self, prep, timeout_s, select):
-        loop = self._loop
-        fut = loop.create_future()
-        deadline = loop.time() + (timeout_s or self.config.send_timeout_s)
+    def _start(self, prep, timeout_s, select, fut):
+        """fut: an asyncio.Future or a callback(result, exc)."""
+        deadline = self._loop.time() + (timeout_s or self.config.send_timeout_s)
         self._inflight += 1
         op = _SendOp(self, prep, fut, deadline, self.config.retries, select)
         op.attempt_fast()
         self._note_brokers(prep.topic)
-        return fut
 
     def _note_brokers(self, topic):
         """Heartbeat a broker the first time we publish to it (producers register, issue 4)."""
         info = self._instance.routes.publish_info_nowait(topic)
-        if info is None:
+        if info is None or info is self._noted.get(topic):
             return
+        self._noted[topic] = info
         for addr in info.master_addrs.values():
             if addr not in self._known_brokers:
                 self._known_brokers.add(addr)
@@ -322,11 +365,14 @@ class Producer:
     def _prepare(self, msg):
         cfg = self.config
         msg.check(cfg.max_message_bytes)
-        props = msg.wire_properties()
         uniq = uniq_keys.next()
-        props[PROP_UNIQ_KEY] = uniq
-        body, sys_flag = compress_body(bytes(msg.body), cfg.compress_threshold_bytes, cfg.compress_level)
-        wire = self._template(msg.topic, False).encode_props(encode_properties_str(props))
+        text = _properties_text(msg, uniq)
+        body = msg.body if msg.body.__class__ is bytes else bytes(msg.body)
+        if len(body) > cfg.compress_threshold_bytes:
+            body, sys_flag = compress_body(body, cfg.compress_threshold_bytes, cfg.compress_level)
+        else:
+            sys_flag = 0
+        wire = self._template(msg.topic, False).encode_props(text)
         return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
 
     def _prepare_batch(self, msgs):
@@ -341,11 +387,9 @@ class Producer:
                 raise errors.IllegalArgument("every message of a batch must have the same topic")
             if msg.delay_level:
                 raise errors.IllegalArgument("a batch cannot carry delayed messages")
-            props = msg.wire_properties()
             uniq = uniq_keys.next()
-            props[PROP_UNIQ_KEY] = uniq
             keys.append(uniq)
-            entries.append((msg.flag, bytes(msg.body), encode_properties_str(props)))
+            entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
         body = encode_batch_body(entries)

@@ -31,7 +31,10 @@ from client.protocol.codes import LanguageCode, RequestCode, SerializeType
 from client.protocol.remoting import LOCAL_LANGUAGE, LOCAL_VERSION
 
 _PREFIX = struct.Struct(">iI")
-_BIN_FIXED = struct.Struct(">hbhiii")  # code, language, version, opaque, flag, remarkLen(0)
+_BIN_FIXED_BYTES = 17  # code i16, language i8, version i16, opaque i32, flag i32, remarkLen i32
+_BIN_HEAD = struct.Struct(">iIhbhiiii")  # frame prefix + fixed binary header + extLen
+_ROCKETMQ_BITS = SerializeType.ROCKETMQ << 24
+_SMALL_INTS = 1024  # ints below this have pre-encoded ext pairs
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
@@ -45,7 +48,8 @@ V2_KEYS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m")
 class SendHeaderTemplate:
     """Encodes send frame heads for one (code, group, topic, header format, batch)."""
 
-    __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_head")
+    __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
+                 "_bin_born_key", "_bin_props_key")
 
     def __init__(self, group, topic, *, default_topic="TBW102", default_queue_nums=4,
                  serialize_type=SerializeType.JSON, v2=False, batch=False):
@@ -81,12 +85,39 @@ class SendHeaderTemplate:
         return (head + static + tail).encode("ascii")
 
     def _build_binary(self, static, variable):
-        parts = []
-        for key, value in static:
+        def pair(key, value):
             kb, vb = key.encode(), value.encode()
-            parts.append(_I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb)
-        self._bin_static = b"".join(parts)
-        self._bin_keys = [_I16.pack(len(key)) + key.encode() for key in variable]
+            return _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
+
+        self._bin_static = b"".join(pair(k, v) for k, v in static)
+        qid, sysflag, born, flag, reconsume, props = variable
+        # Small ints (queue ids, sys flags, user flags, reconsume counts) as ready-made pairs.
+        self._bin_small = tuple([pair(key, str(i)) for i in range(_SMALL_INTS)]
+                                for key in (qid, sysflag, flag, reconsume))
+        self._bin_keys = (qid, sysflag, born, flag, reconsume)
+        self._bin_born_key = _I16.pack(len(born)) + born.encode()
+        self._bin_props_key = _I16.pack(len(props)) + props.encode()
+
+    def _binary_head(self, opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
+                     reconsume_times, frame_flag):
+        if (0 <= queue_id < _SMALL_INTS and 0 <= sys_flag < _SMALL_INTS and 0 <= flag < _SMALL_INTS
+                and 0 <= reconsume_times < _SMALL_INTS):
+            small_q, small_s, small_f, small_r = self._bin_small
+            q, s, f, r = small_q[queue_id], small_s[sys_flag], small_f[flag], small_r[reconsume_times]
+        else:  # a large or negative value: encode the pair in full
+            keys = self._bin_keys
+            q, s, f, r = (_I16.pack(len(k)) + k.encode() + _I32.pack(len(v)) + v for k, v in (
+                (keys[0], b"%d" % queue_id), (keys[1], b"%d" % sys_flag), (keys[3], b"%d" % flag),
+                (keys[4], b"%d" % reconsume_times)))
+        born = b"%d" % born_ms
+        static = self._bin_static
+        ext_len = (len(static) + len(q) + len(s) + len(f) + len(r) + len(self._bin_born_key) + 4
+                   + len(born) + len(self._bin_props_key) + 4 + len(props))
+        hlen = _BIN_FIXED_BYTES + 4 + ext_len
+        return b"".join((_BIN_HEAD.pack(4 + hlen + body_len, _ROCKETMQ_BITS | hlen, self.code,
+                                        LOCAL_LANGUAGE, LOCAL_VERSION, opaque, frame_flag, 0, ext_len),
+                         static, q, s, f, r, self._bin_born_key, _I32.pack(len(born)), born,
+                         self._bin_props_key, _I32.pack(len(props)), props))
 
     def frame_head(self, opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
                    reconsume_times=0, frame_flag=0):
@@ -97,19 +128,8 @@ class SendHeaderTemplate:
                                        reconsume_times, props)
             hlen = len(header)
             return _PREFIX.pack(4 + hlen + body_len, hlen) + header
-        keys = self._bin_keys
-        values = (b"%d" % queue_id, b"%d" % sys_flag, b"%d" % born_ms, b"%d" % flag,
-                  b"%d" % reconsume_times, props)
-        ext = [self._bin_static]
-        for key, value in zip(keys, values):
-            ext.append(key)
-            ext.append(_I32.pack(len(value)))
-            ext.append(value)
-        ext_bytes = b"".join(ext)
-        header = b"".join((_BIN_FIXED.pack(self.code, LOCAL_LANGUAGE, LOCAL_VERSION, opaque, frame_flag, 0),
-                           _I32.pack(len(ext_bytes)), ext_bytes))
-        hlen = len(header)
-        return _PREFIX.pack(4 + hlen + body_len, (SerializeType.ROCKETMQ << 24) | hlen) + header
+        return self._binary_head(opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
+                                 reconsume_times, frame_flag)
 
     def encode_props(self, text: str) -> bytes:
         if self.serialize_type == SerializeType.JSON:

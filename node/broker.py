@@ -116,8 +116,10 @@ class Broker:
             await self.server.stop()
             self.hold.close()
         if self.store is not None:
+            offsets = getattr(self, "offsets", None)  # absent when start() failed early
             try:
-                self.offsets.persist()
+                if offsets is not None:
+                    offsets.persist()
             except OSError:
                 log.exception("could not persist consumer offsets at shutdown")
             self.store.close()
@@ -151,8 +153,10 @@ class Broker:
                     log.exception("could not persist consumer offsets; will retry")
 
     async def _housekeeping_loop(self) -> None:
+        period = min(HOUSEKEEPING_INTERVAL_S, self.cfg.client_expiry_ms / 4000,
+                     self.cfg.lock_expiry_ms / 4000)
         while True:
-            await asyncio.sleep(HOUSEKEEPING_INTERVAL_S)
+            await asyncio.sleep(period)
             self._client_proc.expire()
             self.locks.expire(self.loop.time())
 

@@ -55,7 +55,8 @@ class ClientManager:
         groups = {c.group_name for c in hb.consumers}
         if len(groups) + len(hb.producer_groups) > MAX_GROUPS_PER_CLIENT:
             raise TooManyGroups(f"a heartbeat may name at most {MAX_GROUPS_PER_CLIENT} groups")
-        new_groups = (groups - self.consumers.keys()) | (set(hb.producer_groups) - self.producers.keys())
+        new_groups = ((groups - self.consumers.keys())
+                      | (set(hb.producer_groups) - self.producers.keys()))
         if len(self.consumers) + len(self.producers) + len(new_groups) > MAX_GROUPS:
             raise TooManyGroups(f"the broker tracks at most {MAX_GROUPS} groups")
         changed = []

@@ -317,6 +317,16 @@ def redacted(cfg) -> dict:
     return out
 
 
+def _shown(default) -> str:
+    if isinstance(default, str):
+        return f'"{default}"'
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, int) and default >= 100_000:
+        return f"{default:_}"
+    return str(default)
+
+
 def describe() -> str:
     """Every key with its default and meaning, as a Markdown table (rule 1)."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
@@ -331,10 +341,7 @@ def describe() -> str:
             else:
                 default = STORE_ROOT_DEFAULT if f.name == "root_dir" else ""
             doc = (docs or {}).get(f.name) or f.metadata.get("doc", "")
-            shown = f'"{default}"' if isinstance(default, str) else str(default).lower() \
-                if isinstance(default, bool) else f"{default:_}" if isinstance(default, int) and default >= 100_000 \
-                else str(default)
-            rows.append(f"| `{prefix}{f.name}` | {shown} | {doc} |")
+            rows.append(f"| `{prefix}{f.name}` | {_shown(default)} | {doc} |")
 
     add(BrokerConfig, "")
     add(StoreConfig, "store.", STORE_DOCS)

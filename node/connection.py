@@ -10,9 +10,10 @@ Rules:
    transport.write per loop turn (or at the end of data_received), so a burst of requests
    costs one send() syscall, not one per reply.
 3. Bounded memory: above write_buffer_high_bytes of unsent replies the connection stops
-   reading (asyncio flow control: pause_writing -> pause_reading), so a peer that does not read
-   its replies cannot make us buffer more requests. A peer stalled past
-   write_stall_timeout_ms, or whose unsent replies exceed max_write_buffer_bytes, is cut off.
+   handling and reading requests (asyncio flow control: pause_writing -> pause_reading); the
+   requests of the last read wait in `_backlog` until the peer reads again. A peer stalled
+   past write_stall_timeout_ms, or whose unsent replies exceed max_write_buffer_bytes (held
+   pulls answering at once), is cut off.
 4. `inflight` counts accepted requests whose reply is deferred (held pulls, sends awaiting
    fsync); RemotingServer refuses new requests past max_inflight_per_connection.
 5. A deferred reply completed after the connection closed is dropped (the counter still
@@ -21,6 +22,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 
@@ -50,6 +52,9 @@ class Connection(asyncio.Protocol):
         self.serialize_type = SerializeType.JSON  # server-initiated requests use the client's
         self.client = None  # ClientManager's record, once the peer sent a heartbeat
         self._out: list = []
+        self._out_bytes = 0
+        self._backlog = collections.deque()  # decoded requests not yet handled
+        self._write_paused = False
         self._flush_scheduled = False
         self._in_receive = False
         self._stall_timer = None
@@ -77,15 +82,24 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection %s: bad frame: %s", self.peer, exc)
             self.abort()
             return
-        if not commands:
-            return
+        if commands:
+            self._backlog.extend(commands)
+            if not self._write_paused:
+                self._process()
+
+    def _process(self) -> None:
+        """Handle queued requests until none is left or the peer stops reading (rule 3): a
+        read of many small requests with large replies never builds more than
+        write_buffer_high_bytes of replies before the transport pushes back."""
+        backlog = self._backlog
+        handle = self.server.handle
+        high = self.cfg.write_buffer_high_bytes
         self._in_receive = True
         try:
-            handle = self.server.handle
-            for cmd in commands:
-                if self.closed:
-                    break
-                handle(self, cmd)
+            while backlog and not self.closed and not self._write_paused:
+                handle(self, backlog.popleft())
+                if self._out_bytes >= high:
+                    self._flush()  # may call pause_writing(), which ends the loop
         finally:
             self._in_receive = False
             if self._out:
@@ -97,6 +111,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         self._out = []
+        self._backlog.clear()
         if self._stall_timer is not None:
             self._stall_timer.cancel()
         self.server.connection_lost(self)
@@ -104,16 +119,20 @@ class Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self.closed:
             return
+        self._write_paused = True
         self.transport.pause_reading()
         self._stall_timer = self.loop.call_later(self.cfg.write_stall_timeout_ms / 1000,
                                                  self._stalled)
 
     def resume_writing(self) -> None:
+        self._write_paused = False
         if self._stall_timer is not None:
             self._stall_timer.cancel()
             self._stall_timer = None
         if not self.closed:
             self.transport.resume_reading()
+            if self._backlog:
+                self.loop.call_soon(self._process)
 
     # -- output ----------------------------------------------------------------------------
     def reply(self, request: RemotingCommand, response: RemotingCommand) -> None:
@@ -125,8 +144,10 @@ class Connection(asyncio.Protocol):
         head = encode_frame_head(cmd)
         out = self._out
         out.append(head)
+        self._out_bytes += len(head)
         if cmd.body:
             out.append(cmd.body)
+            self._out_bytes += len(cmd.body)
         if not self._in_receive and not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
@@ -145,6 +166,7 @@ class Connection(asyncio.Protocol):
         self.inflight -= 1
         if not self.closed and not request.flag & FLAG_ONEWAY:
             self._out.append(frame)
+            self._out_bytes += len(frame)
             if not self._in_receive and not self._flush_scheduled:
                 self._flush_scheduled = True
                 self.loop.call_soon(self._flush)
@@ -162,6 +184,7 @@ class Connection(asyncio.Protocol):
         if not out or self.closed:
             return
         self._out = []
+        self._out_bytes = 0
         transport = self.transport
         transport.write(out[0] if len(out) == 1 else b"".join(out))
         if transport.get_write_buffer_size() > self.cfg.max_write_buffer_bytes:
@@ -180,9 +203,10 @@ class Connection(asyncio.Protocol):
 
     # -- closing ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Close after what is queued has been written."""
+        """Close after what is queued has been written; nothing more is handled or sent."""
         if not self.closed and self.transport is not None:
             self._flush()
+            self.closed = True
             self.transport.close()
 
     def abort(self) -> None:

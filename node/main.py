@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import gc
 import json
 import logging
@@ -42,6 +43,7 @@ def run_broker(argv: list[str]) -> int:
     if args.describe_config:
         print(describe())
         return 0
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>`: dump stacks
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -100,7 +100,7 @@ class RemotingServer:
         request is not idle."""
         idle_s = self.cfg.idle_timeout_ms / 1000
         while True:
-            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            await asyncio.sleep(min(_SWEEP_INTERVAL_S, idle_s / 4))
             now = self.loop.time()
             for conn in list(self.connections):
                 if conn.inflight == 0 and now - conn.last_read > idle_s:

@@ -100,6 +100,15 @@ def topic_name_problem(topic: str) -> str | None:
     return None
 
 
+GROUP_MAX_CHARS = 255  # Validators.CHARACTER_MAX_LENGTH
+
+
+def group_name_ok(group: str) -> bool:
+    """Java's Validators.checkGroup: the topic character set, at most 255 characters. Bounds
+    what a client can make the broker keep (offsets, registrations)."""
+    return 0 < len(group) <= GROUP_MAX_CHARS and TOPIC_PATTERN.match(group) is not None
+
+
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
 
@@ -191,7 +200,8 @@ class TopicManager:
             raise TopicError(1, problem)
         if tc.name in SYSTEM_TOPICS:
             raise TopicError(1, f"The topic[{tc.name}] is conflict with system topic.")
-        if not (0 < tc.read_queue_nums <= self.max_queues and 0 < tc.write_queue_nums <= self.max_queues):
+        limit = self.max_queues
+        if not (0 < tc.read_queue_nums <= limit and 0 < tc.write_queue_nums <= limit):
             raise TopicError(1, f"queue nums of topic[{tc.name}] must be in 1..{self.max_queues}")
         if tc.perm & ~0xF or tc.filter_type not in FILTER_TYPES:
             raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type!r}")
@@ -204,6 +214,8 @@ class TopicManager:
         tc = self.table.get(topic)
         if tc is not None:
             return tc
+        if topic_name_problem(topic) or topic in SYSTEM_TOPICS:
+            return None
         if topic.startswith(RETRY_PREFIX):
             return self._create(TopicConfig(topic, 1, 1))
         if not self.auto_create or not default_topic:
@@ -212,11 +224,15 @@ class TopicManager:
         if template is None or not template.perm & PermName.INHERIT:
             return None
         queues = max(1, min(default_queue_nums, template.write_queue_nums))
-        return self._create(TopicConfig(topic, queues, queues, int(template.perm & ~PermName.INHERIT),
-                                        template.filter_type))
+        perm = int(template.perm) & ~int(PermName.INHERIT)
+        return self._create(TopicConfig(topic, queues, queues, perm, template.filter_type))
 
     def ensure_retry_topic(self, group: str) -> TopicConfig | None:
-        name = retry_topic(group)
+        return self.ensure_group_topic(RETRY_PREFIX + group)
+
+    def ensure_group_topic(self, name: str) -> TopicConfig | None:
+        """%RETRY%<group> or %DLQ%<group>: 1 queue, perm RW (Java's DLQ is write-only; TideMQ
+        lets operators read dead letters with any consumer)."""
         tc = self.table.get(name)
         if tc is None and not topic_name_problem(name):
             tc = self._create(TopicConfig(name, 1, 1))

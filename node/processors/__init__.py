@@ -1,6 +1,6 @@
 """Request processors, one module per concern, and the table that wires them to codes.
 
-Implemented: 10/310/320 send, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
+Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 41/42 queue locks,
 105 route. Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
@@ -16,6 +16,7 @@ from node.processors.pull import PullProcessor
 from node.processors.query import QueryProcessor
 from node.processors.route import RouteProcessor
 from node.processors.send import SendProcessor
+from node.processors.send_back import SendBackProcessor
 
 
 def register_all(server, broker) -> ClientManageProcessor:
@@ -27,7 +28,7 @@ def register_all(server, broker) -> ClientManageProcessor:
     query = QueryProcessor(broker)
     table = {
         R.SEND_MESSAGE: send, R.SEND_MESSAGE_V2: send, R.SEND_BATCH_MESSAGE: send,
-        R.PULL_MESSAGE: pull,
+        R.PULL_MESSAGE: pull, R.CONSUMER_SEND_MSG_BACK: SendBackProcessor(broker, send),
         R.QUERY_MESSAGE: query.query_message, R.VIEW_MESSAGE_BY_ID: query.view_message,
         R.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
         R.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,

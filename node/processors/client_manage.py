@@ -16,8 +16,10 @@ from client.protocol.route_json import decode_heartbeat
 
 from node.clients import TooManyGroups
 from node.processors.common import error, ok
+from node.topics import group_name_ok
 
 log = logging.getLogger("tidemq.clients")
+CLIENT_ID_MAX_CHARS = 1024  # bounds what one registration costs; real ids are ~40 chars
 
 
 class ClientManageProcessor:
@@ -29,6 +31,11 @@ class ClientManageProcessor:
 
     def heartbeat(self, conn, cmd):
         hb = decode_heartbeat(cmd.body)
+        names = [c.group_name for c in hb.consumers] + hb.producer_groups
+        if len(hb.client_id) > CLIENT_ID_MAX_CHARS or not all(group_name_ok(g) for g in names):
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         "bad heartbeat: group names are 1-255 characters of letters, digits, "
+                         f"'%', '|', '_' and '-', client ids at most {CLIENT_ID_MAX_CHARS}")
         conn.serialize_type = cmd.serialize_type
         try:
             changed = self.clients.heartbeat(conn, hb, cmd.language, cmd.version, self.loop.time())

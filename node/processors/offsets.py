@@ -14,6 +14,7 @@ from client.protocol.codes import ResponseCode
 
 from node.offsets import OffsetTableFull
 from node.processors.common import error, ok
+from node.topics import AUTO_CREATE_TOPIC, group_name_ok, topic_name_problem
 
 
 class OffsetProcessor:
@@ -35,9 +36,13 @@ class OffsetProcessor:
         return ok(cmd, {"offset": str(offset)})
 
     def update_consumer_offset(self, conn, cmd):
+        group, topic = cmd.require_str("consumerGroup"), cmd.require_str("topic")
+        queue_id, offset = cmd.require_int("queueId"), cmd.require_int("commitOffset")
+        if not group_name_ok(group) or topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"bad consumer group {group[:300]!r} or topic {topic[:300]!r}")
         try:
-            self.offsets.commit(cmd.require_str("consumerGroup"), cmd.require_str("topic"),
-                                cmd.require_int("queueId"), cmd.require_int("commitOffset"))
+            self.offsets.commit(group, topic, queue_id, offset)
         except OffsetTableFull as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return ok(cmd)

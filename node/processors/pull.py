@@ -31,7 +31,7 @@ from node.processors.common import error, subscription_codes, tag_codes, topic_n
 from node.records import join_records
 from node.server import DEFERRED
 from node.store.reader import GetStatus
-from node.topics import RETRY_PREFIX
+from node.topics import RETRY_PREFIX, group_name_ok
 
 _S = GetStatus
 _CODES = {_S.FOUND: 0, _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
@@ -93,7 +93,7 @@ class PullProcessor:
         codes = self._filter(cmd, group, topic, sys_flag)
         if sys_flag & _COMMIT:
             commit = cmd.ext_int("commitOffset", -1)
-            if commit >= 0:
+            if commit >= 0 and group_name_ok(group):
                 try:
                     self.offsets.commit(group, topic, queue_id, commit)
                 except OffsetTableFull:

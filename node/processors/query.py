@@ -22,6 +22,7 @@ from node.store.reader import store_timestamp_of
 
 _I64 = struct.Struct(">q")
 _UNIQUE_MAX = 32
+REPLY_BYTES_MAX = 4 * 1024 * 1024  # bounds one reply; at least one record is always served
 
 
 class QueryProcessor:
@@ -39,7 +40,7 @@ class QueryProcessor:
         if cmd.ext_bool("_UNIQUE_KEY_QUERY"):
             max_num = _UNIQUE_MAX
         max_num = max(1, min(max_num, self.max_msgs))
-        records = self.store.query_by_key(topic, key, max_num, begin, end)
+        records = _cap(self.store.query_by_key(topic, key, max_num, begin, end))
         if not records:
             return error(cmd, ResponseCode.QUERY_NOT_FOUND,
                          "can not find message, maybe time range not correct")
@@ -54,3 +55,12 @@ class QueryProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"can not find message by the offset, {offset}")
         return ok(cmd, body=join_records([data], self.broker.store_host))
+
+
+def _cap(records: list) -> list:
+    total = 0
+    for i, r in enumerate(records):
+        total += len(r)
+        if total > REPLY_BYTES_MAX and i:
+            return records[:i]
+    return records

@@ -130,6 +130,7 @@ class IndexFile:
     def flush(self) -> None:
         self.write_header()
         self.mf.wrote = self.size
+        self.mf.flushed = 0  # entries are written in place, not through `wrote`: always sync
         self.mf.flush(0)
 
     def close(self) -> None:

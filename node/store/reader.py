@@ -68,7 +68,8 @@ class StoreReader:
         read = self.commit_log.read
         out, total, pos, last_phys = [], 0, offset, 0
         status = GetStatus.NO_MATCHED_MESSAGE
-        while pos < hi and len(out) < max_count and total < max_bytes:
+        full = False  # the next unit does not fit this reply (count or bytes)
+        while not full and pos < hi and len(out) < max_count and total < max_bytes:
             try:
                 units = cq.units(pos, min(max_count - len(out), hi - pos) + 16)
             except (ValueError, TypeError):  # a file was deleted under us by retention
@@ -78,6 +79,7 @@ class StoreReader:
                 break
             for phys, size, code in units:
                 if len(out) >= max_count or (out and total + size > max_bytes):
+                    full = True
                     break
                 pos += 1
                 if size == PRE_BLANK_SIZE or phys < log_min:

@@ -106,6 +106,9 @@ def recover(store, crashed: bool) -> RecoveryReport:
     verify, require = cfg.verify_crc_on_recover, cfg.whole_record_crc
     start = _scan_start(clog, min(cq_from, index_from, flushed_from), verify, require)
     end, requests = scan(clog, start, verify, min(cq_from, index_from), require)
+    # The checkpoint may claim more than the log kept: under ASYNC_FLUSH the consume queues and
+    # index are flushed ahead of the log, and a power cut keeps them but not the log's tail.
+    cq_from, index_from = min(cq_from, end), min(index_from, end)
     report.scanned_bytes = end - start
     clog.truncate(end, scan_stale=crashed or not cp.valid)
     for mf in clog.queue.files:

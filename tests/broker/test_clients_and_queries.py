@@ -66,6 +66,8 @@ def test_membership_list_and_notifications(shared_broker):
             assert json.loads(r.body)["consumerIdList"] == ["10.0.0.9@inst"]
             r = await b.request(R.HEART_BEAT, {}, b"{not json")
             assert r.code == 1
+            r = await b.request(R.HEART_BEAT, {}, _cpp_heartbeat("x", "bad group name"))
+            assert r.code == 1 and "group names" in r.remark
         finally:
             await a.close()
             await b.close()
@@ -134,4 +136,27 @@ def test_runtime_info(shared_broker):
                         "commitLogMaxOffset", "commitLogMinOffset"):
                 assert key in table
             assert int(table["msgPutTotalTodayNow"]) >= 1 and int(table["commitLogMaxOffset"]) > 0
+    run(go())
+
+
+def test_silent_clients_expire_and_idle_connections_close(broker_factory):
+    b = broker_factory("client_expiry_ms=600", "idle_timeout_ms=900").start()
+
+    async def go():
+        watcher = await RawClient.connect(b.addr)
+        silent = await RawClient.connect(b.addr)
+        assert (await silent.request(R.HEART_BEAT, {}, _cpp_heartbeat("silent", "ExpG"))).code == 0
+        assert (await watcher.request(R.HEART_BEAT, {}, _cpp_heartbeat("watcher", "ExpG"))).code == 0
+        # the watcher keeps heartbeating; the silent one stops and is dropped and closed
+        for _ in range(12):
+            await asyncio.sleep(0.2)
+            assert (await watcher.request(R.HEART_BEAT, {}, _cpp_heartbeat("watcher", "ExpG"))).code == 0
+            if silent.closed.is_set():
+                break
+        assert silent.closed.is_set()
+        r = await watcher.request(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "ExpG"})
+        assert json.loads(r.body)["consumerIdList"] == ["watcher"]
+        idle = await RawClient.connect(b.addr)
+        await asyncio.wait_for(idle.closed.wait(), 5)  # never sent anything: closed when idle
+        await watcher.close()
     run(go())

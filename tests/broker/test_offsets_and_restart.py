@@ -89,3 +89,16 @@ def test_query_offset_not_found_when_queue_head_is_gone():
     proc = OffsetProcessor(SimpleNamespace(store=store, offsets=offsets))
     r = proc.query_consumer_offset(None, RemotingCommand(14, ext=_q("T", 0)))
     assert r.code == 22
+
+
+def test_offset_commit_rejects_bad_names(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            for group, topic in (("g" * 256, "T"), ("bad group", "T"), ("G", "bad topic"), ("", "T")):
+                r = await c.request(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                               "queueId": 0, "commitOffset": 1})
+                assert r.code == 1, (group[:10], topic)
+                q = await c.request(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic,
+                                                              "queueId": 0})
+                assert q.ext.get("offset") == "0"  # nothing was stored
+    run(go())

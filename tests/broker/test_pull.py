@@ -151,3 +151,22 @@ def test_commit_offset_piggyback(shared_broker):
                                                           "topic": "CommitT", "queueId": 0})
             assert q.ext["offset"] == "2"
     run(go())
+
+
+def test_held_pull_wakes_under_sync_flush(broker_factory):
+    """Under SYNC_FLUSH the arrival comes from the store's flusher thread (bridged to the loop)."""
+    b = broker_factory("store.flush_mode=SYNC_FLUSH").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c, await RawClient.connect(b.addr) as p:
+            await _send(p, "SyncHold", 0, b"first")
+            for i in range(20):
+                held = c.start(R.PULL_MESSAGE, pull_ext("SyncHold", 0, i + 1, sys_flag=SUSPEND,
+                                                        suspend_ms=10000))
+                await asyncio.sleep(0.01)
+                t = time.monotonic()
+                await _send(p, "SyncHold", 0, b"m%d" % i)
+                r = await asyncio.wait_for(held, 5)
+                assert r.code == 0 and decode_records(r.body)[0].body == b"m%d" % i
+                assert time.monotonic() - t < 2.0
+    run(go())

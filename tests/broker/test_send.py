@@ -50,9 +50,12 @@ def test_v2_binary_header_oneway_and_queue_pick(shared_broker):
             assert r.code == 0 and r.serialize_type == SerializeType.ROCKETMQ
             assert r.ext["queueId"] == "1"
             await c.oneway(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", 1), b"oneway")
-            # a oneway gets no reply: the next request's reply is the next frame we see
+            # a oneway gets no reply: the next request's reply is the next frame we see, and
+            # sends on one connection are stored in order
+            r = await c.request(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", 1), b"after")
+            assert r.ext["queueOffset"] == "2"
             r = await c.request(R.GET_MAX_OFFSET, {"topic": "SendV2", "queueId": "1"})
-            assert r.ext["offset"] == "2"
+            assert r.ext["offset"] == "3"
             picked = set()
             for _ in range(8):
                 r = await c.request(R.SEND_MESSAGE_V2, send_ext_v2("SendV2", -1), b"any")
@@ -61,7 +64,7 @@ def test_v2_binary_header_oneway_and_queue_pick(shared_broker):
             assert len(picked) > 1 and all(0 <= q < 4 for q in picked)
         async with await RawClient.connect(shared_broker.addr) as c:
             bodies = [m.body for m in await _pull_all(c, "SendV2", 1)]
-            assert bodies[:2] == [b"v2", b"oneway"]
+            assert bodies[:3] == [b"v2", b"oneway", b"after"]
     run(go())
 
 
@@ -148,4 +151,28 @@ def test_sync_flush_replies_after_fsync_with_many_in_flight(broker_factory):
             import json
             table = json.loads(info.body)["table"]
             assert int(table["commitLogFlushedOffset"]) == int(table["commitLogMaxOffset"])
+    run(go())
+
+
+def test_send_back_to_retry_then_dlq(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            r = await c.request(R.SEND_MESSAGE, send_ext("BackT", 0, properties(tags="t", uniq="UB1")),
+                                b"failing")
+            _, _, phys = rec.decode_offset_msg_id(r.ext["msgId"])
+            back = {"group": "BackG", "offset": str(phys), "delayLevel": 0,
+                    "maxReconsumeTimes": "1"}
+            r = await c.request(R.CONSUMER_SEND_MSG_BACK, back)
+            assert r.code == 0, r.remark
+            [m] = await _pull_all(c, "%RETRY%BackG", 0)
+            assert (m.body, m.reconsume_times, m.uniq_key) == (b"failing", 1, "UB1")
+            assert m.properties["RETRY_TOPIC"] == "BackT"
+            assert m.properties["ORIGIN_MESSAGE_ID"] == rec.offset_msg_id(m.store_host, phys)
+            # the retry copy fails again: reconsumeTimes 1 >= max 1 -> dead letter
+            r = await c.request(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(m.physical_offset)})
+            assert r.code == 0
+            [d] = await _pull_all(c, "%DLQ%BackG", 0)
+            assert (d.body, d.reconsume_times, d.properties["RETRY_TOPIC"]) == (b"failing", 2, "BackT")
+            r = await c.request(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(phys + 3)})
+            assert r.code == 1 and r.remark == f"look message by offset failed, {phys + 3}"
     run(go())

@@ -52,7 +52,8 @@ def test_errors_exit_1_with_a_message(broker, capsys):
 
 
 def test_broker_subcommand_delegates_to_node():
-    proc = subprocess.run([sys.executable, "-m", "client.cli", "broker", "--describe-config"],
-                          capture_output=True, text=True, timeout=60, cwd=REPO)
-    assert proc.returncode == 0, proc.stderr
-    assert "listen_port" in proc.stdout
+    for pre in ([], ["-v"]):
+        proc = subprocess.run([sys.executable, "-m", "client.cli", *pre, "broker", "--describe-config"],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        assert "listen_port" in proc.stdout

@@ -1,6 +1,10 @@
 """Push and pull consumers against a real broker process."""
 import asyncio
 import collections
+import os
+import signal
+import subprocess
+import sys
 import time
 
 from client.admin import Admin
@@ -253,3 +257,66 @@ def test_long_poll_wakes_on_arrival_and_idle_pull_returns_at_timeout(broker):
                 assert res.status is PullStatus.FOUND and res.messages[0].body == b"wake-%d" % i
             assert max(wakes) < 0.5, wakes
     run(main())
+
+
+def test_new_group_on_untruncated_topic_starts_at_zero_whatever_consume_from(broker):
+    """The broker answers QUERY_CONSUMER_OFFSET with 0 for a new group while offset 0 still
+    exists (Java's "hot" rule, spec remoting.md 4.5); the SDK honours a stored offset before
+    consume_from, as Java does. consume_from itself: tests/client/test_consumer_start.py."""
+    topic = "FromWhereT"
+    got = []
+
+    async def main():
+        await create(broker.addr, topic, 1)
+        await produce(broker.addr, topic, [b"old-%d" % i for i in range(10)])
+        c = PushConsumer("last-group", {topic: "*"}, lambda msgs: got.extend(m.body for m in msgs),
+                         consume_from="LAST", namesrv_or_broker=broker.addr)
+        await c.start()
+        await produce(broker.addr, topic, [b"later"])
+        await wait_until(lambda: b"later" in got, 10, what="the later message")
+        await c.shutdown()
+        assert got == [b"old-%d" % i for i in range(10)] + [b"later"]
+    run(main())
+
+
+MEMBER_SCRIPT = """
+import asyncio, sys
+from client.consumer import PushConsumer
+async def main():
+    c = PushConsumer(sys.argv[1], {sys.argv[2]: "*"}, lambda msgs: None, namesrv_or_broker=sys.argv[3])
+    await c.start()
+    print("READY", len(c.assigned_queues), flush=True)
+    await asyncio.sleep(120)
+asyncio.run(main())
+"""
+
+
+def test_crashed_member_queues_are_taken_over(broker):
+    topic, group = "CrashT", "crash-group"
+    got = []
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    async def main():
+        await create(broker.addr, topic, 8)
+        a = PushConsumer(group, {topic: "*"}, lambda msgs: got.extend(m.body for m in msgs),
+                         namesrv_or_broker=broker.addr, **FAST)
+        await a.start()
+        member = subprocess.Popen([sys.executable, "-c", MEMBER_SCRIPT, group, topic, broker.addr],
+                                  stdout=subprocess.PIPE, text=True, cwd=repo)
+        try:
+            line = await asyncio.get_running_loop().run_in_executor(None, member.stdout.readline)
+            assert line.split() == ["READY", "4"]
+            await wait_until(lambda: len(a.assigned_queues) == 4, 10, what="A down to 4 queues")
+            member.send_signal(signal.SIGKILL)  # no unregister: the broker sees the socket close
+            member.wait(10)
+            await wait_until(lambda: len(a.assigned_queues) == 8, 10, what="A takes all 8 back")
+        finally:
+            member.kill()
+            member.wait()
+            member.stdout.close()
+        bodies = [b"c-%d" % i for i in range(100)]
+        await produce(broker.addr, topic, bodies)
+        await wait_until(lambda: len(got) >= 100, 10, what="all consumed by A")
+        await a.shutdown()
+        assert sorted(got) == sorted(bodies)
+    run(main(), 60)

@@ -107,3 +107,14 @@ def test_corrupt_record_raises_protocol_violation_on_touch():
     with pytest.raises(errors.ProtocolViolation):
         _ = msg.body
     assert isinstance(msg, MessageExt)
+
+
+def test_bare_message_fast_path_matches_general_properties():
+    from client.producer import _properties_text
+    bare = Message("T", b"x")
+    props = bare.wire_properties()
+    props["UNIQ_KEY"] = "ABC"
+    assert _properties_text(bare, "ABC") == encode_properties_str(props)
+    tagged = Message("T", b"x", tags="t", keys="k")
+    assert decode_properties(_properties_text(tagged, "ABC")) == {
+        "TAGS": "t", "KEYS": "k", "WAIT": "true", "UNIQ_KEY": "ABC"}

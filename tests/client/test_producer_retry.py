@@ -149,3 +149,16 @@ def test_v2_header_and_batch_codes(fmt):
     run(with_producer(script, fn, use_v2_header=True, header_format=fmt))
     assert [c.code for c in script.sends] == [310, 320]
     assert script.sends[1].ext["m"] == "true" and script.sends[0].ext["b"] == "T"
+
+
+def test_bad_selector_fails_the_send_cleanly():
+    script = Script([])
+
+    async def fn(p):
+        await p.send(Message("T", b"x"))  # route cached: the selector runs on the fast path
+        try:
+            await p.send_ordered(Message("T", b"x"), 1, selector=lambda qs, m, k: "not a queue")
+        except errors.IllegalArgument:
+            return p._inflight
+        raise AssertionError("no error")
+    assert run(with_producer(script, fn)) == 0

@@ -35,3 +35,12 @@ def test_batch_body_round_trip():
     raw = encode_batch_body(entries)
     assert decode_batch_body(raw) == entries
     assert int.from_bytes(raw[:4], "big") == 20 + 3 + 2 + len("UNIQ_KEY\x01A\x02")
+
+
+@pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_values_outside_the_precomputed_range(st):
+    tmpl = SendHeaderTemplate("pg", "T", serialize_type=st)
+    frame = tmpl.frame_head(1, -1, 0, 5, 123456, tmpl.encode_props(""), 0, reconsume_times=2000)
+    ext = decode_frame(frame).ext
+    assert (ext["queueId"], ext["flag"], ext["reconsumeTimes"], ext["bornTimestamp"]) == (
+        "-1", "123456", "2000", "5")

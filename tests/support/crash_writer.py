@@ -1,5 +1,5 @@
 """The crash workload: deterministic messages, the writer process the SIGKILL test kills, and
-the oracle that checks a reopened store.
+the oracle that checks a reopened store (used by test_crash_sigkill.py and test_powercut.py).
 
 Every message is a pure function of its sequence number `seq` (topic, queue, body, TAGS, KEYS,
 UNIQ_KEY), so whatever a reopened store serves can be checked byte for byte without keeping
@@ -16,6 +16,10 @@ single os.write, so a line is whole or absent:
 
 The ack file is not fsynced: the parent reads it after the kill, and the kernel keeps a killed
 process's writes.
+
+Oracle: survey_store() reads every consume queue of a reopened store through get_messages and
+walks its commit log; every served record must be intact and be its workload message, queues
+must be dense and match the log, required messages must be there, keys must find them.
 """
 from __future__ import annotations
 
@@ -41,12 +45,11 @@ FILE_BYTES = 64 * 1024          # small commit-log files: many roll-overs per ru
 
 def store_config(root: str, flush_mode: str = SYNC_FLUSH, **overrides) -> StoreConfig:
     """Small files everywhere, so roll-over happens in the commit log, consume queues and index."""
-    fields = dict(root_dir=root, commitlog_file_bytes=FILE_BYTES, flush_mode=flush_mode,
-                  consume_queue_file_units=64, index_slots=512, index_entries=1024,
-                  max_message_bytes=24 * 1024, derived_flush_interval_ms=50,
-                  sync_flush_timeout_ms=2_000)
-    fields.update(overrides)
-    return StoreConfig(**fields)
+    fields = {"root_dir": root, "commitlog_file_bytes": FILE_BYTES, "flush_mode": flush_mode,
+              "consume_queue_file_units": 64, "index_slots": 512, "index_entries": 1024,
+              "max_message_bytes": 24 * 1024, "derived_flush_interval_ms": 50,
+              "sync_flush_timeout_ms": 2_000}
+    return StoreConfig(**(fields | overrides))
 
 
 # -- the workload: everything about a message follows from its seq ------------------------
@@ -60,7 +63,8 @@ def queue_of(seq: int) -> int:
 
 def body_of(seq: int) -> bytes:
     r = random.Random(seq)
-    size = r.randint(BODY_BYTES_MAX // 2, BODY_BYTES_MAX) if r.random() < 0.08 else r.randint(0, 3000)
+    big = r.random() < 0.08
+    size = r.randint(BODY_BYTES_MAX // 2, BODY_BYTES_MAX) if big else r.randint(0, 3000)
     block = hashlib.sha256(b"tidemq-crash-%d" % seq).digest()
     return (block * (size // len(block) + 1))[:size]
 
@@ -81,6 +85,12 @@ def message_of(seq: int) -> StoreMessage:
 def seq_of_uniq_key(key: str | None) -> int:
     assert key and key.startswith("SEQ") and key[3:].isdigit(), f"not a workload key: {key!r}"
     return int(key[3:])
+
+
+def follows(end: int, phys: int) -> bool:
+    """A record at `phys` continues a log that ended at `end`: right there, or at the next file
+    start when it did not fit the rest of the file (the BLANK filler took it)."""
+    return phys == end or (phys % FILE_BYTES == 0 and end < phys < end + FILE_BYTES)
 
 
 # -- what the writer reports ---------------------------------------------------------------

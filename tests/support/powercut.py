@@ -23,7 +23,7 @@ Model (node/store/fileio.py describes the interface it fakes):
    operations in the real layer). Creating a mapping creates the file on the platter at its
    full size, zero-filled, at once: the model treats file creation and size as durable and only
    contents as volatile. (A real disk may also lose a file whose directory was never fsynced;
-   this fake does not model that.)
+   this fake does not model that.) A sync copies the whole file: meant for small test files.
 5. After the cut every operation that would reach the platter raises PowerCut; mappings keep
    working in memory, so the store's threads run on until the test stops them.
 """
@@ -47,7 +47,7 @@ class PowerCut(OSError):
 class _CachedFile:
     """The page cache of one path, and a copy of what its platter holds."""
 
-    __slots__ = ("path", "buf", "platter")
+    __slots__ = ("buf", "path", "platter")
 
     def __init__(self, path: str, size: int):
         self.path = path
@@ -64,7 +64,7 @@ class _CachedFile:
 class PowerCutMapping:
     """A fixed-size file "mapped" into the fake page cache."""
 
-    def __init__(self, fs: "PowerCutFileSystem", cached: _CachedFile):
+    def __init__(self, fs: PowerCutFileSystem, cached: _CachedFile):
         self._fs = fs
         self._cached = cached
         self.path = cached.path
@@ -152,8 +152,8 @@ class PowerCutFileSystem:
             else:
                 self.dropped_pages += 1
 
-    # -- helpers (callers hold the lock) -------------------------------------------------
-    def _check_power(self, what: str) -> None:
+    # -- helpers -------------------------------------------------------------------------
+    def _check_power(self, what: str) -> None:  # the caller holds the lock
         if self.is_cut:
             raise PowerCut(what)
 
