@@ -219,7 +219,7 @@ def main():
     args = ap.parse_args()
     args.seconds = args.seconds or (3.0 if args.quick else 10.0)
     args.sync_count = 2000 if args.quick else 10000
-    args.wake_rounds = 50 if args.quick else 300
+    args.wake_rounds = 200 if args.quick else 1000
     args.consume_max = 300_000 if args.quick else 1_000_000
     result = {"header": args.header, "body_bytes": len(BODY), "in_flight": IN_FLIGHT,
               "batch": BATCH, "cpus": os.cpu_count()}

@@ -11,8 +11,9 @@ Rules:
    reason, then Drop.
 2. decide_start(): an empty slave gets the master's whole retained log, from its min offset
    (not only the last file: RocketMQ issue #3661); otherwise streaming starts at the
-   consistent point of the two histories; a point the master no longer holds resets the
-   slave's log to the master's min offset; no common epoch is refused.
+   consistent point of the two histories (with no common epoch: the earlier first start,
+   when neither log holds bytes from before its first epoch; otherwise refused); a point the
+   master or the slave no longer holds resets the slave's log to max(point, master min).
 3. A TRANSFER batch never crosses an epoch boundary nor a file end (read_raw), holds at most
    transfer_batch_bytes, and is sent only while fewer than max_inflight_bytes are unacked.
 4. Catch-up batches (slave more than bootstrap_lag_bytes behind) draw from a TokenBucket the
@@ -89,8 +90,16 @@ def decide_start(master: EpochHistory, master_min: int, master_max: int,
                           f"its store must be wiped to join")
     point = consistent_point(slave, slave_max, master, master_max)
     if point is None:
-        return 0, False, (f"no common epoch: slave history {list(slave.entries)[-4:]} vs "
-                          f"master history {list(master.entries)[-4:]}")
+        # No common epoch. If neither log holds bytes from before its first epoch, the logs
+        # agree on nothing past the earlier first start: every byte after it was written in
+        # an epoch the other side never saw (the slave's are unconfirmed: an elected master
+        # holds all confirmed bytes). Bytes from before any epoch (a broker that ran
+        # without HA) cannot be reconciled: refuse.
+        s0, m0 = slave.entries[0][1], master.entries[0][1]
+        if s0 > slave_min or m0 > master_min:
+            return 0, False, (f"no common epoch: slave history {list(slave.entries)[-4:]} vs "
+                              f"master history {list(master.entries)[-4:]}")
+        point = min(s0, m0)
     if point < master_min or point < slave_min:
         return max(point, master_min), True, None
     return point, False, None

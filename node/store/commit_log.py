@@ -46,6 +46,7 @@ class CommitLog:
         encode = rec.encode_into
         mf = self.queue.writable_file(self.start_offset)
         buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
+        self._prepare_rolls(msgs, extra, wrote, fsize, start)
         requests = []
         for m in msgs:
             size = m.size_no_crc + extra
@@ -69,6 +70,19 @@ class CommitLog:
                              m.keys, m.uniq_key, m.sys_flag))
         mf.wrote = wrote
         return requests, start + wrote
+
+    def _prepare_rolls(self, msgs, extra: int, wrote: int, fsize: int, start: int) -> None:
+        """Create every file this batch will roll into before writing a byte, so a failure to
+        create one (disk, I/O) leaves the log and the queue offsets untouched."""
+        rolls, pos = 0, wrote
+        for m in msgs:
+            size = m.size_no_crc + extra
+            if size + rec.BLANK_SIZE > fsize - pos:
+                rolls += 1
+                pos = 0
+            pos += size
+        for i in range(1, rolls + 1):
+            self.queue.ensure_prepared(start + i * fsize)
 
     def append_raw(self, offset: int, data) -> None:
         """Write replicated bytes at `offset`, which must be the log end."""

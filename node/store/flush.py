@@ -32,6 +32,7 @@ class FlushService:
         self.cfg = store.config
         self._cond = threading.Condition()
         self._waiters: list = []   # (end_offset, deadline, callback)
+        self._finished = False     # the flusher has done its final flush and exited
         self._gather_target = 1    # waiters that make the flusher start without gathering
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tidemq-flush", daemon=True)
@@ -60,9 +61,16 @@ class FlushService:
     def wait_for(self, end_offset: int, callback) -> None:
         deadline = time.monotonic() + self.cfg.sync_flush_timeout_ms / 1000
         with self._cond:
-            self._waiters.append((end_offset, deadline, callback))
-            if len(self._waiters) == 1 or len(self._waiters) >= self._gather_target:
-                self._cond.notify()
+            if self._finished:  # stopped: the final flush is done, answer from it now
+                late = True
+            else:
+                late = False
+                self._waiters.append((end_offset, deadline, callback))
+                if len(self._waiters) == 1 or len(self._waiters) >= self._gather_target:
+                    self._cond.notify()
+        if late:
+            ok = end_offset <= self.store.flushed_offset
+            callback(PutStatus.PUT_OK if ok else PutStatus.FLUSH_DISK_TIMEOUT)
 
     def wake(self) -> None:
         with self._cond:
@@ -104,7 +112,11 @@ class FlushService:
             self._complete()
         try:
             self.store.flush_log(0)
+        except Exception:
+            log.exception("final commit-log flush failed")
         finally:
+            with self._cond:
+                self._finished = True
             self._complete(final=True)
 
     def _complete(self, final: bool = False) -> None:

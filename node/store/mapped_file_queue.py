@@ -108,12 +108,23 @@ class MappedFileQueue:
     def make_file(self, start: int, warm: bool = True) -> MappedFile:
         """Create, map and warm a file; safe without the writer's lock (it is not yet part of
         the queue). add_prepared() hands it over."""
+        fresh_dir = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
                         self.file_bytes)
+        # A new file name (and a new directory's) must survive a crash too (POSIX fsync rule).
+        self.fs.fsync_dir(self.directory)
+        if fresh_dir:
+            self.fs.fsync_dir(os.path.dirname(self.directory))
+            self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
         if warm:
             mf.warm()
         return mf
+
+    def ensure_prepared(self, start: int) -> None:
+        """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""
+        if start not in self._prepared and not (self.files and self.files[-1].start_offset >= start):
+            self._prepared[start] = self.make_file(start, warm=self.file_bytes <= _WARM_INLINE_MAX)
 
     def add_prepared(self, mf: MappedFile) -> None:
         last = self.last()

@@ -129,7 +129,8 @@ class MessageStore(StoreReader):
         """Clean shutdown: flush everything, save the checkpoint, remove the abort file."""
         if self.checkpoint is None:
             return
-        self.writable = False
+        with self.put_lock:  # a put already past the writable check finishes first
+            self.writable = False
         self.maintenance.stop()
         self.flush_service.stop()
         self.flush_log(0)

@@ -1,6 +1,7 @@
 """Flush modes, group commit, FLUSH_DISK_TIMEOUT, the confirmed-offset bound, and the raw
 byte API replication uses."""
 import threading
+import time
 
 import pytest
 
@@ -141,3 +142,20 @@ def test_raw_append_makes_a_byte_identical_replica_and_truncate_is_durable(tmp_p
     assert new[0] == r300.physical_offset and new[2] == r300.queue_offset
     master.close()
     slave.close()
+
+
+def test_close_during_an_inflight_sync_put_never_hangs_it(tmp_path):
+    store = MessageStore(small_config(tmp_path, flush_mode="SYNC_FLUSH")).open()
+    real_append = store.commit_log.append
+
+    def slow_append(*args):
+        time.sleep(0.3)  # the put is past the writable check when close() starts
+        return real_append(*args)
+    store.commit_log.append = slow_append
+    box = []
+    t = threading.Thread(daemon=True, target=lambda: box.append(store.put_and_wait([message(1)])))
+    t.start()
+    time.sleep(0.05)
+    store.close()
+    t.join(5)
+    assert not t.is_alive() and box and box[0][1] == PutStatus.PUT_OK
