@@ -57,8 +57,9 @@ class StoreConfig:
     disk_warning_ratio: float = 0.90
     clean_interval_ms: int = 10_000
     delete_files_batch_max: int = 10
-    # The next commit-log file is created when the current one is this full.
-    preallocate_at_ratio: float = 0.5
+    # The next commit-log file is created (and warmed, paced) when the current one is this
+    # full: early enough that a 1 GiB warm-up finishes before the roll at high write rates.
+    preallocate_at_ratio: float = 0.25
     # Confirm source: "local" (flush bound for SYNC_FLUSH, write bound for ASYNC_FLUSH) or
     # "external" (an owner such as HA replication moves it with set_confirmed_offset).
     confirm_mode: str = "local"

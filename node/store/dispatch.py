@@ -39,6 +39,9 @@ class Dispatcher:
         return sum(len(r) for r in self.pending)
 
     def advance(self, bound: int) -> None:
+        """Apply pending requests that end at or below `bound`. A request leaves `pending`
+        only after it was applied, so a failure (I/O creating a consume-queue file) leaves it
+        for the next call; re-applying is safe (rule 2)."""
         with self.lock:
             pending = self.pending
             while pending:
@@ -50,12 +53,11 @@ class Dispatcher:
                     n += 1
                 if n == 0:
                     return
+                self.apply(head if n == len(head) else head[:n])
                 if n == len(head):
                     pending.popleft()
-                    self.apply(head)
                 else:
                     pending[0] = head[n:]
-                    self.apply(head[:n])
                     return
 
     def apply(self, requests) -> None:

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 
 
 _WARM_CHUNK = 1 << 20
+_WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
+_WARM_PAUSE_S = 0.002         # about 500 MB/s at most for big files
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -49,6 +52,8 @@ class OsMapping:
         here. MAP_POPULATE would hold the GIL for seconds per GiB."""
         for off in range(0, self.size, _WARM_CHUNK):
             os.pread(self._fd, _WARM_CHUNK, off)
+            if self.size > _WARM_UNPACED_MAX:
+                time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
 
     def sync(self) -> None:
         # fdatasync releases the GIL (mmap.flush would hold it for the whole msync) and on Linux
@@ -71,7 +76,9 @@ class OsFileSystem:
         tmp = path + ".tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]  # os.write may write less than asked
             os.fsync(fd)
         finally:
             os.close(fd)

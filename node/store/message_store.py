@@ -228,7 +228,10 @@ class MessageStore(StoreReader):
             self.dispatcher.enqueue(requests)
         if self._local_confirm and not self._sync_flush:
             self.confirmed = end
-            self.dispatcher.advance(end)
+            try:
+                self.dispatcher.advance(end)
+            except Exception:  # stored all the same: visibility catches up on a later advance
+                log.exception("dispatch after put failed; will retry")
         return AppendResult(requests, end, ts)
 
     def on_durable(self, end_offset: int, callback) -> None:
