@@ -51,6 +51,7 @@ class HAService:
         self.store = store
         self.epoch_file = EpochFile(root_dir or store.config.root_dir)
         self.history = self.epoch_file.load()
+        # The coordinator passes isr_factory(epoch) -> InSyncSet to own the in-sync set.
         self.isr_factory = isr_factory or (lambda epoch: LocalInSyncSet({config.node_id}))
         self.on_fenced_callback = on_fenced
         self.role = NONE
@@ -62,6 +63,7 @@ class HAService:
         self._seq = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._anchored = False
+        log.info("HA config: %s", config)
         before = self.history.entries
         self.history.truncate_from(store.max_offset + 1)        # rule 1
         if self.history.entries != before:
@@ -129,6 +131,13 @@ class HAService:
             self.epoch = max(self.epoch, client.epoch)
         self._fail_waiters()
 
+    def fence(self) -> None:
+        """Stop accepting writes now, keep streaming (ZooKeeper SUSPENDED, or the coordinator
+        saw a newer epoch). Pending waiters get False: stored, not confirmed."""
+        if self._server is not None:
+            self._server.group.fenced_by = max(self._server.group.fenced_by or 0, self.epoch)
+        self._on_fenced(self.epoch)
+
     # -- master path ---------------------------------------------------------------------
     def can_accept_write(self) -> bool:
         return self.role == MASTER and self._server.group.can_accept_write()
@@ -180,8 +189,8 @@ class HAService:
         if self.role == MASTER:
             self.role = FENCED
         self._fail_waiters()
-        if self.on_fenced_callback is not None:
-            self.on_fenced_callback(epoch)
+        if self.on_fenced_callback is not None and epoch > self.epoch:
+            self.on_fenced_callback(epoch)   # a newer epoch exists: tell the coordinator
 
     def _fail_waiters(self) -> None:
         w, self._waiters = self._waiters, []

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import time
+from typing import Protocol
 
 from . import protocol as p
 from .actions import AppendRaw, Drop, Fenced, Flush, ResetLog, SaveEpochs, SendFrame, SetConfirmed, Truncate
@@ -35,6 +36,35 @@ from .slave_session import SlaveSession
 
 log = logging.getLogger("tidemq.ha")
 READ_BYTES = 256 * 1024
+
+
+class ReplicaStore(Protocol):
+    """What HA needs from a store (node/store/message_store.py MessageStore fits).
+    Optional: reset_log(offset) (ResetLog), raw_parsed_offset (end of the last complete
+    record appended through append_raw; HAService.become_master cuts a partial one)."""
+
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    confirmed_offset: int
+
+    def read_raw(self, offset: int, max_bytes: int) -> bytes: ...
+    def append_raw(self, offset: int, data) -> None: ...
+    def truncate(self, offset: int) -> None: ...
+    def set_confirmed_offset(self, offset: int) -> None: ...
+    def flush_log(self, least_pages: int = 0): ...
+
+
+async def _blocking(fn, *args):
+    """Run a store step in a worker thread. If the caller is cancelled meanwhile (a role
+    change), wait for the step to finish first: the next role must not race a half-done
+    truncate or epoch-file write."""
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait([fut])
+        raise
 
 
 def now_ms() -> int:
@@ -269,17 +299,17 @@ class SlaveClient:
                 elif isinstance(a, SetConfirmed):
                     store.set_confirmed_offset(a.offset)
                 elif isinstance(a, Truncate):
-                    await asyncio.to_thread(store.truncate, a.offset)
+                    await _blocking(store.truncate, a.offset)
                     self.anchored = True
                 elif isinstance(a, ResetLog):
                     reset = getattr(store, "reset_log", None)
                     if reset is None:
                         raise RuntimeError("the store cannot restart its log at an offset "
                                            "(reset_log); wipe the slave's store to bootstrap")
-                    await asyncio.to_thread(reset, a.offset)
+                    await _blocking(reset, a.offset)
                     self.anchored = True
                 elif isinstance(a, SaveEpochs):
-                    await asyncio.to_thread(self.epoch_file.save, EpochHistory(a.entries))
+                    await _blocking(self.epoch_file.save, EpochHistory(a.entries))
                 elif isinstance(a, Drop):
                     self.last_error = a.reason
                     log.info("HA slave drops the link to %s:%d: %s", self.host, self.port,
@@ -289,7 +319,7 @@ class SlaveClient:
                 else:
                     raise AssertionError(f"unexpected slave action {a!r}")
             if flush:
-                await asyncio.to_thread(store.flush_log, 0)
+                await _blocking(store.flush_log, 0)
             if ack is not None:
                 _write(writer, ack)
             return True
