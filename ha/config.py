@@ -92,5 +92,5 @@ class HAConfig:
         if p:
             raise HAConfigError(p)
 
-    def replace(self, **changes) -> "HAConfig":
+    def replace(self, **changes) -> HAConfig:
         return dataclasses.replace(self, **changes)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import Iterable
+from collections.abc import Iterable
 
 FILE_NAME = "epochs"
 # A history grows by one entry per election; 65535 fits the handshake's u16 count and is far
@@ -131,11 +131,11 @@ class EpochHistory:
     def clear(self) -> None:
         self._entries.clear()
 
-    def assign(self, other: "EpochHistory") -> None:
+    def assign(self, other: EpochHistory) -> None:
         """Take other's entries (reload the durable copy after a failed step)."""
         self._entries = list(other._entries)
 
-    def copy(self) -> "EpochHistory":
+    def copy(self) -> EpochHistory:
         h = EpochHistory()
         h._entries = list(self._entries)
         return h

@@ -6,7 +6,8 @@ own it; LocalInSyncSet commits at once for a single process or tests.
 Rules:
 1. A slave LEAVES when (a) its acked offset is more than max_gap_bytes behind the master's max
    offset, or (b) it has not been caught up for max_lag_ms (silent, disconnected or slow),
-   or (c) its acked offset fell below the confirmed offset (it lost data it had acked).
+   or (c) under SYNC_MASTER, its acked offset fell below the confirmed offset (it lost data
+   it had acknowledged).
 2. A connected slave JOINS when it is caught up (its acked offset covers all the master held
    less than heartbeat_interval_ms ago: MasterSession.caught_up_ms; and >= the start of the
    master's current epoch; and rule 1 (a, b) does not hold) and its acked offset is >= the
@@ -18,8 +19,8 @@ Rules:
    offset until the slave reaches it, and is proposed then. It is never proposed while
    below: an elected member must hold every confirmed byte.
 3. SYNC_MASTER: confirmed = min(master's own bound, acked offset of every slave in the
-   EFFECTIVE set) where effective = committed members | pending additions | joining. A pending removal
-   stays a committed member until the coordinator says it is gone, so while a change is in
+   EFFECTIVE set), effective = committed members | pending additions | joining. A pending
+   removal stays a committed member until the coordinator says it is gone, so while a change is in
    flight the union of the old and new sets is used: nothing is acknowledged on a smaller set
    before the smaller set is durable. A member not heard from yet counts as acked 0.
    ASYNC_MASTER: confirmed = the master's own bound.
@@ -174,8 +175,7 @@ class InSyncTracker:
                 if node != self.master_id:
                     p = self.progress.get(node)
                     c = min(c, p.acked if p is not None and p.acked_known else 0)
-        if c > self._confirmed:
-            self._confirmed = c
+        self._confirmed = max(self._confirmed, c)
         return self._confirmed
 
     @property

@@ -13,6 +13,10 @@ Metrics are plain attributes/properties: role, epoch, confirmed_offset, in_sync_
 slave_stats (node -> acked_offset, lag_bytes, lag_seconds, connected, in_sync) on a master;
 acked_offset, lag_bytes on a slave.
 
+A store in SYNC_FLUSH mode (store.config.flush_mode) switches the config to
+slave_flush_before_ack=True and local_bound="flushed": acks and the master's own share of the
+confirmed offset then follow fsync; the broker calls notify_appended() after on_durable().
+
 Rules:
 1. The epoch history on disk never names bytes the log does not hold: at start entries past
    the log end are dropped (a crash can lose unflushed bytes after the entry was written).
@@ -47,6 +51,9 @@ class HAError(Exception):
 class HAService:
     def __init__(self, config: HAConfig, store, root_dir: str | None = None,
                  isr_factory=None, on_fenced=None):
+        if getattr(getattr(store, "config", None), "flush_mode", None) == "SYNC_FLUSH":
+            # A SYNC_FLUSH node promises durability: its acks and its own bound follow fsync.
+            config = config.replace(slave_flush_before_ack=True, local_bound="flushed")
         self.config = config
         self.store = store
         self.epoch_file = EpochFile(root_dir or store.config.root_dir)
@@ -88,6 +95,7 @@ class HAService:
                          store.max_offset)
                 await asyncio.to_thread(store.truncate, end)
         self._anchored = False
+        self.history.truncate_from(store.max_offset + 1)           # rule 1
         start = store.max_offset if len(self.history) else store.min_offset
         self.history.append(epoch, start)
         await asyncio.to_thread(self.epoch_file.save, self.history)
@@ -168,7 +176,7 @@ class HAService:
         heapq.heappush(self._waiters, (end_offset, next(self._seq), fut))
         try:
             return await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._drop_waiter(fut)
             return False
 
@@ -197,6 +205,12 @@ class HAService:
         for _, _, fut in w:
             if not fut.done():
                 fut.set_result(False)
+
+    @property
+    def last_epoch(self) -> int:
+        """The newest epoch this node knows. With roles from static config, lead
+        last_epoch + 1 and follow with last_epoch (slaves learn epochs only from masters)."""
+        return max(self.epoch, self.history.last_epoch)
 
     # -- metrics -------------------------------------------------------------------------
     @property

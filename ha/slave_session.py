@@ -23,7 +23,16 @@ Rules:
 from __future__ import annotations
 
 from . import protocol as p
-from .actions import AppendRaw, Drop, Flush, ResetLog, SaveEpochs, SendFrame, SetConfirmed, Truncate
+from .actions import (
+    AppendRaw,
+    Drop,
+    Flush,
+    ResetLog,
+    SaveEpochs,
+    SendFrame,
+    SetConfirmed,
+    Truncate,
+)
 from .config import HAConfig
 from .epochs import EpochError, EpochHistory
 from .master_session import decide_start
@@ -39,6 +48,9 @@ class SlaveSession:
         self.config = config
         self.epoch = epoch
         self.history = history           # shared with the owner; changed only here
+        # An entry past the log end covers no byte (a crash after it was saved): drop it in
+        # memory; the handshake's SaveEpochs makes that durable.
+        history.truncate_from(log_max + 1)
         self.nonce = client_nonce
         self.state = AWAIT_HELLO
         self.log_min, self.max_offset = log_min, log_max

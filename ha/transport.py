@@ -28,7 +28,17 @@ import time
 from typing import Protocol
 
 from . import protocol as p
-from .actions import AppendRaw, Drop, Fenced, Flush, ResetLog, SaveEpochs, SendFrame, SetConfirmed, Truncate
+from .actions import (
+    AppendRaw,
+    Drop,
+    Fenced,
+    Flush,
+    ResetLog,
+    SaveEpochs,
+    SendFrame,
+    SetConfirmed,
+    Truncate,
+)
 from .config import HAConfig
 from .epochs import EpochFile, EpochHistory
 from .master_group import MasterGroup
@@ -79,7 +89,7 @@ def _write(writer: asyncio.StreamWriter, frame) -> None:
 
 
 class _Conn:
-    __slots__ = ("writer", "peer")
+    __slots__ = ("peer", "writer")
 
     def __init__(self, writer):
         self.writer = writer
@@ -161,7 +171,7 @@ class MasterServer:
                 log.warning("HA master fenced: a peer knows epoch %d", a.epoch)
                 self.on_fenced(a.epoch)
             else:
-                raise AssertionError(f"unexpected master action {a!r}")
+                raise TypeError(f"unexpected master action {a!r}")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -209,13 +219,19 @@ class SlaveClient:
         self.session: SlaveSession | None = None
         self.last_error: str | None = None
         self.connects = 0
-        self.anchored = False            # a Truncate/ResetLog ran: the store's parse position is ours
+        self.anchored = False   # a Truncate/ResetLog ran: the store's parse position is ours
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._writer: asyncio.StreamWriter | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-slave")
+        self._task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.last_error = f"replication stopped: {task.exception()!r}"
+            log.critical("HA slave task died: %r", task.exception())
 
     async def close(self) -> None:
         if self._task is not None:
@@ -240,7 +256,7 @@ class SlaveClient:
         try:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port), self.config.peer_timeout_ms / 1000)
-        except (OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, OSError) as e:
             self.last_error = f"connect to {self.host}:{self.port}: {e!r}"
             return False
         self.connects += 1
@@ -270,6 +286,7 @@ class SlaveClient:
             self.last_error = f"connection lost: {e!r}"
         finally:
             ticker.cancel()
+            await asyncio.gather(ticker, return_exceptions=True)
             writer.close()
         self.epoch = max(self.epoch, session.epoch)
         return session.refused_reason is not None
@@ -317,7 +334,7 @@ class SlaveClient:
                     writer.close()
                     return False
                 else:
-                    raise AssertionError(f"unexpected slave action {a!r}")
+                    raise TypeError(f"unexpected slave action {a!r}")
             if flush:
                 await _blocking(store.flush_log, 0)
             if ack is not None:

@@ -1,8 +1,10 @@
 """Consumer offsets and queue offsets (spec remoting.md 4.5).
 
-14 QUERY_CONSUMER_OFFSET: the stored offset; with none, 0 when the queue's min offset is 0
-   (offset 0 is still there: a new group may read the queue from the start, Java's "hot" rule),
-   else 22 QUERY_NOT_FOUND. Answer fast: cpp reads a failure or timeout as "start at max".
+14 QUERY_CONSUMER_OFFSET: the stored offset; with none, Java's "hot" rule: 0 when the queue
+   is empty or its offset 0 still exists and is hot (within 40% of RAM of the log's end,
+   accessMessageInMemoryMaxRatio), so a new group on a young topic reads it from the start;
+   else 22 QUERY_NOT_FOUND, and the client honours consume-from (LAST: the max offset).
+   Answer fast: cpp reads a failure or timeout as "start at max".
 15 UPDATE_CONSUMER_OFFSET: store commitOffset (cpp sends it "oneway" with flag 0).
 29 SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after `timestamp` (the max
    offset when none is; Java picks the nearer neighbour, which can re-deliver one message).
@@ -10,11 +12,17 @@
 """
 from __future__ import annotations
 
+import os
+
 from client.protocol.codes import ResponseCode
 
 from node.offsets import OffsetTableFull
 from node.processors.common import error, ok
 from node.topics import AUTO_CREATE_TOPIC, group_name_ok, topic_name_problem
+
+
+# Java: accessMessageInMemoryMaxRatio (40) percent of physical memory.
+HOT_BYTES = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.40)
 
 
 class OffsetProcessor:
@@ -28,12 +36,22 @@ class OffsetProcessor:
         queue_id = cmd.require_int("queueId")
         offset = self.offsets.query(group, topic, queue_id)
         if offset is None:
-            if self.store.min_queue_offset(topic, queue_id) <= 0:
+            if self._offset_zero_is_hot(topic, queue_id):
                 offset = 0
             else:
                 return error(cmd, ResponseCode.QUERY_NOT_FOUND,
                              "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
         return ok(cmd, {"offset": str(offset)})
+
+    def _offset_zero_is_hot(self, topic: str, queue_id: int) -> bool:
+        store = self.store
+        if store.max_queue_offset(topic, queue_id) == 0:
+            return True
+        if store.min_queue_offset(topic, queue_id) > 0:
+            return False
+        cq = store.queues.get(topic, queue_id)
+        unit = cq.get(0) if cq is not None else None
+        return unit is not None and store.max_offset - unit[0] < HOT_BYTES
 
     def update_consumer_offset(self, conn, cmd):
         group, topic = cmd.require_str("consumerGroup"), cmd.require_str("topic")

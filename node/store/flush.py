@@ -69,7 +69,7 @@ class FlushService:
                 if len(self._waiters) == 1 or len(self._waiters) >= self._gather_target:
                     self._cond.notify()
         if late:
-            ok = end_offset <= self.store.flushed_offset
+            ok = end_offset <= self.store.durable_offset
             callback(PutStatus.PUT_OK if ok else PutStatus.FLUSH_DISK_TIMEOUT)
 
     def wake(self) -> None:
@@ -120,7 +120,7 @@ class FlushService:
             self._complete(final=True)
 
     def _complete(self, final: bool = False) -> None:
-        flushed = self.store.flushed_offset
+        flushed = self.store.durable_offset
         now = time.monotonic()
         with self._cond:
             waiters = self._waiters

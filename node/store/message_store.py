@@ -78,6 +78,7 @@ class MessageStore(StoreReader):
         self.raw_parsed_offset = 0    # a slave's raw bytes are parsed into records up to here
         self.put_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
+        self._confirm_lock = threading.Lock()
         self.retention = Retention(self, clock, disk_usage) if disk_usage else Retention(self, clock)
         self.flush_service = FlushService(self)
         self.maintenance = MaintenanceService(self, self.retention)
@@ -226,17 +227,25 @@ class MessageStore(StoreReader):
             ts = int(self.clock() * 1000)
             requests, end = self.commit_log.append(msgs, self.queue_table, ts)
             self.dispatcher.enqueue(requests)
+            self.raw_parsed_offset = end  # whole records only: a later raw append starts here
         if self._local_confirm and not self._sync_flush:
-            self.confirmed = end
             try:
                 self.dispatcher.advance(end)
+                self._raise_confirmed(end)
             except Exception:  # stored all the same: visibility catches up on a later advance
                 log.exception("dispatch after put failed; will retry")
         return AppendResult(requests, end, ts)
 
+    def _raise_confirmed(self, offset: int) -> None:
+        """Move the confirmed offset forward only (writers race to report their ends); call it
+        after dispatching up to `offset` (durable_offset relies on that order)."""
+        with self._confirm_lock:
+            if offset > self.confirmed:
+                self.confirmed = offset
+
     def on_durable(self, end_offset: int, callback) -> None:
         """callback(PutStatus) once `end_offset` is durable per the flush mode."""
-        if not self._sync_flush or end_offset <= self.flushed_offset:
+        if not self._sync_flush or end_offset <= self.durable_offset:
             callback(PutStatus.PUT_OK)
         else:
             self.flush_service.wait_for(end_offset, callback)
@@ -268,13 +277,19 @@ class MessageStore(StoreReader):
     def confirmed_offset(self) -> int:
         return self.confirmed
 
+    @property
+    def durable_offset(self) -> int:
+        """What SYNC_FLUSH acknowledges up to: fsynced and, with the local confirm mode,
+        already dispatched, so an acknowledged message is readable at once."""
+        return self.confirmed if self._local_confirm else self.flushed_offset
+
     def flush_log(self, least_pages: int = 0) -> bool:
         did = self.commit_log.flush(least_pages)
         if self._local_confirm and self._sync_flush:
             flushed = self.flushed_offset
             if flushed > self.confirmed:
-                self.confirmed = flushed
                 self.dispatcher.advance(flushed)
+                self._raise_confirmed(flushed)
         return did
 
     def set_confirmed_offset(self, offset: int) -> None:
@@ -282,8 +297,8 @@ class MessageStore(StoreReader):
         never past the log end."""
         offset = min(offset, self.max_offset)
         if offset > self.confirmed:
-            self.confirmed = offset
             self.dispatcher.advance(offset)
+            self._raise_confirmed(offset)
 
     def save_checkpoint(self) -> None:
         # Under the checkpoint lock so a concurrent truncate() cannot be followed by a save of
@@ -328,9 +343,9 @@ class MessageStore(StoreReader):
                 self.queue_table[key] = max(self.queue_table.get(key, 0), r[2] + 1)
         self.dispatcher.enqueue(requests)
         self.raw_parsed_offset = end
-        if self._local_confirm:
-            self.confirmed = end if not self._sync_flush else self.confirmed
-            self.dispatcher.advance(self.confirmed)
+        if self._local_confirm and not self._sync_flush:
+            self.dispatcher.advance(end)
+            self._raise_confirmed(end)
 
     def truncate(self, offset: int) -> None:
         """Durably cut the log and everything derived from it back to `offset` (a record

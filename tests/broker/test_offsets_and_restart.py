@@ -78,17 +78,33 @@ def test_queue_offsets_and_times(shared_broker):
     run(go())
 
 
-def test_query_offset_not_found_when_queue_head_is_gone():
-    """14 with no stored offset answers 22 once offset 0 is no longer in the queue; that
-    needs retention, so it is checked against the processor directly."""
+def test_query_offset_for_a_new_group_follows_the_hot_rule(tmp_path, monkeypatch):
+    """14 with no stored offset: 0 while offset 0 exists and is hot, 22 once it is cold or
+    deleted by retention (checked against the processor with a real store in-process)."""
     from types import SimpleNamespace
     from client.protocol.remoting import RemotingCommand
-    from node.processors.offsets import OffsetProcessor
-    store = SimpleNamespace(min_queue_offset=lambda t, q: 10)
-    offsets = SimpleNamespace(query=lambda g, t, q: None)
-    proc = OffsetProcessor(SimpleNamespace(store=store, offsets=offsets))
-    r = proc.query_consumer_offset(None, RemotingCommand(14, ext=_q("T", 0)))
-    assert r.code == 22
+    from node.offsets import ConsumerOffsets
+    from node.store.fileio import OS_FILE_SYSTEM
+    from node.processors import offsets as offsets_mod
+    from node.store.message_store import MessageStore
+    from tests.store.helpers import message, small_config
+    store = MessageStore(small_config(tmp_path / "store")).open()
+    try:
+        for s in range(0, 400, 4):
+            store.put([message(i, 600, queues=1) for i in range(s, s + 4)])
+        table = ConsumerOffsets(str(tmp_path / "offsets.json"), OS_FILE_SYSTEM, 1000)
+        proc = offsets_mod.OffsetProcessor(SimpleNamespace(store=store, offsets=table))
+        ask = lambda: proc.query_consumer_offset(None, RemotingCommand(14, ext=_q("T", 0)))
+        r = ask()
+        assert (r.code, r.ext["offset"]) == (0, "0")        # young topic: from the start
+        monkeypatch.setattr(offsets_mod, "HOT_BYTES", 1024)
+        assert ask().code == 22                              # offset 0 is cold: client decides
+        monkeypatch.undo()
+        store.delete_log_head(2)
+        assert store.min_queue_offset("T", 0) > 0
+        assert ask().code == 22                              # offset 0 is gone
+    finally:
+        store.close()
 
 
 def test_offset_commit_rejects_bad_names(shared_broker):

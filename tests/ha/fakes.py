@@ -103,4 +103,4 @@ class FakeNode:
         elif isinstance(action, SetConfirmed):
             s.set_confirmed_offset(action.offset)
         else:
-            raise AssertionError(f"not a store action: {action!r}")
+            raise TypeError(f"not a store action: {action!r}")

@@ -198,7 +198,7 @@ class Simulation:
                 node.role = "fenced"
                 self.stats["fenced"] += 1
             else:
-                raise AssertionError(a)
+                raise TypeError(a)
 
     def run_slave(self, node: Node, actions) -> None:
         for a in actions:
@@ -368,7 +368,7 @@ class Simulation:
         assert master.log.startswith(self.committed), "a confirmed offset was lost"
 
     # -- running -------------------------------------------------------------------------
-    def run(self) -> "Simulation":
+    def run(self) -> Simulation:
         for _ in range(self.steps):
             self.step()
         return self

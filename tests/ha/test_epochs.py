@@ -2,9 +2,17 @@
 import os
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from ha.epochs import EpochError, EpochFile, EpochHistory, consistent_point, decode_file, encode_file
+from ha.epochs import (
+    EpochError,
+    EpochFile,
+    EpochHistory,
+    consistent_point,
+    decode_file,
+    encode_file,
+)
 from ha.master_session import decide_start
 
 

@@ -1,6 +1,7 @@
 """HA frame codec: round trips, frames split at every byte, garbage, limits, proofs."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ha import protocol as p
 

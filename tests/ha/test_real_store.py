@@ -16,9 +16,9 @@ SECRET = b"real-store-secret-0123456789"
 
 
 def ha_cfg(node, **kw):
-    base = dict(node_id=node, cluster="c1", secret=SECRET, heartbeat_interval_ms=200,
-                peer_timeout_ms=1000, tick_interval_ms=10, reconnect_min_ms=20,
-                reconnect_max_ms=200, max_lag_ms=1000)
+    base = {"node_id": node, "cluster": "c1", "secret": SECRET, "heartbeat_interval_ms": 200,
+            "peer_timeout_ms": 1000, "tick_interval_ms": 10, "reconnect_min_ms": 20,
+            "reconnect_max_ms": 200, "max_lag_ms": 1000}
     base.update(kw)
     return HAConfig(**base)
 
@@ -223,4 +223,35 @@ def test_role_calls_refuse_older_epochs(tmp_path):
             assert pair.hm.role == "MASTER" and pair.hm.epoch == 3
         finally:
             await pair.stop()
+    run(main())
+
+
+def test_sync_flush_stores_ack_after_fsync_and_fence_stops_writes(tmp_path):
+    async def main():
+        m = MessageStore(small_config(str(tmp_path / "m"), confirm_mode="external",
+                                      flush_mode="SYNC_FLUSH")).open()
+        s = MessageStore(small_config(str(tmp_path / "s"), confirm_mode="external",
+                                      flush_mode="SYNC_FLUSH")).open()
+        hm, hs = HAService(ha_cfg("m"), m), HAService(ha_cfg("s"), s)
+        assert hs.config.slave_flush_before_ack and hm.config.local_bound == "flushed"
+        await hm.become_master(1)
+        await hs.follow(("127.0.0.1", hm.listen_port), 1)
+        try:
+            await wait_until(lambda: hm.in_sync_size == 2, what="in sync")
+            end = m.put([message(1, 500)]).end_offset
+            hm.notify_appended()
+            assert await hm.wait_replicated(end, 3.0)
+            assert s.flushed_offset >= end and m.flushed_offset >= end
+            assert hm.can_accept_write()
+            end2 = m.put([message(2, 500)]).end_offset
+            waiter = asyncio.ensure_future(hm.wait_replicated(end2 + 10**6, 5.0))
+            await asyncio.sleep(0.05)
+            hm.fence()                                  # ZooKeeper SUSPENDED
+            assert not hm.can_accept_write() and hm.role == "FENCED"
+            assert await asyncio.wait_for(waiter, 1.0) is False
+        finally:
+            await hs.stop()
+            await hm.stop()
+            s.close()
+            m.close()
     run(main())

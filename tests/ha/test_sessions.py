@@ -1,10 +1,17 @@
 """Pure master/slave sessions: handshake, refusals, truncation, ordering, fencing, batching,
 rate limiting, liveness. No sockets, no clocks: a loop passes frames through the codec."""
-import pytest
 
 from ha import protocol as p
-from ha.actions import (AppendRaw, Drop, Fenced, Flush, ResetLog, SaveEpochs, SendFrame,
-                        SetConfirmed, Truncate)
+from ha.actions import (
+    AppendRaw,
+    Drop,
+    Fenced,
+    ResetLog,
+    SaveEpochs,
+    SendFrame,
+    SetConfirmed,
+    Truncate,
+)
 from ha.config import HAConfig
 from ha.epochs import EpochHistory
 from ha.in_sync import LocalInSyncSet
@@ -137,8 +144,8 @@ def test_wrong_secret_is_refused_before_anything_touches_the_store():
     m, s = node_with(b"abc" * 100), FakeNode()
     link = Link(m, s, scfg=cfg("s", secret=b"wrong-secret-0123456789")).run()
     assert link.closed == ("slave", "the master's reply does not prove the cluster secret")
-    refusal = [a.frame for a in link.master_actions if isinstance(a, SendFrame)
-               and isinstance(a.frame, p.Reply)][0]
+    refusal = next(a.frame for a in link.master_actions if isinstance(a, SendFrame)
+                   and isinstance(a.frame, p.Reply))
     assert not refusal.accepted and refusal.reason == "authentication failed"
     assert not any(isinstance(a, (Truncate, AppendRaw, SaveEpochs)) for a in link.slave_actions)
     assert link.group.sessions == {} and s.store.max_offset == 0
