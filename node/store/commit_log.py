@@ -28,6 +28,7 @@ class CommitLog:
         self.file_bytes = file_bytes
         self.whole_record_crc = whole_record_crc
         self.start_offset = 0  # where the first file goes when the log is empty
+        self.write_guard = None  # called with the end offset before bytes are written
 
     @property
     def max_offset(self) -> int:
@@ -46,7 +47,9 @@ class CommitLog:
         encode = rec.encode_into
         mf = self.queue.writable_file(self.start_offset)
         buf, wrote, fsize, start = mf.buf, mf.wrote, mf.size, mf.start_offset
-        self._prepare_rolls(msgs, extra, wrote, fsize, start)
+        end = self._prepare_rolls(msgs, extra, wrote, fsize, start)
+        if self.write_guard is not None:
+            self.write_guard(end)
         requests = []
         for m in msgs:
             size = m.size_no_crc + extra
@@ -71,9 +74,10 @@ class CommitLog:
         mf.wrote = wrote
         return requests, start + wrote
 
-    def _prepare_rolls(self, msgs, extra: int, wrote: int, fsize: int, start: int) -> None:
+    def _prepare_rolls(self, msgs, extra: int, wrote: int, fsize: int, start: int) -> int:
         """Create every file this batch will roll into before writing a byte, so a failure to
-        create one (disk, I/O) leaves the log and the queue offsets untouched."""
+        create one (disk, I/O) leaves the log and the queue offsets untouched. Returns where
+        the batch will end."""
         rolls, pos = 0, wrote
         for m in msgs:
             size = m.size_no_crc + extra
@@ -83,11 +87,14 @@ class CommitLog:
             pos += size
         for i in range(1, rolls + 1):
             self.queue.ensure_prepared(start + i * fsize)
+        return start + rolls * fsize + pos
 
     def append_raw(self, offset: int, data) -> None:
         """Write replicated bytes at `offset`, which must be the log end."""
         if offset != self.max_offset:
             raise OffsetMismatch(f"raw append at {offset}, log ends at {self.max_offset}")
+        if self.write_guard is not None:
+            self.write_guard(offset + len(data))
         if not self.queue.files:
             self.queue.reset_to(offset)
         mv = memoryview(data)
@@ -142,8 +149,8 @@ class CommitLog:
     def flushed_offset(self) -> int:
         return self.queue.flushed_offset if self.queue.files else self.start_offset
 
-    def truncate(self, offset: int, scan_stale: bool = False) -> None:
-        self.queue.truncate(offset, scan_stale)
+    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None) -> None:
+        self.queue.truncate(offset, scan_stale, stale_limit)
         if not self.queue.files:
             self.start_offset = offset
 

@@ -18,7 +18,7 @@ import time
 
 _WARM_CHUNK = 1 << 20
 _WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
-_WARM_PAUSE_S = 0.002         # about 500 MB/s at most for big files
+_WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -46,13 +46,13 @@ class OsMapping:
             raise
         self._fd = fd
 
-    def warm(self) -> None:
+    def warm(self, paced: bool = True) -> None:
         """Bring the file into the page cache with pread (which releases the GIL), so the
         writer's first touch of each page is a minor fault: 183k -> 270k appends/s of 1 KiB
         here. MAP_POPULATE would hold the GIL for seconds per GiB."""
         for off in range(0, self.size, _WARM_CHUNK):
             os.pread(self._fd, _WARM_CHUNK, off)
-            if self.size > _WARM_UNPACED_MAX:
+            if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
 
     def sync(self) -> None:

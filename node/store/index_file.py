@@ -184,7 +184,7 @@ class IndexService:
         while os.path.exists(os.path.join(self.directory, _name_for(ms))):
             ms += 1
         f = IndexFile(self.fs, os.path.join(self.directory, _name_for(ms)), self.slots, self.entries)
-        f.mf.warm()
+        f.mf.warm(paced=False)  # on the dispatch path: sleeping here would stall dispatch
         self.files.append(f)
         return f
 

@@ -25,8 +25,8 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
 
-    def warm(self) -> None:
-        self._mapping.warm()
+    def warm(self, paced: bool = True) -> None:
+        self._mapping.warm(paced)
 
     @property
     def end_offset(self) -> int:
@@ -74,11 +74,12 @@ class MappedFile:
         self._mapping.sync()
         self.wrote = self.flushed = pos
 
-    def stale_data_end(self, pos: int) -> int:
-        """End of the last non-zero chunk at or after `pos` (what a crash may have left)."""
+    def stale_data_end(self, pos: int, limit: int | None = None) -> int:
+        """End of the last non-zero chunk in [pos, limit) (what a crash may have left)."""
         end = pos
-        for start in range(pos, self.size, _CHUNK):
-            chunk = self.buf[start:min(start + _CHUNK, self.size)]
+        stop = self.size if limit is None else max(pos, min(limit, self.size))
+        for start in range(pos, stop, _CHUNK):
+            chunk = self.buf[start:min(start + _CHUNK, stop)]
             if chunk.count(0) != len(chunk):
                 end = start + len(chunk)
         return end

@@ -105,7 +105,7 @@ class MappedFileQueue:
         start = last.start_offset + self.file_bytes
         return None if start in self._prepared else start
 
-    def make_file(self, start: int, warm: bool = True) -> MappedFile:
+    def make_file(self, start: int, warm: bool = True, paced: bool = True) -> MappedFile:
         """Create, map and warm a file; safe without the writer's lock (it is not yet part of
         the queue). add_prepared() hands it over."""
         fresh_dir = not os.path.isdir(self.directory)
@@ -118,7 +118,7 @@ class MappedFileQueue:
             self.fs.fsync_dir(os.path.dirname(self.directory))
             self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
         if warm:
-            mf.warm()
+            mf.warm(paced)
         return mf
 
     def ensure_prepared(self, start: int) -> None:
@@ -143,9 +143,10 @@ class MappedFileQueue:
                 did = mf.flush(least_pages) or did
         return did
 
-    def truncate(self, offset: int, scan_stale: bool = False) -> None:
+    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None) -> None:
         """Durably drop everything at or after `offset`: later files are deleted, the file
-        holding it is cut. With scan_stale, bytes a crash may have left past `wrote` go too."""
+        holding it is cut. With scan_stale, bytes a crash may have left past `wrote` go too
+        (up to the absolute offset stale_limit when one is known)."""
         while self.files and self.files[-1].start_offset > offset:
             self.files.pop().destroy(self.fs)
         for mf in self._prepared.values():
@@ -154,7 +155,8 @@ class MappedFileQueue:
         mf = self.find(offset)
         if mf is not None:  # None: the cut is at the end of a full last file, or no files
             pos = offset - mf.start_offset
-            mf.cut(pos, mf.stale_data_end(pos) if scan_stale else None)
+            limit = None if stale_limit is None else stale_limit - mf.start_offset
+            mf.cut(pos, mf.stale_data_end(pos, limit) if scan_stale else None)
         if os.path.isdir(self.directory):
             self.fs.fsync_dir(self.directory)
 

@@ -12,6 +12,7 @@ HA API: append_raw(), read_raw(), truncate(), set_confirmed_offset().
 
 Files under root_dir: commitlog/, consumequeue/<topic>/<queue>/, index/, checkpoint, abort
 (present while open: its presence at start means a crash), lock (flock: one process per store),
+write_mark (durable bound on bytes ever written: recovery zeroes only up to it),
 store_version ("tidemq-store 1 whole_record_crc=1").
 """
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .reader import StoreReader
 from .message import is_dispatched_to_queue
 from .recovery import recover, scan
 from .retention import Retention
+from .write_mark import WriteMark
 
 log = logging.getLogger("tidemq.store")
 STORE_FORMAT = "tidemq-store 1"
@@ -73,6 +75,7 @@ class MessageStore(StoreReader):
                                   config.index_entries) if config.index_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index)
         self.checkpoint: Checkpoint | None = None
+        self.write_mark: WriteMark | None = None
         self.queue_table: dict[tuple[str, int], int] = {}
         self.confirmed = 0
         self.raw_parsed_offset = 0    # a slave's raw bytes are parsed into records up to here
@@ -99,7 +102,10 @@ class MessageStore(StoreReader):
             abort = os.path.join(root, "abort")
             crashed = os.path.exists(abort)
             self.checkpoint = Checkpoint(self.fs, root)
+            self.write_mark = WriteMark(self.fs, root)
             self.recovery_report = recover(self, crashed)
+            self.commit_log.write_guard = self.write_mark.reserve
+            self.write_mark.reserve(self.commit_log.max_offset + 1)  # not on the first put
             self.raw_parsed_offset = self.commit_log.max_offset
             self._create_first_files()
             self.save_checkpoint()
@@ -120,7 +126,7 @@ class MessageStore(StoreReader):
         q = self.commit_log.queue
         if not q.files:
             start = self.commit_log.start_offset
-            mf = q.make_file(start - start % q.file_bytes)
+            mf = q.make_file(start - start % q.file_bytes, paced=False)  # nothing to crowd out yet
             mf.wrote = mf.flushed = start % q.file_bytes
             q.files.append(mf)
         if self.index is not None and not self.index.files:
@@ -144,6 +150,7 @@ class MessageStore(StoreReader):
             self.index.close()
         self.checkpoint.close()
         self.checkpoint = None
+        self.write_mark.close()
         if clean:
             self.fs.remove(os.path.join(self.config.root_dir, "abort"))
         self._release_lock()

@@ -110,7 +110,7 @@ def recover(store, crashed: bool) -> RecoveryReport:
     # index are flushed ahead of the log, and a power cut keeps them but not the log's tail.
     cq_from, index_from = min(cq_from, end), min(index_from, end)
     report.scanned_bytes = end - start
-    clog.truncate(end, scan_stale=crashed or not cp.valid)
+    clog.truncate(end, scan_stale=crashed or not cp.valid, stale_limit=store.write_mark.mark)
     for mf in clog.queue.files:
         if mf.end_offset >= start:
             mf.flushed = 0

@@ -34,4 +34,5 @@ def crash(store) -> None:
     if store.index is not None:
         store.index.close()
     store.checkpoint.close()
+    store.write_mark.close()
     store._release_lock()

@@ -65,3 +65,29 @@ def test_last_record_with_a_bit_flipped_at_every_byte(tmp_path):
         f.seek(start + pos)
         f.write(bytes([b ^ (1 << (pos % 8))]))
     _run_each_position(tmp_path, flip)
+
+
+def test_crash_leftovers_below_the_write_mark_are_zeroed(tmp_path):
+    """Bytes a crashed run left past the valid end (here: a whole valid-looking record placed
+    where the next append will put its first record... plus garbage further on) are zeroed
+    durably by recovery, up to the durable write mark."""
+    cfg = small_config(tmp_path, commitlog_file_bytes=4 << 20)
+    store = MessageStore(cfg).open()
+    store.put([message(i, 100, queues=1) for i in range(5)])
+    end = store.max_offset
+    mark = store.write_mark.mark
+    assert mark is not None and mark >= end and mark % (64 << 20) == 0
+    crash(store)
+    path = tmp_path / "commitlog" / f"{0:020d}"
+    with open(path, "r+b") as f:
+        f.seek(end + 1000)
+        f.write(b"\xAB" * 5000)            # garbage a torn run left behind
+        f.seek((3 << 20) + 17)
+        f.write(b"\xCD" * 100)             # further on, still below the mark
+    store = MessageStore(cfg).open()
+    try:
+        assert store.max_offset == end
+        data = path.read_bytes()
+        assert data[end:] == bytes(len(data) - end)
+    finally:
+        store.close()

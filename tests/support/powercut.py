@@ -71,7 +71,7 @@ class PowerCutMapping:
         self.size = len(cached.buf)
         self.buf = cached.buf
 
-    def warm(self) -> None:
+    def warm(self, paced: bool = True) -> None:
         pass
 
     def sync(self) -> None:
