@@ -39,6 +39,7 @@ import logging
 import time
 
 from client import errors, pull_api
+from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from client.instance import ClientInstance
 from client.offset_store import LocalFileOffsetStore, RemoteOffsetStore
@@ -69,7 +70,7 @@ def _enum(cls, value):
     raise ValueError(f"{value!r} is not one of {[m.name for m in cls]}")
 
 
-class PushConsumer:
+class PushConsumer(AsyncLifecycle):
     """asyncio push consumer. Options are the fields of client.config.ConsumerConfig."""
 
     def __init__(self, group, subscription, listener, model=MessageModel.CLUSTERING,
@@ -91,23 +92,12 @@ class PushConsumer:
         self.consumed_count = 0
 
     @property
-    def client_id(self):
-        return self._instance.client_id if self._instance else None
-
-    @property
     def assigned_queues(self):
         return sorted(self._pqs)
 
     @property
     def clustering(self):
         return self.config.message_model is MessageModel.CLUSTERING
-
-    async def __aenter__(self):
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.shutdown()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self):

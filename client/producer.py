@@ -31,6 +31,7 @@ import logging
 import time
 
 from client import errors
+from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ProducerConfig, make_config
 from client.instance import ClientInstance
 from client.message import Message, compress_body, encode_properties_str, uniq_keys
@@ -222,7 +223,7 @@ def _properties_text(msg, uniq):
     return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
 
 
-class Producer:
+class Producer(AsyncLifecycle):
     """asyncio producer. Options are the fields of client.config.ProducerConfig."""
 
     def __init__(self, group="DEFAULT_PRODUCER", namesrv_or_broker=DEFAULT_ADDR, **options):
@@ -235,17 +236,6 @@ class Producer:
         self._closing = False
         self._known_brokers = set()
         self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
-
-    @property
-    def client_id(self):
-        return self._instance.client_id if self._instance else None
-
-    async def __aenter__(self):
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.shutdown()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self):

@@ -18,6 +18,7 @@ Rules:
 from __future__ import annotations
 
 from client import errors, pull_api
+from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ConsumerConfig, make_config
 from client.instance import ClientInstance
 from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
@@ -27,23 +28,12 @@ from client.route import MessageQueue  # noqa: F401 - re-exported
 _SUSPEND_MARGIN_S = 5.0  # request timeout beyond a long poll's suspend time
 
 
-class PullConsumer:
+class PullConsumer(AsyncLifecycle):
     def __init__(self, group, namesrv_or_broker=DEFAULT_ADDR, **options):
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
         self._instance = None
         self._filters = {}  # expression -> TagFilter (kept: subVersion stays stable)
         self._topics = {}  # topic -> expression last used
-
-    @property
-    def client_id(self):
-        return self._instance.client_id if self._instance else None
-
-    async def __aenter__(self):
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info):
-        await self.shutdown()
 
     async def start(self):
         if self._instance is not None:
