@@ -185,20 +185,14 @@ class SendProcessor:
                 entries = decode_batch(body, props_text.encode())
             except BatchError as exc:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
-            decode = rec.decode_properties
-            msgs = [StoreMessage(topic, queue_id, b, decode(p.decode("utf-8", "replace")),
-                                 properties_raw=p, flag=f, sys_flag=sys_flag,
-                                 born_timestamp=born_ts, born_host=born_host,
-                                 store_host=store_host, reconsume_times=reconsume)
-                    for f, b, p in entries]
+            msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, born_ts,
+                                               born_host, store_host, reconsume)
         else:
             if len(body) > self.max_body:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"the message body is {len(body)} bytes; the limit is {self.max_body}")
-            msgs = [StoreMessage(topic, queue_id, body, props, properties_raw=props_text.encode(),
-                                 flag=flag, sys_flag=sys_flag, born_timestamp=born_ts,
-                                 born_host=born_host, store_host=store_host,
-                                 reconsume_times=reconsume)]
+            msgs = StoreMessage.many_from_wire(topic, queue_id, ((flag, body, props_text.encode()),),
+                                               sys_flag, born_ts, born_host, store_host, reconsume)
         wait = self.sync_flush and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(rec.PROP_WAIT) != "false")
         conn.defer()

@@ -75,6 +75,40 @@ class StoreMessage:
                                            len(store_host) == 20, with_crc=False)
         self.dispatchable = is_dispatched_to_queue(sys_flag)
 
+    @classmethod
+    def many_from_wire(cls, topic: str, queue_id: int, entries, sys_flag: int,
+                       born_timestamp: int, born_host: bytes, store_host: bytes,
+                       reconsume_times: int = 0) -> list["StoreMessage"]:
+        """Messages of one send request, [(flag, body, properties_raw)], sharing everything
+        else: the broker's hot path. Reads TAGS, KEYS and UNIQ_KEY straight from the raw
+        properties (no dict); `properties` is left None."""
+        if topic == SCHEDULE_TOPIC:  # tag code from a property: take the general path
+            return [cls(topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
+                        flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp,
+                        born_host=born_host, store_host=store_host,
+                        reconsume_times=reconsume_times) for flag, body, raw in entries]
+        topic_bytes = topic.encode("utf-8")
+        base = rec.record_size(0, len(topic_bytes), 0, len(born_host) == 20,
+                               len(store_host) == 20, with_crc=False)
+        dispatchable = is_dispatched_to_queue(sys_flag)
+        new = cls.__new__
+        out = []
+        for flag, body, raw in entries:
+            framed = b"\x02" + raw
+            tags = _prop(framed, b"\x02TAGS\x01")
+            m = new(cls)
+            m.topic, m.topic_bytes, m.queue_id, m.body = topic, topic_bytes, queue_id, body
+            m.properties, m.properties_raw, m.flag, m.sys_flag = None, raw, flag, sys_flag
+            m.born_timestamp, m.born_host, m.store_host = born_timestamp, born_host, store_host
+            m.reconsume_times, m.prepared_tx_offset = reconsume_times, 0
+            m.tags, m.keys = tags, _prop(framed, b"\x02KEYS\x01")
+            m.uniq_key = _prop(framed, b"\x02UNIQ_KEY\x01")
+            m.tags_code = java_string_hash(tags) if tags else 0
+            m.size_no_crc = base + len(body) + len(raw)
+            m.dispatchable = dispatchable
+            out.append(m)
+        return out
+
 
 _FIXED = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
 _I64 = struct.Struct(">q")
