@@ -28,6 +28,11 @@ Invariants:
 
 import itertools
 import json
+
+try:
+    from orjson import loads as _orjson_loads
+except ImportError:  # optional speed-up
+    _orjson_loads = None
 import re
 import struct
 
@@ -308,19 +313,42 @@ def _sanitize(text):
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def _decode_json_header(raw, body, serialize_type):
-    text = raw.decode("utf-8", "replace")
+# A JSON number with a fraction or exponent as an object value (strings start with a quote, so
+# "1.5" inside a string never matches).
+_JSON_FLOAT = re.compile(rb":\s*-?[0-9]+(?:\.|[eE])")
+
+
+def _fast_json(raw):
+    """orjson's answer when it is one the stdlib decoder would give too (a dict with no float
+    anywhere TideMQ reads; floats keep their wire text only on the stdlib path), else None.
+    orjson is optional (client-only installs stay stdlib-only); it parses a SEND header about
+    3x faster, the largest single cost of a broker request."""
+    if _JSON_FLOAT.search(raw) is not None:
+        return None
     try:
-        obj = _json_decode(text)  # allows the trailing "\n" cpp writes
-    except (ValueError, RecursionError) as exc:
-        raise ProtocolError(f"malformed JSON header: {exc}") from None
+        obj = _orjson_loads(raw)
+    except Exception:  # the stdlib path gives the verdict and the message
+        return None
+    return obj if obj.__class__ is dict else None
+
+
+def _decode_json_header(raw, body, serialize_type):
+    obj = _fast_json(raw) if _orjson_loads is not None else None
+    text = None
+    if obj is None:
+        text = raw.decode("utf-8", "replace")
+        try:
+            obj = _json_decode(text)  # allows the trailing "\n" cpp writes
+        except (ValueError, RecursionError) as exc:
+            raise ProtocolError(f"malformed JSON header: {exc}") from None
     if obj.__class__ is not dict:
         raise ProtocolError(f"JSON header must be an object, got {type(obj).__name__}")
     remark = obj.get("remark")
     if remark is not None and remark.__class__ is not str:
         raise ProtocolError(f"JSON header field 'remark' must be a string, got {remark!r}")
     ext = _json_ext(obj.get("extFields"))
-    if _SURROGATE_ESCAPE.search(text) is not None:  # rare; pairs survive json, lone ones don't
+    if text is not None and _SURROGATE_ESCAPE.search(text) is not None:
+        # rare; pairs survive json, lone ones don't (and make orjson refuse the header)
         remark = None if remark is None else _sanitize(remark)
         ext = {_sanitize(k): _sanitize(v) for k, v in ext.items()}
     # Java's defaults for absent fields: language JAVA, version/opaque/flag 0; code is required.
