@@ -48,13 +48,26 @@ class _Table:
         return {mq: self.offsets[mq] for mq in keys if self.persisted.get(mq) != self.offsets[mq]}
 
 
-class RemoteOffsetStore:
+class _TableStore:
+    """What both offset stores share: the in-memory table of consumed offsets."""
+
+    def __init__(self):
+        self._table = _Table()
+
+    def update(self, mq, offset, allow_backwards=False):
+        self._table.update(mq, offset, allow_backwards)
+
+    def get(self, mq):
+        return self._table.get(mq)
+
+
+class RemoteOffsetStore(_TableStore):
     """Clustering: offsets kept by the broker (14 query, 15 commit)."""
 
     def __init__(self, instance, group):
         self._instance = instance
         self._group = group
-        self._table = _Table()
+        super().__init__()
 
     def _addr(self, mq):
         addr = self._instance.routes.read_addr(mq.broker_name)
@@ -68,12 +81,6 @@ class RemoteOffsetStore:
             self._table.update(mq, offset, allow_backwards=True)
             self._table.persisted[mq] = offset
         return offset
-
-    def update(self, mq, offset, allow_backwards=False):
-        self._table.update(mq, offset, allow_backwards)
-
-    def get(self, mq):
-        return self._table.get(mq)
 
     async def persist(self, mqs=None):
         """Commit changed offsets; returns the number committed. Failures are logged and kept
@@ -103,13 +110,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@#%-]", "_", name)
 
 
-class LocalFileOffsetStore:
+class LocalFileOffsetStore(_TableStore):
     """Broadcasting: offsets in a local JSON file (rule 3)."""
 
     def __init__(self, directory, client_id, group):
         base = os.path.expanduser(directory)
         self.path = os.path.join(base, _safe(client_id), f"{_safe(group)}.json")
-        self._table = _Table()
+        super().__init__()
         self._loaded = self._load()
 
     def _load(self):
@@ -128,12 +135,6 @@ class LocalFileOffsetStore:
         if offset >= 0:
             self._table.update(mq, offset, allow_backwards=True)
         return offset
-
-    def update(self, mq, offset, allow_backwards=False):
-        self._table.update(mq, offset, allow_backwards)
-
-    def get(self, mq):
-        return self._table.get(mq)
 
     async def persist(self, mqs=None):
         dirty = self._table.dirty()
