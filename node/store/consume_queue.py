@@ -21,6 +21,9 @@ from .mapped_file_queue import MappedFileQueue
 UNIT = struct.Struct(">qiq")
 UNIT_BYTES = 20
 PRE_BLANK_SIZE = 0x7FFFFFFF
+_SIZE_ONLY = struct.Struct(">8xi8x")
+_PHYS_ONLY = struct.Struct(">q12x")
+_CHUNK_UNITS = 4096
 
 
 class ConsumeQueue:
@@ -128,9 +131,13 @@ class ConsumeQueue:
         # Files before the last three were full and flushed long ago (RocketMQ also starts at
         # the 3rd-last); units are unpacked in C for speed.
         for mf in self.queue.files[-3:]:
-            for i, (phys, size, _) in enumerate(UNIT.iter_unpack(mf.buf[:])):
-                if size <= 0 or phys < 0:
-                    return mf.start_offset + i * UNIT_BYTES
+            for at in range(0, mf.size, _CHUNK_UNITS * UNIT_BYTES):
+                chunk = mf.buf[at:at + _CHUNK_UNITS * UNIT_BYTES]
+                if min(_SIZE_ONLY.iter_unpack(chunk))[0] > 0 and min(_PHYS_ONLY.iter_unpack(chunk))[0] >= 0:
+                    continue  # every unit of the chunk is valid (checked in C)
+                for i, (phys, size, _) in enumerate(UNIT.iter_unpack(chunk)):
+                    if size <= 0 or phys < 0:
+                        return mf.start_offset + at + i * UNIT_BYTES
         return self.queue.max_offset
 
     def truncate_by_phys(self, phys_offset: int) -> None:

@@ -74,7 +74,7 @@ class Dispatcher:
                 if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
                     log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
                 arrived[key] = qoff + 1
-            if self.index is not None:
+            if self.index is not None and chunk[-1][3] >= self.index_from:
                 self.index.put_requests(chunk, self.index_from)
             last = chunk[-1]
             self.dispatched_offset = last[3] + last[4]

@@ -13,13 +13,19 @@ hashes only; callers re-check the key on the record.
 Rules:
 1. Entries are appended in commit-log order, so phyOffset grows with the entry number.
 2. Only the last file is written; a full file is flushed before the next one is created.
-3. Crash recovery keeps the entries below the checkpoint's dispatched offset, zeroes the rest
-   and rebuilds the slots from them (slot pages may have reached disk ahead of entry pages).
+3. Crash recovery keeps the longest run of entries that are non-zero, point below the end of
+   the valid log and grow in phyOffset, backed off to the start of the 4 KiB page holding the
+   first one that fails; it zeroes the rest durably, rebuilds the slots from the kept entries
+   (slot pages may have reached disk ahead of entry pages) and re-indexes the records from
+   the last kept entry's phyOffset on.
 """
 from __future__ import annotations
 
+import array
+import bisect
 import os
 import struct
+import sys
 import time
 import zlib
 
@@ -31,6 +37,10 @@ SLOT = struct.Struct(">i")
 HEADER_BYTES = 40
 ENTRY_BYTES = 20
 _pack_entry, _pack_slot, _unpack_slot = ENTRY.pack_into, SLOT.pack_into, SLOT.unpack_from
+_PHYS_ONLY = struct.Struct(">4xq8x")  # an entry's phyOffset
+_LITTLE = sys.byteorder == "little"
+PAGE_BYTES = 4096  # what a power cut loses or keeps as a whole
+_PREFIX_CHUNK = 65536  # entries copied at a time while checking them
 
 
 def key_hash(key: str) -> int:
@@ -96,25 +106,72 @@ class IndexFile:
             self.count = n
         self._refresh_end()
 
-    def recover(self, phys_cut: int) -> None:
-        """Crash path (rule 3): keep entries 1..k with phyOffset < phys_cut and non-zero."""
-        buf = self.buf
-        start = self._entries_at + ENTRY_BYTES
-        k = 1
-        for h, phys, _, _ in ENTRY.iter_unpack(buf[start:start + (self.entries - 1) * ENTRY_BYTES]):
-            if (h == 0 and phys == 0) or phys >= phys_cut or phys < 0:
+    def valid_prefix(self, phys_cut: int, trusted_below: int = 0) -> int:
+        """Crash path (rule 3): k such that entries 1..k-1 can be trusted."""
+        return self._prefix(phys_cut, trusted_below)[0]
+
+    def _prefix(self, phys_cut: int, trusted_below: int = 0) -> tuple[int, int]:
+        """(k, phyOffset of the run's last entry): the longest run of entries that is non-zero,
+        below phys_cut and non-decreasing in phyOffset (rule 1), backed off to the start of the
+        page holding the first entry that fails (a power cut loses whole pages, and an entry
+        may straddle two), so a half-written entry is never kept; but never dropping entries
+        of the run below trusted_below (the checkpoint's dispatched offset: the index was
+        flushed up to there, so those entries are whole, as recovery always assumed)."""
+        buf, at, cap = self.buf, self._entries_at, self.entries
+        k, last, kt = 1, 0, 1
+        while k < cap:
+            stop = min(cap, k + _PREFIX_CHUNK)
+            chunk = buf[at + k * ENTRY_BYTES:at + stop * ENTRY_BYTES]
+            ps = [t[0] for t in _PHYS_ONLY.iter_unpack(chunk)]
+            if ps[0] >= last and ps[-1] < phys_cut and 0 not in ps and ps == sorted(ps):
+                kt = stop if ps[-1] < trusted_below else max(kt, k + bisect.bisect_left(ps, trusted_below))
+                k, last = stop, ps[-1]  # the whole chunk passes (checked in C)
+                continue
+            for h, phys, _, _ in ENTRY.iter_unpack(chunk):
+                if (h == 0 and phys == 0) or phys >= phys_cut or phys < last:
+                    break
+                last = phys
+                k += 1
+                if phys < trusted_below:
+                    kt = k
+            if k < stop:
                 break
-            k += 1
+        if k < cap:
+            bad = at + k * ENTRY_BYTES
+            k = max(1, kt, min(k, (bad - bad % PAGE_BYTES - at) // ENTRY_BYTES))
+        return k, last
+
+    def last_phys(self, k: int) -> int | None:
+        """phyOffset of entry k-1, None when k == 1 (no entries)."""
+        return ENTRY.unpack_from(self.buf, self._entries_at + (k - 1) * ENTRY_BYTES)[1] if k > 1 else None
+
+    def recover(self, phys_cut: int, k: int | None = None) -> None:
+        """Crash path (rule 3): keep entries 1..k-1 (by default those valid_prefix() trusts),
+        durably zero the rest and rebuild the slots from the kept entries."""
+        buf = self.buf
+        if k is None:
+            k = self.valid_prefix(phys_cut)
         stale_end = self.mf.stale_data_end(self._entries_at + k * ENTRY_BYTES)
         self.mf.cut(self._entries_at + k * ENTRY_BYTES, max(stale_end, self._entries_at + k * ENTRY_BYTES))
-        buf[HEADER_BYTES:self._entries_at] = bytes(self.slots * 4)
-        self.used_slots = 0
-        for n in range(1, k):
-            h = ENTRY.unpack_from(buf, self._entries_at + n * ENTRY_BYTES)[0]
-            slot_pos = HEADER_BYTES + (h % self.slots) * 4
-            if SLOT.unpack_from(buf, slot_pos)[0] == 0:
-                self.used_slots += 1
-            SLOT.pack_into(buf, slot_pos, n)
+        slots = self.slots
+        table = array.array("i", bytes(slots * 4))
+        n = 1
+        while n < k:  # the newest entry of each bucket heads it: in entry order, last wins
+            stop = min(k, n + _PREFIX_CHUNK)
+            fields = array.array("i", buf[self._entries_at + n * ENTRY_BYTES:
+                                          self._entries_at + stop * ENTRY_BYTES])
+            if _LITTLE:
+                fields.byteswap()
+            put = table.__setitem__
+            for i, h in enumerate(fields[::5], n):  # keyHashes: an entry is five int32 words
+                put(h % slots, i)
+            n = stop
+        self.used_slots = slots - table.count(0)
+        if _LITTLE:
+            table.byteswap()  # slots are big-endian
+        table = table.tobytes()
+        if buf[HEADER_BYTES:self._entries_at] != table:  # unchanged pages stay clean
+            buf[HEADER_BYTES:self._entries_at] = table
         self.count = k
         self._refresh_end()
         self.flush()
@@ -149,6 +206,7 @@ class IndexService:
         self.slots, self.entries = slots, entries
         self.files: list[IndexFile] = []
         self._topic_seed: dict[str, int] = {}  # crc32 of "topic#", continued over each key
+        self._prefix_seen = None  # reindex_point's valid_prefix answer, for recover_prefix
 
     def load(self) -> None:
         if not os.path.isdir(self.directory):
@@ -253,10 +311,56 @@ class IndexService:
         while self.files and self.files[-1].count > 1 and self.files[-1].begin_phys >= phys_cut:
             self.files.pop().destroy(self.fs)
         if self.files:
-            if crashed:
-                self.files[-1].recover(phys_cut)
+            if crashed:  # keep every entry of the run below phys_cut, as this always did
+                last = self.files[-1]
+                last.recover(phys_cut, last.valid_prefix(phys_cut, trusted_below=phys_cut))
             else:
                 self.files[-1].truncate(phys_cut)
+                self.files[-1].flush()  # durable, like the log cut it follows
+
+    def _kept_files(self, phys_cut: int) -> list[IndexFile]:
+        files = list(self.files)
+        while files and files[-1].count > 1 and files[-1].begin_phys >= phys_cut:
+            files.pop()
+        return files
+
+    @staticmethod
+    def _last_kept_phys(files: list[IndexFile], k: int, phys_cut: int) -> int | None:
+        if k > 1:
+            return files[-1].last_phys(k)
+        for f in reversed(files[:-1]):  # full and flushed (rule 2): trusted as they are
+            if f.count > 1:
+                return f.end_phys if f.end_phys < phys_cut else None
+        return None
+
+    def reindex_point(self, phys_cut: int, trusted_below: int = 0) -> int | None:
+        """Crash recovery, read only: what recover_prefix(phys_cut, trusted_below) would
+        return."""
+        files = self._kept_files(phys_cut)
+        if not files:
+            return None
+        k, raw_last = files[-1]._prefix(phys_cut, trusted_below)
+        self._prefix_seen = (files[-1], len(files), k, raw_last, trusted_below)
+        return self._last_kept_phys(files, k, phys_cut)
+
+    def recover_prefix(self, phys_cut: int, trusted_below: int = 0) -> int | None:
+        """Crash recovery: drop whole files that begin at or after phys_cut, keep the trusted
+        prefix of the last file (IndexFile._prefix; earlier files were flushed when full,
+        rule 2) and return the phyOffset of the last kept entry, None when that is unknown.
+        Records from that offset on must be indexed again (queries de-duplicate by offset)."""
+        kept = self._kept_files(phys_cut)
+        while len(self.files) > len(kept):
+            self.files.pop().destroy(self.fs)
+        if not self.files:
+            return None
+        seen, self._prefix_seen = self._prefix_seen, None
+        if (seen is not None and seen[0] is self.files[-1] and seen[1] == len(self.files)
+                and seen[3] < phys_cut and seen[4] == trusted_below):
+            k = seen[2]  # the run stopped below phys_cut, so a lower cut gives the same run
+        else:
+            k = self.files[-1].valid_prefix(phys_cut, trusted_below)
+        self.files[-1].recover(phys_cut, k)
+        return self._last_kept_phys(self.files, k, phys_cut)
 
     def delete_below_phys(self, min_phys: int) -> int:
         n = 0

@@ -9,6 +9,7 @@ import os
 
 PAGE_BYTES = 4096  # OS_PAGE_SIZE for "least pages" arithmetic
 _CHUNK = 1 << 20  # zero-fill and scan granularity: bounded temporary memory
+_ZEROS = bytes(_CHUNK)
 
 
 def file_name(start_offset: int) -> str:
@@ -70,7 +71,9 @@ class MappedFile:
         old = max(self.wrote, self.flushed) if stale_end is None else stale_end
         for start in range(pos, old, _CHUNK):
             end = min(start + _CHUNK, old)
-            self.buf[start:end] = bytes(end - start)
+            zeros = _ZEROS if end - start == _CHUNK else bytes(end - start)
+            if self.buf[start:end] != zeros:  # what is zero already stays clean: the sync
+                self.buf[start:end] = zeros  # below still writes back any dirty page
         self._mapping.sync()
         self.wrote = self.flushed = pos
 
@@ -80,7 +83,7 @@ class MappedFile:
         stop = self.size if limit is None else max(pos, min(limit, self.size))
         for start in range(pos, stop, _CHUNK):
             chunk = self.buf[start:min(start + _CHUNK, stop)]
-            if chunk.count(0) != len(chunk):
+            if chunk != (_ZEROS if len(chunk) == _CHUNK else bytes(len(chunk))):
                 end = start + len(chunk)
         return end
 

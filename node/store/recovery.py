@@ -9,22 +9,35 @@ Steps (spec 4.5, in offsets rather than timestamps):
 3. Cut the log there durably (zero-fill + fsync), and fsync what was scanned, so whatever
    recovery makes visible is on disk.
 4. Consume queues: each is cut at the first queue offset the scan re-dispatches (or at the
-   first unit pointing past the dispatched watermark); the index keeps entries below its
-   watermark. Then every scanned record from the watermarks on is re-dispatched, up to the
-   confirmed bound; the rest stays pending.
+   first unit pointing past the dispatched watermark). After a crash the key index keeps its
+   trusted prefix (IndexService.recover_prefix: whole entries below the log end, never less
+   than those below its watermark) and only records from its last kept entry on are indexed
+   again (scan leaves KEYS / UNIQ_KEY out below that point). Then every scanned record from
+   the watermarks on is re-dispatched, up to the confirmed bound; the rest stays pending.
 5. The next queue offset of every (topic, queue) comes from the consume queues and the pending
    records.
 """
 from __future__ import annotations
 
+import bisect
 import logging
+import mmap
 import os
+import struct
 import time
+import zlib
 from dataclasses import dataclass
 
 from client.protocol import record as rec
+from client.protocol.jhash import java_string_hash
 
-from .message import dispatch_from_layout, is_dispatched_to_queue
+from .message import (
+    SCHEDULE_TOPIC,
+    _prop,
+    dispatch_from_layout,
+    is_dispatched_to_queue,
+    parse_dispatch,
+)
 
 log = logging.getLogger("tidemq.store.recovery")
 
@@ -39,33 +52,128 @@ class RecoveryReport:
     full_rebuild: bool = False
 
 
-def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_crc: bool = False):
+# The fixed head of an IPv4/IPv4 record, fields recovery does not need skipped: TOTALSIZE,
+# MAGIC, BODYCRC, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, STORETIMESTAMP, body length.
+_HEAD_V4 = struct.Struct(">iIii4xqqi8x8xq8x4x8xi")
+assert _HEAD_V4.size == 88
+_I16 = struct.Struct(">h")
+_V6_BITS = rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6
+_TAGS, _KEYS, _UNIQ = b"\x02TAGS\x01", b"\x02KEYS\x01", b"\x02UNIQ_KEY\x01"
+
+
+def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_crc: bool = False,
+         keys_from: int = 0):
     """Validate records from `start`; return (end of valid data, dispatch requests of records
-    at or after collect_from)."""
+    at or after collect_from). Requests of records below keys_from carry no KEYS / UNIQ_KEY
+    (the key index already holds them).
+
+    The common record (V1 magic, IPv4 hosts, not the schedule topic) is checked and parsed
+    inline with one header unpack; the inline checks are those of rec.check_record_layout,
+    and any record they do not accept goes through check_record_layout and
+    dispatch_from_layout, which decide (so validation is exactly theirs)."""
     requests = []
+    append = requests.append
     pos = start
     q = commit_log.queue
     check = rec.check_record_layout
+    head = _HEAD_V4.unpack_from
+    i16 = _I16.unpack_from
+    crc32 = zlib.crc32
+    magic_v1 = rec.MAGIC_V1
+    crc_prefix = rec._CRC_PREFIX
+    topics: dict[bytes, str] = {}
+    codes: dict[bytes, int] = {}
     while True:
         mf = q.find(pos)
         if mf is None:
             break
         buf, base, fsize = mf.buf, mf.start_offset, mf.wrote
         rel = pos - base
-        while True:
-            layout = check(buf, rel, fsize, base + rel, verify_crc, require_crc)
-            if layout.__class__ is int:
-                size = layout
-                break
-            if base + rel >= collect_from:
-                requests.append(dispatch_from_layout(buf, rel, layout))
-            rel += layout[0]
+        fast_end = fsize - 88 if buf.__class__ is mmap.mmap else -1  # (hashable slices)
+        mv = memoryview(buf)
+        try:
+            while True:
+                if rel <= fast_end:
+                    total, magic, bcrc, qid, qoff, phys, sysflag, store_ts, body_len = head(buf, rel)
+                    end = rel + total
+                    body_at = rel + 88
+                    p = body_at + body_len
+                    if (magic == magic_v1 and not sysflag & _V6_BITS and 91 <= total
+                            and end <= fsize and phys == base + rel and body_len >= 0
+                            and p + 3 <= end):
+                        topic_at = p + 1
+                        p = topic_at + buf[p]
+                        if p + 2 <= end and i16(buf, p)[0] == end - p - 2 and (
+                                not verify_crc  # check_record_layout's CRC checks:
+                                or crc32(mv[body_at:body_at + body_len]) & 0x7FFFFFFF == bcrc and (
+                                    (tr[19] == 2 and tr.endswith((b"%010d" % (  # == crc_digits()
+                                        crc32(mv[rel:end - 20]) & 0x7FFFFFFF))[::-1], 9, 19))
+                                    if end - p - 2 >= 20
+                                    and (tr := buf[end - 20:end]).startswith(crc_prefix)
+                                    else not require_crc)):
+                            if phys >= collect_from:
+                                tb = buf[topic_at:p]
+                                topic = topics.get(tb)
+                                if topic is None:
+                                    topic = tb.decode("utf-8") if tb.isascii() else None
+                                    if topic is None or topic == SCHEDULE_TOPIC:
+                                        append(dispatch_from_layout(
+                                            buf, rel, (total, topic_at, p - topic_at, p + 2, end - p - 2)))
+                                        rel = end
+                                        continue
+                                    topics[tb] = topic
+                                # the TAGS value: _prop(b"\x02" + properties, _TAGS), read in place
+                                i = buf.find(b"TAGS\x01", p + 2, end)
+                                if i < 0:
+                                    code = 0
+                                else:
+                                    if i == p + 2 or buf[i - 1] == 2:
+                                        j = buf.find(b"\x02", i + 5, end)
+                                        raw = buf[i + 5:j if j >= 0 else end]
+                                    else:  # "TAGS\x01" ends another name: search framed
+                                        raw = _prop(b"\x02" + buf[p + 2:end], _TAGS)
+                                        raw = raw.encode("utf-8", "surrogatepass") if raw else b""
+                                    code = codes.get(raw)
+                                    if code is None:
+                                        tags = raw.decode("utf-8", "replace")
+                                        code = java_string_hash(tags) if tags else 0
+                                        if len(codes) < 4096:
+                                            codes[raw] = code
+                                if phys >= keys_from:
+                                    props = b"\x02" + buf[p + 2:end]
+                                    append((topic, qid, qoff, phys, total, code, store_ts,
+                                            _prop(props, _KEYS), _prop(props, _UNIQ), sysflag))
+                                else:
+                                    append((topic, qid, qoff, phys, total, code, store_ts,
+                                            None, None, sysflag))
+                            rel = end
+                            continue
+                layout = check(buf, rel, fsize, base + rel, verify_crc, require_crc)
+                if layout.__class__ is int:
+                    size = layout
+                    break
+                if base + rel >= collect_from:
+                    append(dispatch_from_layout(buf, rel, layout))
+                rel += layout[0]
+        finally:
+            mv.release()
         pos = base + rel
         if size == 0:  # BLANK: continue at the next file
             pos = base + mf.size
             continue
         break
     return pos, requests
+
+
+def _restore_keys(commit_log, requests, lo: int, hi: int) -> None:
+    """Re-parse the requests of records in [lo, hi) with their KEYS / UNIQ_KEY (scan left
+    them out, expecting the key index to hold them)."""
+    i = bisect.bisect_left(requests, lo, key=lambda r: r[3])
+    while i < len(requests) and requests[i][3] < hi:
+        phys = requests[i][3]
+        mf = commit_log.queue.find(phys)
+        requests[i] = parse_dispatch(mf.buf, phys - mf.start_offset, mf.wrote)
+        i += 1
 
 
 def _scan_start(commit_log, wanted: int, verify_crc: bool, require_crc: bool) -> int:
@@ -105,7 +213,14 @@ def recover(store, crashed: bool) -> RecoveryReport:
     report.full_rebuild = cq_from == lo or index_from == lo
     verify, require = cfg.verify_crc_on_recover, cfg.whole_record_crc
     start = _scan_start(clog, min(cq_from, index_from, flushed_from), verify, require)
-    end, requests = scan(clog, start, verify, min(cq_from, index_from), require)
+    collect_from = min(cq_from, index_from)
+    recover_index = index is not None and index_existed and (crashed or not cp.valid)
+    keys_from = collect_from
+    if recover_index:  # records the index already holds need no KEYS / UNIQ_KEY parse
+        point = index.reindex_point(clog.queue.max_offset + 1, index_from)
+        if point is not None:
+            keys_from = max(keys_from, point)
+    end, requests = scan(clog, start, verify, collect_from, require, keys_from)
     # The checkpoint may claim more than the log kept: under ASYNC_FLUSH the consume queues and
     # index are flushed ahead of the log, and a power cut keeps them but not the log's tail.
     cq_from, index_from = min(cq_from, end), min(index_from, end)
@@ -117,9 +232,15 @@ def recover(store, crashed: bool) -> RecoveryReport:
             mf.flush(0)
     _repair_queues(store, requests, cq_from, end, crashed or not cp.valid)
     if index is not None:
-        if index_existed:
-            index.truncate(index_from if (crashed or not cp.valid) else end, crashed or not cp.valid)
-        store.dispatcher.index_from = index_from
+        reindex_from = index_from
+        if recover_index:
+            point = index.recover_prefix(end, index_from)
+            reindex_from = min(max(point if point is not None else 0, collect_from), end)
+            if reindex_from < keys_from:
+                _restore_keys(clog, requests, reindex_from, keys_from)
+        elif index_existed:
+            index.truncate(end)
+        store.dispatcher.index_from = reindex_from
     bound = end
     if cfg.confirm_mode == "external":
         bound = max(min(cp.confirmed_offset if cp.valid else 0, end), min(cq_from, end))
@@ -145,9 +266,16 @@ def recover(store, crashed: bool) -> RecoveryReport:
 
 def _repair_queues(store, requests, cq_from: int, end: int, crashed: bool) -> None:
     first_seen: dict[tuple[str, int], int] = {}
+    wanted = len(store.queues.queues)  # only existing queues are cut: stop once all are seen
     for r in requests:
         if r[3] >= cq_from and is_dispatched_to_queue(r[9]):
-            first_seen.setdefault((r[0], r[1]), r[2])
+            key = (r[0], r[1])
+            if key not in first_seen:
+                first_seen[key] = r[2]
+                if key in store.queues.queues:
+                    wanted -= 1
+                    if wanted <= 0:
+                        break
     for key, cq in list(store.queues.queues.items()):
         if key in first_seen:
             cq.truncate_to(min(first_seen[key], cq.max_queue_offset))
