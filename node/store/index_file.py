@@ -293,10 +293,6 @@ class IndexService:
             f.count, f.used_slots = n, used
             f.end_ts, f.end_phys = last
 
-    def put_keys(self, topic: str, keys: str | None, uniq_key: str | None, phys: int,
-                 store_ts: int) -> None:
-        self.put_requests([(topic, 0, 0, phys, 0, 0, store_ts, keys, uniq_key, 0)])
-
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         h = key_hash(f"{topic}#{key}")
         out: list[int] = []
