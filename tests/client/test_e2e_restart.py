@@ -2,19 +2,13 @@
 connection, the push consumer re-registers, resumes from its committed offsets and misses
 nothing."""
 import asyncio
-import socket
 
 from client.admin import Admin
 from client.consumer import PushConsumer
 from client.message import Message
 from client.producer import Producer
 from tests.client.conftest import run, wait_until
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.support.ports import free_port
 
 
 def test_producer_and_consumer_survive_broker_restart(broker_factory):

@@ -15,15 +15,11 @@ import subprocess
 import tempfile
 import time
 
+from tests.support.ports import free_port
+
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def four_letter(port: int, word: str, timeout: float = 1.0) -> str:
@@ -77,6 +73,13 @@ class ZkNode:
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         log.close()
 
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            with open(os.path.join(self.dir, "server.log"), errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
@@ -95,6 +98,9 @@ class ZkCluster:
     """`size` ZooKeeper nodes on 127.0.0.1 (1 = standalone)."""
 
     def __init__(self, size: int = 1):
+        self._build(size)
+
+    def _build(self, size: int) -> None:
         self.base = tempfile.mkdtemp(prefix="tidemq-zk-")
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
         servers = [] if size == 1 else [
@@ -105,10 +111,20 @@ class ZkCluster:
     def hosts(self) -> str:
         return ",".join(f"127.0.0.1:{n.client_port}" for n in self.nodes)
 
-    def start(self, timeout: float = 30.0) -> "ZkCluster":
-        for n in self.nodes:
-            n.start()
-        self.wait_serving(timeout)
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> "ZkCluster":
+        """Start every node and wait until all serve; on a stall start over on fresh ports."""
+        for attempt in range(attempts):
+            for n in self.nodes:
+                n.start()
+            try:
+                self.wait_serving(timeout)
+                return self
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                for n in self.nodes:
+                    n.kill()
+                self._build(len(self.nodes))
         return self
 
     def wait_serving(self, timeout: float = 30.0, nodes=None) -> None:
@@ -119,7 +135,8 @@ class ZkCluster:
             if pending:
                 time.sleep(0.1)
         if pending:
-            raise RuntimeError(f"ZooKeeper did not start serving in {timeout}s; logs in {self.base}")
+            tails = "\n".join(f"--- zk{n.myid}: {n.log_tail()}" for n in pending)
+            raise RuntimeError(f"ZooKeeper did not start serving in {timeout}s; logs in {self.base}\n{tails}")
 
     def leader(self) -> ZkNode | None:
         for n in self.nodes:
