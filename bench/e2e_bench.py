@@ -12,6 +12,10 @@ under ASYNC_FLUSH also:
     to 256 messages, listener batches of 32)
   - long-poll wake: a PullConsumer holds a pull (suspend 10 s); a message is sent; time from the
     start of the send to the pull's reply (p50/p99, ms)
+  - transactional send, orderly consume, delayed-delivery lateness (bench/messaging_phases.py:
+    txn_send_msgs_s, orderly_consume_msgs_s, delay_lateness_p99_ms)
+then two more ASYNC_FLUSH brokers for the cost of security (bench/security_phases.py):
+  - tls_batch_send_msgs_s (batch send over TLS), acl_async_send_msgs_s (async send, signed)
 
 Prints ONE JSON line with flat keys (msgs/s and ms), plus the CPU microseconds per message spent
 by this process (`*_client_cpu_us`) and by the broker (`*_broker_cpu_us`) in the throughput
@@ -36,6 +40,8 @@ from client.message import Message  # noqa: E402
 from client.producer import Producer  # noqa: E402
 from client.pull_consumer import PullConsumer  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
+from bench import messaging_phases  # noqa: E402
+from bench import security_phases  # noqa: E402
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB, incompressible enough to stay under the threshold
 TOPIC = "Bench"
@@ -207,6 +213,7 @@ async def measure(addr, header, flush, args, cpu):
         p50, p99 = await long_poll_wake(addr, header, args.wake_rounds)
         out["long_poll_wake_p50_ms"] = round(p50, 3)
         out["long_poll_wake_p99_ms"] = round(p99, 3)
+        out.update(await messaging_phases.measure(addr, header, BODY, args.quick))
     return out
 
 
@@ -237,6 +244,8 @@ def main():
             finally:
                 broker.stop()
                 broker.kill()
+        result.update(security_phases.measure_all(d, args.header, args.seconds, async_send,
+                                                  batch_send, CpuMeter))
     result["bench_seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(result, sort_keys=True))
 

@@ -49,6 +49,16 @@ class Admin:
                "order": "true" if order else "false"}
         await self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"create topic {topic!r}")
 
+    async def cluster_masters(self):
+        """{group: master address} when this address is a TideMQ name server (106), else None
+        (a broker: routes and topics are its own)."""
+        resp = await self._call(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info",
+                                ok=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED))
+        if resp.code != ResponseCode.SUCCESS:
+            return None
+        table = _json(resp.body).get("brokerAddrTable") or {}
+        return {name: (b.get("brokerAddrs") or {}).get("0") for name, b in table.items()}
+
     async def topic_configs(self) -> dict:
         resp = await self._call(RequestCode.GET_ALL_TOPIC_CONFIG, what="list topics")
         doc = _json(resp.body)
@@ -73,6 +83,25 @@ class Admin:
             rows.append({"broker": mq.broker_name, "queue_id": mq.queue_id, "min_offset": lo,
                          "max_offset": hi})
         return rows
+
+    async def consumer_progress(self, group, topic=None) -> dict:
+        """GET_CONSUME_STATS (208): {"group", "queues": [{"topic", "broker", "queue_id",
+        "broker_offset", "consumer_offset", "lag"}], "broadcast": [the same + "client_id"]}."""
+        ext = {"consumerGroup": group}
+        if topic:
+            ext["topic"] = topic
+        resp = await self._call(RequestCode.GET_CONSUME_STATS, ext, what=f"progress of {group!r}")
+        doc = _json(resp.body)
+        rows = []
+        for key, val in (doc.get("offsetTable") or {}).items():
+            mq = json.loads(key) if isinstance(key, str) and key.startswith("{") else {}
+            rows.append(_progress_row(mq.get("topic"), mq.get("brokerName"), mq.get("queueId"), val))
+        members = [dict(_progress_row(e.get("topic"), e.get("brokerName"), e.get("queueId"), e),
+                        client_id=e.get("clientId"))
+                   for e in doc.get("broadcastOffsetTable") or ()]
+        order = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
+        return {"group": group, "queues": sorted(rows, key=order),
+                "broadcast": sorted(members, key=lambda r: (str(r["client_id"]),) + order(r))}
 
     async def runtime_info(self) -> dict:
         resp = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO, what="runtime info")
@@ -118,6 +147,12 @@ class Admin:
         if not found and topic:
             found = await self.query_by_key(topic, msg_id, unique=True)
         return found
+
+
+def _progress_row(topic, broker, queue_id, val):
+    top, mine = int(val.get("brokerOffset", 0)), int(val.get("consumerOffset", 0))
+    return {"topic": topic, "broker": broker, "queue_id": int(queue_id if queue_id is not None else -1),
+            "broker_offset": top, "consumer_offset": mine, "lag": max(top - mine, 0)}
 
 
 def _json(body):

@@ -5,6 +5,7 @@
     tidemq [-b HOST:PORT] produce T [--count N] [--size B] [--batch K] [--tag T] [--key K]
     tidemq [-b HOST:PORT] consume T G [--count N] [--timeout S] [--from-beginning] [--tag EXPR]
     tidemq [-b HOST:PORT] message query (--key K --topic T | --id ID [--topic T])
+    tidemq [-b HOST:PORT] dlq GROUP [--count N] | consumer progress GROUP [--topic T]
 
 `-b/--broker` may come before or after the subcommand; without it, env TIDEMQ_BROKER, then
 127.0.0.1:10911. Results are printed as JSON on stdout; errors go to stderr with exit code 1.
@@ -20,7 +21,7 @@ import os
 import sys
 import time
 
-from client import errors
+from client import cli_messaging, errors, security
 
 DEFAULT_BROKER = "127.0.0.1:10911"
 
@@ -34,9 +35,20 @@ def build_parser():
     top = argparse.ArgumentParser(prog="tidemq", description=__doc__.splitlines()[0])
     _broker_arg(top, None)
     top.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    # Secrets never on the command line: a file name here, or environment (client/security.py).
+    top.add_argument("--credentials-file", help="TOML file with access_key and secret_key "
+                     "(env TIDEMQ_CREDENTIALS_FILE, or TIDEMQ_ACCESS_KEY + TIDEMQ_SECRET_KEY)")
+    top.add_argument("--tls-ca", help="connect with TLS, trusting this CA file (env TIDEMQ_TLS_CA; "
+                     "TIDEMQ_TLS=1 for the system CAs)")
     sub = top.add_subparsers(dest="command", required=True)
     sub.add_parser("broker", help="run a broker node (options: see `tidemq broker --help`)",
                    add_help=False)
+    sub.add_parser("namesrv", help="run a name server for a ZooKeeper cluster (options: see "
+                   "`tidemq namesrv --help`)", add_help=False)
+    sub.add_parser("certs", help="make a self-signed development CA and TLS certificates "
+                   "(options: see `tidemq certs --help`)", add_help=False)
+    sub.add_parser("handoff", help="move a group's master role to an in-sync slave (options: "
+                   "see `tidemq handoff --help`)", add_help=False)
 
     topic = sub.add_parser("topic", help="create, list, inspect topics")
     tsub = topic.add_subparsers(dest="topic_command", required=True)
@@ -81,6 +93,7 @@ def build_parser():
     which.add_argument("--id")
     query.add_argument("--topic")
     _broker_arg(query, argparse.SUPPRESS)
+    cli_messaging.add_parsers(sub, _broker_arg)
     return top
 
 
@@ -90,11 +103,21 @@ def main(argv=None):
     if at is not None and argv[at] == "broker":
         from node.main import run_broker  # lazily: the SDK must not need the server's packages
         return run_broker(argv[at + 1:])
+    if at is not None and argv[at] == "certs":
+        from node.dev_certs import run_certs  # lazily, as for the broker
+        return run_certs(argv[at + 1:])
+    if at is not None and argv[at] == "namesrv":
+        from node.namesrv import run_namesrv  # lazily, as for the broker
+        return run_namesrv(argv[at + 1:])
+    if at is not None and argv[at] == "handoff":
+        from coordinator.handoff import main as run_handoff  # lazily: needs kazoo
+        return run_handoff(argv[at + 1:])
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args.broker = args.broker or os.environ.get("TIDEMQ_BROKER") or DEFAULT_BROKER
     try:
+        security.set_default(security.from_environment(args.credentials_file, args.tls_ca))
         result = asyncio.run(_dispatch(args))
     except (errors.TideMQError, ValueError) as exc:
         print(f"tidemq: {exc}", file=sys.stderr)
@@ -110,7 +133,7 @@ def _subcommand_index(argv):
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if arg in ("-b", "--broker"):
+        if arg in ("-b", "--broker", "--credentials-file", "--tls-ca"):
             i += 2
         elif arg.startswith("--broker=") or arg in ("-v", "--verbose") or arg.startswith("-b"):
             i += 1
@@ -128,6 +151,8 @@ async def _dispatch(args):
         return await _produce(args)
     if args.command == "consume":
         return await _consume(args)
+    if args.command in ("dlq", "consumer"):
+        return await cli_messaging.dispatch(args)
     return await _message_query(args)
 
 
@@ -135,6 +160,9 @@ async def _topic(args):
     from client.admin import Admin
     async with Admin(args.broker) as admin:
         if args.topic_command == "create":
+            masters = await admin.cluster_masters()
+            if masters is not None:   # a name server: create on every group's master
+                return await _create_on_groups(args, masters)
             await admin.create_topic(args.topic, args.queues, read_queues=args.read_queues,
                                      write_queues=args.write_queues, order=args.order)
             return {"created": args.topic, "read_queues": args.read_queues or args.queues,
@@ -145,6 +173,22 @@ async def _topic(args):
         rows = await admin.topic_stats(args.topic)
         return {"topic": args.topic, "queues": rows,
                 "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}
+
+
+async def _create_on_groups(args, masters):
+    """Cluster mode: each group's master writes the topic config to ZooKeeper."""
+    from client.admin import Admin
+    missing = sorted(g for g, addr in masters.items() if not addr)
+    if not masters or missing:
+        raise ValueError(f"cannot create {args.topic!r}: groups without a master now: "
+                         f"{missing or 'no groups'}; retry after the election")
+    for group, addr in sorted(masters.items()):
+        async with Admin(addr) as admin:
+            await admin.create_topic(args.topic, args.queues, read_queues=args.read_queues,
+                                     write_queues=args.write_queues, order=args.order)
+    return {"created": args.topic, "groups": sorted(masters),
+            "read_queues": args.read_queues or args.queues,
+            "write_queues": args.write_queues or args.queues}
 
 
 async def _produce(args):

@@ -45,7 +45,11 @@ class ClientConfig:
     route_timeout_s: float = 5.0  # cpp route query timeout (spec 2.3)
     route_refresh_interval_s: float = 30.0  # pollNameServerInterval (spec 2.3)
     heartbeat_interval_s: float = 30.0  # heartbeatBrokerInterval (spec 9 #21)
+    # A route with a masterless group (an election) is re-fetched this often (TideMQ only).
+    degraded_route_refresh_s: float = 0.5
     timeout_sweep_interval_s: float = 0.05  # how late a timed-out request may be failed
+    # client.security.ClientSecurity (ACL signing, TLS); None = the process default (the CLI's).
+    security: object = None
 
     def problems(self) -> list[str]:
         out = []
@@ -57,7 +61,8 @@ class ClientConfig:
         if self.header_format not in HEADER_FORMATS:
             out.append(f"header_format must be one of {HEADER_FORMATS}, got {self.header_format!r}")
         for name in ("request_timeout_s", "connect_timeout_s", "route_timeout_s",
-                     "route_refresh_interval_s", "heartbeat_interval_s", "timeout_sweep_interval_s"):
+                     "route_refresh_interval_s", "heartbeat_interval_s", "timeout_sweep_interval_s",
+                     "degraded_route_refresh_s"):
             if not getattr(self, name) > 0:
                 out.append(f"{name} must be > 0")
         return out
@@ -118,7 +123,8 @@ class ConsumerConfig(ClientConfig):
     offset_commit_interval_s: float = 5.0  # persistConsumerOffsetInterval (spec 4.5)
     consume_batch_max: int = 1  # consumeMessageBatchMaxSize
     cached_messages_per_queue_max: int = 1000  # pullThresholdForQueue (flow control)
-    local_retries_max: int = 3  # RECONSUME_LATER retried in place this often, then skipped
+    local_retries_max: int = 3  # retried in place this often when a send-back fails, then skipped
+    max_reconsume_times: int = 16  # maxReconsumeTimes: send-backs before %DLQ%<group> (spec SH 7.5)
     local_retry_delay_s: float = 0.5
     drop_grace_s: float = 3.0  # how long a dropped queue waits for its running listener
     offset_store_dir: str = os.path.join("~", ".tidemq_offsets")  # broadcasting offsets

@@ -1,5 +1,6 @@
 """The asyncio push consumer: clustering (queues shared by the group, offsets on the broker) or
-broadcasting (every member reads every queue, offsets in a local file for now).
+broadcasting (every member reads every queue, offsets per member on the broker and in a local
+file, client/broadcast_offsets.py).
 
     async def handle(msgs):            # a list of client.message.MessageExt
         for m in msgs: print(m.topic, m.tags, m.body)
@@ -11,10 +12,12 @@ The listener may be a plain function (called in the event loop: keep it quick, o
 work yourself) or a coroutine function. It receives up to `consume_batch_max` messages of one
 queue; batches of one queue are consumed one after another, queues concurrently.
 
-RECONSUME_LATER (or an exception) retries the batch here, in place, up to `local_retries_max`
-times `local_retry_delay_s` apart, then skips it with a warning. Sending failed messages back to
-the broker (CONSUMER_SEND_MSG_BACK 36, into %RETRY%<group> and eventually %DLQ%<group>) comes
-with issue 4; the subscription table and the consume path leave room for the retry topic.
+RECONSUME_LATER (or an exception) in a clustering group sends each message of the batch back
+to the broker (CONSUMER_SEND_MSG_BACK 36, client/retry.py): it returns through %RETRY%<group>
+(which the consumer subscribes to) after a growing delay, and lands in %DLQ%<group> after
+`max_reconsume_times`. When the send-back fails, and always in broadcasting mode, the batch is
+retried here, in place, up to `local_retries_max` times `local_retry_delay_s` apart, then
+skipped with a warning.
 
 Rules:
 1. Membership: a heartbeat (34) at start, every `heartbeat_interval_s`, and soon after a lost
@@ -38,11 +41,12 @@ import enum
 import logging
 import time
 
-from client import errors, pull_api
+from client import errors, pull_api, retry
 from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from client.instance import ClientInstance
-from client.offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from client.broadcast_offsets import BroadcastOffsetStore
+from client.offset_store import RemoteOffsetStore
 from client.process_queue import ProcessQueue
 from client.protocol.codes import RequestCode
 from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
@@ -81,6 +85,8 @@ class PushConsumer(AsyncLifecycle):
                                   message_model=_enum(MessageModel, model),
                                   consume_from=_enum(ConsumeFrom, consume_from), **options)
         self._filters = {topic: TagFilter(expr) for topic, expr in subscription.items()}
+        if self.config.message_model is MessageModel.CLUSTERING:
+            self._filters.setdefault(retry.retry_topic(group), TagFilter("*"))
         self._listener = listener
         self._allocate = STRATEGIES[self.config.allocate_strategy]
         self._instance = None
@@ -110,7 +116,7 @@ class PushConsumer(AsyncLifecycle):
         if self.clustering:
             self._store = RemoteOffsetStore(inst, cfg.group)
         else:
-            self._store = LocalFileOffsetStore(cfg.offset_store_dir, inst.client_id, cfg.group)
+            self._store = BroadcastOffsetStore(inst, cfg.offset_store_dir, cfg.group)
         inst.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
         for topic in self._filters:
@@ -156,7 +162,7 @@ class PushConsumer(AsyncLifecycle):
             return offset
         inst, cfg = self._instance, self.config
         addr = inst.routes.read_addr(mq.broker_name)
-        if cfg.consume_from is ConsumeFrom.FIRST:
+        if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
             offset = await pull_api.queue_offset(inst, addr, mq, "min")
         elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
             ts = cfg.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60 * 1000
@@ -206,17 +212,23 @@ class PushConsumer(AsyncLifecycle):
                 except errors.TideMQError as exc:
                     log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic, exc)
 
-    async def _rebalance_topic(self, topic):
+    async def _allocated(self, topic):
+        """This member's share of the topic's queues; None when no broker serves it."""
         inst = self._instance
         mqs = await inst.routes.subscribe_queues(topic, refresh=topic not in inst.routes.routes)
-        if self.clustering:
-            brokers = inst.routes.brokers_of(topic)
-            if not brokers:
-                return
-            cids = await pull_api.consumer_ids(inst, brokers[0], self.config.group)
-            mine = set(self._allocate(inst.client_id, mqs, cids))
-        else:
-            mine = set(mqs)
+        if not self.clustering:
+            return set(mqs)
+        brokers = inst.routes.brokers_of(topic)
+        if not brokers:
+            return None
+        cids = await pull_api.consumer_ids(inst, brokers[0], self.config.group)
+        return set(self._allocate(inst.client_id, mqs, cids))
+
+    async def _rebalance_topic(self, topic):
+        inst = self._instance
+        mine = await self._allocated(topic)
+        if mine is None:
+            return
         current = {mq for mq in self._pqs if mq.topic == topic}
         removed = current - mine
         if removed:
@@ -285,6 +297,8 @@ class PushConsumer(AsyncLifecycle):
                 return
             status = result.status
             if status is PullStatus.FOUND:
+                if mq.topic.startswith(retry.RETRY_PREFIX):
+                    retry.restore_topic(result.messages)
                 pq.add(result.messages, result.next_begin_offset)
             elif status is PullStatus.OFFSET_ILLEGAL:
                 log.warning("%s: offset %d of %s is illegal; moving to %d", inst.client_id,
@@ -335,6 +349,8 @@ class PushConsumer(AsyncLifecycle):
                     result = ConsumeResult.RECONSUME_LATER
             if result is None or result is _SUCCESS:
                 return
+            if self.clustering and not pq.dropped and await self._send_back(pq, chunk):
+                return
             if retries >= self.config.local_retries_max or pq.dropped:
                 if not pq.dropped:
                     log.warning("%s: giving up on %d message(s) of %s at offset %d after %d "
@@ -348,3 +364,18 @@ class PushConsumer(AsyncLifecycle):
             except Exception:
                 log.exception("listener failed on %s", pq.mq)
                 result = ConsumeResult.RECONSUME_LATER
+
+    async def _send_back(self, pq, chunk) -> bool:
+        """Hand failed messages to the broker's retry path; False when it did not take them."""
+        inst, cfg = self._instance, self.config
+        addr = inst.routes.master_addr(pq.mq.broker_name)
+        if addr is None:
+            return False
+        try:
+            for msg in chunk:
+                await retry.send_back(inst, addr, msg, cfg.group,
+                                      max_reconsume_times=cfg.max_reconsume_times)
+        except errors.TideMQError as exc:
+            log.warning("%s: send-back to %s failed, retrying locally: %s", cfg.group, addr, exc)
+            return False
+        return True

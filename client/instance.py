@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 
-from client import errors
+from client import errors, security
 from client.message import local_ip
 from client.protocol.codes import RequestCode, ResponseCode
 from client.protocol.route_json import encode_heartbeat
@@ -42,7 +42,8 @@ class ClientInstance:
         self.remoting = RemotingClient(
             header_format=config.header_format, connect_timeout_s=config.connect_timeout_s,
             request_timeout_s=config.request_timeout_s,
-            timeout_sweep_interval_s=config.timeout_sweep_interval_s)
+            timeout_sweep_interval_s=config.timeout_sweep_interval_s,
+            security=config.security or security.default())
         self.routes = RouteTable(self.remoting, config.namesrv_addr,
                                  route_timeout_s=config.route_timeout_s, default_topic=default_topic,
                                  default_topic_queue_nums=default_topic_queue_nums)
@@ -77,6 +78,8 @@ class ClientInstance:
     def start_timers(self):
         self.every(self.config.route_refresh_interval_s, self.routes.refresh_all, "route-refresh")
         self.every(self.config.heartbeat_interval_s, self.heartbeat, "heartbeat")
+        self.every(self.config.degraded_route_refresh_s, self.routes.refresh_degraded,
+                   "route-refresh-degraded")
 
     async def close(self):
         self.closed = True

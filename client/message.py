@@ -167,7 +167,7 @@ def parse_uniq_key(key: str) -> dict:
 class MessageExt:
     """A received message, decoded from its record only when first touched (rule 1)."""
 
-    __slots__ = ("_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body")
+    __slots__ = ("_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body", "topic_override")
 
     def __init__(self, buf, pos, queue_offset, broker_name=None):
         self._buf = buf
@@ -176,6 +176,7 @@ class MessageExt:
         self.broker_name = broker_name
         self._rec = None
         self._body = None
+        self.topic_override = None  # a retry copy's original topic (client.retry)
 
     @property
     def record(self):
@@ -204,7 +205,8 @@ class MessageExt:
     def raw_body(self) -> bytes:
         return self.record.body
 
-    topic = property(lambda self: self.record.topic)
+    topic = property(lambda self: self.topic_override or self.record.topic)
+    stored_topic = property(lambda self: self.record.topic, doc="the topic it was read from")
     queue_id = property(lambda self: self.record.queue_id)
     tags = property(lambda self: self.record.tags)
     keys = property(lambda self: self.record.keys)

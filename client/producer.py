@@ -8,15 +8,18 @@ and ordered (queue selector) sends, with retries and route refresh.
     await producer.shutdown()
 
 Rules:
-1. One UNIQ_KEY per message, made once: every retry of it carries the same key (and the same
-   encoded properties and compressed body), so the broker and consumers can deduplicate.
+1. One UNIQ_KEY per message, made once (or given by the caller in `properties`): every retry
+   of it carries the same key (and the same encoded properties and compressed body), so the
+   broker and consumers can deduplicate.
 2. A failed attempt is retried (at most `retries` more) when its error is `retriable` or
    `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
    re-fetched first on `refresh_route` errors; one attempt waits at most
    min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
    broker-side duplicate window (issue 4) sees the retry. Oneway sends never retry.
 3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
-   whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged.
+   whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
+   send that fails after retries carries `maybe_stored` True if ANY attempt may have been
+   stored (e.g. written before its connection dropped, then refused elsewhere).
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
@@ -100,7 +103,7 @@ class _SendOp:
     exc)) exactly once."""
 
     __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
-                 "mq", "addr")
+                 "mq", "addr", "maybe_stored")
 
     def __init__(self, producer, prep, fut, deadline, retries, select):
         self.p = producer
@@ -112,6 +115,7 @@ class _SendOp:
         self.select = select  # None = round robin; else info -> MessageQueue
         self.mq = None
         self.addr = None
+        self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
 
     def attempt_fast(self):
         p = self.p
@@ -189,6 +193,7 @@ class _SendOp:
                     self._callback(result, None)
                 return
             exc = errors.error_for_response(cmd, addr=self.addr, what=f"send to {self.prep.topic!r}")
+        self.maybe_stored = self.maybe_stored or exc.maybe_stored
         if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
                 and self.deadline > self.p._loop.time() and not self.p._closing):
             self.retries_left -= 1
@@ -200,6 +205,8 @@ class _SendOp:
 
     def _finish_exc(self, exc):
         self.p._inflight -= 1
+        if self.maybe_stored and isinstance(exc, errors.TideMQError) and not exc.maybe_stored:
+            exc.maybe_stored = True   # the LAST attempt failed cleanly, an earlier one may not
         fut = self.fut
         if fut.__class__ is asyncio.Future:
             if not fut.done():
@@ -212,6 +219,13 @@ class _SendOp:
             self.fut(result, exc)
         except Exception:  # the user's callback must not break the connection's reader
             log.exception("send callback failed")
+
+
+def _given_uniq_key(msg):
+    """A UNIQ_KEY the caller set in `properties` (Java keeps one already set too): a writer
+    that replays a batch after a crash reuses its keys, so the broker's window drops the copy."""
+    props = msg.properties
+    return props.get(PROP_UNIQ_KEY) if props else None
 
 
 def _properties_text(msg, uniq):
@@ -298,12 +312,19 @@ class Producer(AsyncLifecycle):
         self._start(self._prepare(msg), timeout_s, pick, fut)
         return await fut
 
-    async def send_batch(self, msgs, *, timeout_s=None) -> SendResult:
-        """One request carrying several messages of one topic (no delay, no compression)."""
+    async def send_batch(self, msgs, *, timeout_s=None, queue=None) -> SendResult:
+        """One request carrying several messages of one topic (no delay, no compression);
+        `queue` (a MessageQueue from publish_queues) pins it, retries included, to that queue."""
         self._check_running()
         fut = self._loop.create_future()
-        self._start(self._prepare_batch(msgs), timeout_s, None, fut)
+        self._start(self._prepare_batch(msgs), timeout_s,
+                    None if queue is None else (lambda info: queue), fut)
         return await fut
+
+    async def publish_queues(self, topic) -> list:
+        """The topic's writable queues (MessageQueue), as sends would choose among them."""
+        self._check_running()
+        return list((await self._instance.routes.publish_info(topic)).queues)
 
     async def send_oneway(self, msg: Message):
         """Fire and forget: no reply, no retry. Waits only while the socket buffer is full."""
@@ -355,7 +376,7 @@ class Producer(AsyncLifecycle):
     def _prepare(self, msg):
         cfg = self.config
         msg.check(cfg.max_message_bytes)
-        uniq = uniq_keys.next()
+        uniq = _given_uniq_key(msg) or uniq_keys.next()
         text = _properties_text(msg, uniq)
         body = msg.body if msg.body.__class__ is bytes else bytes(msg.body)
         if len(body) > cfg.compress_threshold_bytes:
@@ -377,7 +398,7 @@ class Producer(AsyncLifecycle):
                 raise errors.IllegalArgument("every message of a batch must have the same topic")
             if msg.delay_level:
                 raise errors.IllegalArgument("a batch cannot carry delayed messages")
-            uniq = uniq_keys.next()
+            uniq = _given_uniq_key(msg) or uniq_keys.next()
             keys.append(uniq)
             entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
         if topic.startswith("%RETRY%"):

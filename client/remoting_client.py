@@ -33,6 +33,7 @@ import struct
 from client import errors
 from client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from client.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame_head
+from client.security import sign_head
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +53,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemotingConnection(asyncio.Protocol):
     """One TCP connection to a broker. Created by RemotingClient.connect()."""
 
-    def __init__(self, addr, loop, handlers, on_lost, sweep_interval_s):
+    def __init__(self, addr, loop, handlers, on_lost, sweep_interval_s, credentials=None):
         self.addr = addr
+        self._credentials = credentials  # ACL 1.0: every request is signed (client/security.py)
         self._loop = loop
         self._handlers = handlers  # shared dict: request code -> handler
         self._on_lost = on_lost
@@ -142,6 +144,8 @@ class RemotingConnection(asyncio.Protocol):
         self._pending[opaque] = (target, self._loop.time() + timeout_s)
         if self._sweep_handle is None:
             self._sweep_handle = self._loop.call_later(self._sweep_interval_s, self._sweep)
+        if self._credentials is not None:
+            head = sign_head(head, body, self._credentials)
         self._write(head, body)
 
     def request(self, cmd, timeout_s):
@@ -163,13 +167,15 @@ class RemotingConnection(asyncio.Protocol):
                                                             addr=self.addr, written=False)
         cmd.opaque = self.next_opaque()
         cmd.flag |= FLAG_ONEWAY
-        self._write(encode_frame_head(cmd), cmd.body)
+        self.write_raw(encode_frame_head(cmd), cmd.body)
 
     def write_raw(self, head, body):
         """Write a pre-encoded oneway frame."""
         if self._closed:
             raise self._close_exc or errors.ConnectionError(f"connection to {self.addr} is closed",
                                                             addr=self.addr, written=False)
+        if self._credentials is not None:
+            head = sign_head(head, body, self._credentials)
         self._write(head, body)
 
     async def drain(self):
@@ -290,8 +296,9 @@ class RemotingClient:
     """A pool of connections, one per "host:port", plus the broker-request handler registry."""
 
     def __init__(self, *, header_format="json", connect_timeout_s=3.0, request_timeout_s=3.0,
-                 timeout_sweep_interval_s=0.05):
+                 timeout_sweep_interval_s=0.05, security=None):
         self.serialize_type = serialize_type_for(header_format)
+        self.security = security  # client.security.ClientSecurity: TLS and request signing
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._sweep_interval_s = timeout_sweep_interval_s
@@ -334,10 +341,14 @@ class RemotingClient:
             host, port = split_addr(addr)
         except ValueError:
             raise errors.IllegalArgument(f"bad broker address {addr!r}") from None
+        sec = self.security
+        ssl_ctx = sec.ssl_context() if sec is not None else None
+        creds = sec.credentials if sec is not None else None
         try:
             _, conn = await asyncio.wait_for(loop.create_connection(
                 lambda: RemotingConnection(addr, loop, self._handlers, self._lost,
-                                           self._sweep_interval_s), host, port),
+                                           self._sweep_interval_s, creds), host, port,
+                ssl=ssl_ctx, server_hostname=host if ssl_ctx is not None else None),
                 self.connect_timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise errors.ConnectionError(f"cannot connect to {addr}: {exc!r}", addr=addr,

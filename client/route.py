@@ -13,6 +13,8 @@ Rules:
    an entry is marked `from_default` and replaced by the real route on the next refresh.
 4. Concurrent refreshes of one topic share one request; a forced refresh is skipped if the
    route was fetched less than `MIN_REFRESH_GAP_S` ago (a burst of failures costs one query).
+5. A route naming a group without a master (cluster mode, during an election) is fetched
+   again every `degraded_route_refresh_s`; not-master and connection errors refresh at once.
 """
 
 from __future__ import annotations
@@ -170,6 +172,23 @@ class RouteTable:
         for b in route.broker_datas:
             self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
         self._publish[topic] = TopicPublishInfo(topic, route)
+
+    def _lacks_master(self, topic) -> bool:
+        route = self.routes.get(topic)
+        if route is None:
+            return False
+        masters = {b.broker_name for b in route.broker_datas if b.broker_addrs.get(0)}
+        return any(q.broker_name not in masters for q in route.queue_datas)
+
+    async def refresh_degraded(self):
+        """Re-fetch routes that name a broker group without a master (an election is under
+        way, rule 5): its queues come back as soon as the new master is published, not on
+        the 30 s timer."""
+        for topic in [t for t in list(self.routes) if self._lacks_master(t)]:
+            try:
+                await self.refresh(topic, force=True)
+            except errors.TideMQError as exc:
+                log.info("route refresh of %r failed: %s", topic, exc)
 
     async def refresh_all(self):
         for topic in list(self.routes) + [t for t in self._publish if t not in self.routes]:

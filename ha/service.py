@@ -48,6 +48,27 @@ class HAError(Exception):
     """A role change that would break an epoch rule."""
 
 
+class _CallbackWaiter:
+    """when_replicated's waiter: the callback runs at once when the confirmed offset passes
+    (no future, no extra loop turn on the send path)."""
+
+    __slots__ = ("callback", "timer", "done")
+
+    def __init__(self, callback):
+        self.callback, self.timer, self.done = callback, None, False
+
+    def resolve(self, ok: bool) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        try:
+            self.callback(ok)
+        except Exception:  # a caller's bug must not break the replication path
+            log.exception("replication waiter callback failed")
+
+
 class HAService:
     def __init__(self, config: HAConfig, store, root_dir: str | None = None,
                  isr_factory=None, on_fenced=None):
@@ -66,6 +87,9 @@ class HAService:
         self.listen_port = 0
         self._server: MasterServer | None = None
         self._client: SlaveClient | None = None
+        # TLS hook (issue 9): SSLContexts for the master's listener and the slave's connection.
+        self.server_ssl = None
+        self.client_ssl = None
         self._waiters: list = []
         self._seq = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -103,7 +127,7 @@ class HAService:
         group = MasterGroup(self.config, epoch, self.history, self.isr_factory(epoch),
                             store.confirmed_offset, now_ms(), lambda: os.urandom(32))
         self._server = MasterServer(self.config, group, store, self._on_confirmed,
-                                    self._on_fenced)
+                                    self._on_fenced, ssl=self.server_ssl)
         self.listen_port = await self._server.start()
         self.role = MASTER
         self._server.pump()
@@ -119,7 +143,7 @@ class HAService:
         self.epoch = epoch
         host, port = master_addr
         self._client = SlaveClient(self.config, host, port, epoch, self.history,
-                                   self.epoch_file, self.store)
+                                   self.epoch_file, self.store, ssl=self.client_ssl)
         self._client.start()
         self.role = SLAVE
         log.info("HA: following %s:%d in epoch %d", host, port, epoch)
@@ -180,6 +204,26 @@ class HAService:
             self._drop_waiter(fut)
             return False
 
+    def when_replicated(self, end_offset: int, timeout_s: float, callback) -> None:
+        """wait_replicated without a task per wait (the send path's cost): callback(bool) runs
+        on the loop once the confirmed offset reaches `end_offset` (True) or on timeout, role
+        change or fencing (False). Call on the loop thread."""
+        if self.confirmed_offset >= end_offset:
+            callback(True)
+            return
+        if self.role != MASTER:
+            callback(False)
+            return
+        w = _CallbackWaiter(callback)
+        heapq.heappush(self._waiters, (end_offset, next(self._seq), w))
+        w.timer = asyncio.get_running_loop().call_later(timeout_s, self._expire_waiter, w)
+
+    def _expire_waiter(self, w) -> None:
+        if not w.done:
+            self._waiters = [x for x in self._waiters if x[2] is not w]
+            heapq.heapify(self._waiters)
+            w.resolve(False)
+
     def _drop_waiter(self, fut) -> None:
         fut.cancel()
         self._waiters = [w for w in self._waiters if w[2] is not fut]
@@ -190,7 +234,9 @@ class HAService:
         w = self._waiters
         while w and w[0][0] <= offset:
             _, _, fut = heapq.heappop(w)
-            if not fut.done():
+            if fut.__class__ is _CallbackWaiter:
+                fut.resolve(True)
+            elif not fut.done():
                 fut.set_result(True)
 
     def _on_fenced(self, epoch: int) -> None:
@@ -203,7 +249,9 @@ class HAService:
     def _fail_waiters(self) -> None:
         w, self._waiters = self._waiters, []
         for _, _, fut in w:
-            if not fut.done():
+            if fut.__class__ is _CallbackWaiter:
+                fut.resolve(False)
+            elif not fut.done():
                 fut.set_result(False)
 
     @property

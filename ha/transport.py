@@ -18,6 +18,8 @@ Rules:
    never report an acked offset whose flush is still running.
 4. If a store step fails, the connection is dropped and the in-memory epoch history is
    reloaded from its file (the session changed it before the step ran).
+5. Before each handshake a partial record at the log end (left by a link lost after a batch
+   that split a record) is cut, so the slave reports, and parses on from, a record boundary.
 """
 from __future__ import annotations
 
@@ -97,8 +99,10 @@ class _Conn:
 
 
 class MasterServer:
-    def __init__(self, config: HAConfig, group: MasterGroup, store, on_confirmed, on_fenced):
+    def __init__(self, config: HAConfig, group: MasterGroup, store, on_confirmed, on_fenced,
+                 ssl=None):
         self.config = config
+        self.ssl = ssl  # TLS hook (issue 9): an SSLContext from client/tls.py, or None
         self.group = group
         self.store = store
         self.on_confirmed = on_confirmed      # (offset) -> None
@@ -113,7 +117,7 @@ class MasterServer:
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._serve, self.config.listen_host,
-                                                  self.config.listen_port)
+                                                  self.config.listen_port, ssl=self.ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         self._ticker = asyncio.create_task(self._tick_loop(), name="ha-master-ticker")
         self._ticker.add_done_callback(self._ticker_done)
@@ -209,8 +213,9 @@ class MasterServer:
 
 class SlaveClient:
     def __init__(self, config: HAConfig, host: str, port: int, epoch: int,
-                 history: EpochHistory, epoch_file: EpochFile, store):
+                 history: EpochHistory, epoch_file: EpochFile, store, ssl=None):
         self.config = config
+        self.ssl = ssl  # TLS hook (issue 9): an SSLContext from client/tls.py, or None
         self.host, self.port = host, port
         self.epoch = epoch
         self.history = history
@@ -255,13 +260,29 @@ class SlaveClient:
         """One connection's life; True when the master refused us."""
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.config.peer_timeout_ms / 1000)
+                asyncio.open_connection(self.host, self.port, ssl=self.ssl,
+                                        server_hostname=self.host if self.ssl else None),
+                self.config.peer_timeout_ms / 1000)
         except (TimeoutError, OSError) as e:
             self.last_error = f"connect to {self.host}:{self.port}: {e!r}"
             return False
         self.connects += 1
         self._writer = writer
         store = self.store
+        parsed = getattr(store, "raw_parsed_offset", store.max_offset)
+        if parsed < store.max_offset:
+            # The last link ended inside a record (batches split records): drop the partial
+            # record so the handshake reports a record boundary and parsing resumes there.
+            # Its bytes were never a whole confirmed record, so nothing visible is lost.
+            log.info("HA slave: cutting a partial record at %d (log end %d) before the "
+                     "handshake", parsed, store.max_offset)
+            try:
+                await _blocking(store.truncate, parsed)
+            except Exception as e:
+                writer.close()
+                self.last_error = f"cutting a partial record failed: {e!r}"
+                return False
+            self.anchored = True
         session = SlaveSession(self.config, max(self.epoch, self.history.last_epoch),
                                self.history, os.urandom(p.NONCE_BYTES), now_ms(),
                                store.min_offset, store.max_offset)

@@ -5,15 +5,17 @@
   GET /topics   topic configs with per-queue min/max offsets
   GET /config   the effective config, secrets redacted
 
-Nothing here changes state; endpoints that do (with admin credentials) come with the security
-issue.
+Access (node/admin_auth.py): anything but GET/HEAD needs the admin bearer token; GETs too
+unless security.admin_read_open.
 """
 from __future__ import annotations
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from node.admin_auth import admin_auth_middleware
 from node.config import redacted
+from node.security import admin_token
 
 BROKER_KEY = web.AppKey("broker", object)
 
@@ -53,7 +55,9 @@ async def _config(request: web.Request) -> web.Response:
 
 class AdminHttp:
     def __init__(self, broker):
-        self.app = web.Application()
+        cfg = broker.cfg
+        self.app = web.Application(client_max_size=1024 * 1024, middlewares=[
+            admin_auth_middleware(admin_token(cfg), cfg.security.admin_read_open)])
         self.app[BROKER_KEY] = broker
         self.app.router.add_get("/health", _health)
         self.app.router.add_get("/metrics", _metrics)
@@ -61,9 +65,9 @@ class AdminHttp:
         self.app.router.add_get("/config", _config)
         self.runner = web.AppRunner(self.app, access_log=None)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context=None) -> int:
         await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
+        site = web.TCPSite(self.runner, host, port, ssl_context=ssl_context)
         await site.start()
         return self.runner.addresses[0][1]
 

@@ -21,21 +21,28 @@ import logging
 import os
 import socket
 
+from client.protocol.codes import RequestCode
 from client.protocol.record import encode_host
 
+from node import security
 from node.admin_http import AdminHttp
 from node.bridge import LoopBridge
+from node.broker_metrics import BrokerCollector
 from node.clients import ClientManager
 from node.locks import QueueLocks
 from node.longpoll import PullHoldService
 from node.metrics import Metrics
 from node.offsets import ConsumerOffsets
 from node.processors import register_all
+from node.replicated_state import ReplicatedState
+from node.replication import ReplicaRole, Replication, store_config
 from node.routing import StandaloneRole, StandaloneRouting
+from node.schedule import ScheduleService
 from node.server import RemotingServer
 from node.store.fileio import OS_FILE_SYSTEM
 from node.store.message_store import MessageStore
 from node.topics import FileTopicConfigStore, TopicManager
+from node.transactions import TransactionService
 
 log = logging.getLogger("tidemq.broker")
 HOUSEKEEPING_INTERVAL_S = 10.0
@@ -53,6 +60,9 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self.admin = None
         self.server = None
+        self.replication = None  # node/replication.py when cfg.ha.role is MASTER or SLAVE
+        self.replicated_state = None
+        self.cluster = None      # node/cluster.py in cluster mode (zookeeper.hosts set)
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -60,10 +70,16 @@ class Broker:
         self.failed = asyncio.Event()
         self.bridge = LoopBridge(loop)
         self.metrics = Metrics()
-        self.store = MessageStore(cfg.store).open()
+        self.store = MessageStore(store_config(cfg)).open()
         root = cfg.store.root_dir
         self.role = StandaloneRole()
-        self.topics = TopicManager(FileTopicConfigStore(root, OS_FILE_SYSTEM),
+        if not cfg.standalone:  # cluster mode: ZooKeeper first, it keeps the topic configs
+            from node.cluster import ClusterNode  # lazily: kazoo is the `cluster` extra
+            self.cluster = ClusterNode(cfg)
+            await self.cluster.connect()
+        topic_store = (FileTopicConfigStore(root, OS_FILE_SYSTEM) if self.cluster is None
+                       else self.cluster.topic_store())
+        self.topics = TopicManager(topic_store,
                                    auto_create=cfg.auto_create_topic,
                                    default_queues=cfg.default_topic_queues,
                                    max_topics=cfg.max_topics,
@@ -74,6 +90,9 @@ class Broker:
         self.offsets.load()
         self.clients = ClientManager(cfg.client_expiry_ms / 1000)
         self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)
+        self.schedule = ScheduleService(self, cfg.delay_levels, cfg.max_delivery_delay_ms)
+        self.transactions = TransactionService(self, cfg)
+        self.transactions.load()
         self.hold = PullHoldService(loop, self.bridge, cfg.max_held_pulls, self.metrics,
                                     self.store.max_queue_offset)
         self.store.dispatcher.arrival_listener = self.hold.arrival_listener
@@ -85,21 +104,55 @@ class Broker:
         ip = _resolve(host)
         self.addr = f"{ip}:{port}"
         self.store_host = encode_host(ip, port)
-        self.routing = StandaloneRouting(self.topics, cfg.cluster_name, cfg.broker_name, self.addr)
+        self.routing = StandaloneRouting(self.topics, cfg.cluster_name, cfg.broker_name, self.addr,
+                                         cfg.broker_id)
+        if cfg.ha.role != "standalone":
+            await self._start_replication()
 
         self.server = RemotingServer(cfg, loop, self.metrics)
+        self.server.acl = security.make_acl(cfg)  # None unless security.acl_enable
         client_proc = register_all(self.server, self)
+        if self.cluster is not None:   # name servers answer routes in cluster mode
+            self.server.processors.pop(int(RequestCode.GET_ROUTEINFO_BY_TOPIC), None)
         self.server.on_close += [self.hold.connection_closed, client_proc.connection_closed]
         self._client_proc = client_proc
         self._gauges()
-        await self.server.start_on(sock)
+        await self.server.start_on(sock, security.remoting_ssl(cfg),
+                                   cfg.security.tls_handshake_timeout_ms / 1000)
         self.admin = AdminHttp(self)
-        self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port)
+        self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port,
+                                                 security.admin_ssl(cfg))
         self._spawn(self._flush_offsets_loop(), "offsets-flush")
         self._spawn(self._housekeeping_loop(), "housekeeping")
+        self._spawn(self.schedule.run(), "delayed-delivery")
+        self._spawn(self.transactions.run(), "transaction-check")
+        if self.cluster is not None:   # from here on the coordinator drives the role
+            await self.cluster.start(self.replication, self.addr,
+                                     self.replication.config.node_id,
+                                     before_master=lambda: self.topics.load(self.store.topics()))
         log.info("broker %s serving on %s:%d (advertised %s), admin HTTP on %s:%d",
                  cfg.broker_name, cfg.listen_host, self.remoting_port, self.addr, cfg.admin_host,
                  self.admin_port)
+
+    async def _start_replication(self) -> None:
+        """HA (node/replication.py): replay the replicated state the log holds past the
+        offsets file, then take the configured role (issue 6 will drive roles instead)."""
+        self.replication = Replication(self.cfg, self.store)
+        if self.cluster is not None:
+            self.replication.set_coordinator(self.cluster.isr_factory, self.cluster.on_fenced)
+        self.role = ReplicaRole(self.replication, self.cfg.broker_id)
+        self.replicated_state = ReplicatedState(self, self.replication, self.cfg.ha.state_batch_ms)
+        self.replication.state = self.replicated_state
+        self.replicated_state.attach()
+        self.replicated_state.catch_up()
+        await self.replication.start()
+        self.metrics.add_ha(self.replication)
+        self._spawn(self._state_snapshot_loop(), "ha-state-snapshot")
+
+    async def _state_snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(60)
+            self.replicated_state.maybe_snapshot()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -115,6 +168,13 @@ class Broker:
         if self.server is not None:
             await self.server.stop()
             self.hold.close()
+        if self.cluster is not None:   # closing the session hands a master's role over at once
+            await self.cluster.stop()
+        if self.replication is not None:
+            try:
+                await self.replication.stop()
+            except Exception:
+                log.exception("replication did not stop cleanly")
         if self.store is not None:
             offsets = getattr(self, "offsets", None)  # absent when start() failed early
             try:
@@ -162,6 +222,7 @@ class Broker:
 
     def _gauges(self) -> None:
         m = self.metrics
+        m.add_collector(BrokerCollector(self))  # identity, disk, consumer lag, ZooKeeper
         m.gauge("tidemq_held_pulls", "Pulls held waiting for messages.", lambda: self.hold.count)
         m.gauge("tidemq_connections", "Open remoting connections.",
                 lambda: len(self.server.connections))
@@ -178,6 +239,12 @@ class Broker:
         m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))
         m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
                 lambda: len(self.clients.consumers))
+        m.gauge("tidemq_delayed_delivered", "Delayed messages delivered to their topic.",
+                lambda: self.schedule.delivered)
+        m.gauge("tidemq_transaction_checks_sent", "CHECK_TRANSACTION_STATE requests sent.",
+                lambda: self.transactions.checks_sent)
+        m.gauge("tidemq_transactions_parked", "Half messages parked after the check maximum.",
+                lambda: self.transactions.parked)
 
 
 def _family(host: str) -> int:

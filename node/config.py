@@ -21,6 +21,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from node.delay_plan import DelayPlanError, parse_levels
+from node.security import SecuritySection, security_problems
 from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
 
 MIB = 1024 * 1024
@@ -64,9 +66,48 @@ STORE_ROOT_DEFAULT = "~/tidemq/store"
 
 @dataclass(frozen=True)
 class ZooKeeperConfig:
-    hosts: str = _f("", "ZooKeeper connect string; empty = standalone (cluster mode comes later).")
+    hosts: str = _f("", "ZooKeeper connect string; set (with ha.role=cluster) = cluster mode: "
+                        "election, failover and routes through `tidemq namesrv`.")
     session_timeout_ms: int = _f(6000, "ZooKeeper session timeout (cluster mode).")
     auth: str = _f("", "ZooKeeper digest credentials 'user:password' (secret).", secret=True)
+    root: str = _f("/tidemq", "Root znode of TideMQ's layout (coordinator/layout.py).")
+    unclean_election: bool = _f(False, "Let a member outside the in-sync set become master when "
+                                       "no in-sync member is alive (logged as data loss).")
+    election_settle_ms: int = _f(300, "After the master's node vanishes, members publish their "
+                                      "log end and wait this long before the winner is picked.")
+
+
+@dataclass(frozen=True)
+class HASection:
+    """Replication (`[ha]`, issue 5; node/replication.py builds ha.config.HAConfig from it)."""
+    role: str = _f("standalone", "standalone (no replication), MASTER or SLAVE (a static role), "
+                                 "or cluster (ZooKeeper elects; needs zookeeper.hosts).")
+    node_id: str = _f("", "This node's id in its broker group; empty = broker_id as text.")
+    cluster: str = _f("", "Group name both ends must present in the HA handshake; empty = "
+                          "'<cluster_name>/<broker_name>'.")
+    secret_file: str = _f("", "File holding the shared HA secret (>= 16 bytes, trailing newline "
+                              "ignored); never logged.")
+    secret_env: str = _f("TIDEMQ_HA_SECRET", "Environment variable holding the HA secret when "
+                                             "secret_file is empty.")
+    listen_host: str = _f("127.0.0.1", "HA listen address (masters).")
+    listen_port: int = _f(10912, "HA port; 0 = pick a free one (printed on READY as ha=).")
+    master_addr: str = _f("", "SLAVE: the master's HA address host:port.")
+    replication_mode: str = _f("SYNC_MASTER", "SYNC_MASTER (acknowledge once every in-sync slave "
+                                              "holds the message) or ASYNC_MASTER.")
+    slave_timeout_ms: int = _f(3000, "SYNC_MASTER: past this a send is answered "
+                                     "FLUSH_SLAVE_TIMEOUT (12; stored on the master).")
+    min_in_sync_replicas: int = _f(1, "Copies (master included) below which sends are refused "
+                                      "before writing; 2 = no single-copy writes.")
+    max_gap_bytes: int = _f(256 * MIB, "A slave further behind than this leaves the in-sync set.")
+    max_lag_ms: int = _f(15_000, "A slave not caught up for this long leaves the in-sync set.")
+    heartbeat_interval_ms: int = _f(1000, "HA heartbeat period (both ways).")
+    peer_timeout_ms: int = _f(5000, "An HA peer silent this long is dropped.")
+    bootstrap_rate_bytes_per_s: int = _f(100 * MIB, "Catch-up (bootstrap) transfer budget; "
+                                                    "0 = unlimited.")
+    state_batch_ms: int = _f(100, "Consumer-offset changes are written to the replicated state "
+                                  "topic this often (at once under SYNC_MASTER).")
+    suggest_slave_lag_bytes: int = _f(0, "A pull reading further than this behind the log end "
+                                         "is pointed at an in-sync slave; 0 = 40% of RAM.")
 
 
 @dataclass(frozen=True)
@@ -88,6 +129,9 @@ class BrokerConfig:
     max_frame_bytes: int = _f(16 * MIB, "Largest frame (4-byte length included); larger closes "
                                         "the connection.")
     max_connections: int = _f(4096, "Connections past this get SYSTEM_BUSY and are closed.")
+    max_partial_frame_bytes_total: int = _f(256 * MIB, "All connections' partly received "
+                                                       "frames together; a connection whose "
+                                                       "data would pass this is cut off.")
     max_inflight_per_connection: int = _f(1024, "Requests awaiting a reply per connection "
                                                 "(held pulls, sends awaiting fsync); past it "
                                                 "SYSTEM_BUSY.")
@@ -115,9 +159,28 @@ class BrokerConfig:
     max_offset_entries: int = _f(1_000_000, "Most (group, topic, queue) consumer offsets kept.")
     lock_expiry_ms: int = _f(60_000, "Orderly-consumption queue locks expire after this.")
     max_locks: int = _f(100_000, "Most queue locks held in the broker.")
+    delay_levels: str = _f("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+                           "Delay levels DELAY=1..n (units ms, s, m, h, d); send-back uses "
+                           "level 3 + reconsumeTimes.")
+    max_delivery_delay_ms: int = _f(3 * 86_400_000, "Latest due time (__STARTDELIVERTIME) a "
+                                                    "message may ask for, from now.")
+    max_reconsume_times: int = _f(16, "Send-backs before a message goes to %DLQ%<group> "
+                                      "(clients >= 3.4.9 may send their own).")
+    transaction_timeout_ms: int = _f(6000, "A half message undecided this long gets its "
+                                           "first check-back (39).")
+    transaction_check_interval_ms: int = _f(30_000, "Check-back round period.")
+    transaction_check_max: int = _f(15, "Check-backs before a half message is parked in "
+                                        "TRANS_CHECK_MAX_TIME_TOPIC.")
+    dedup_window_ms: int = _f(300_000, "A send whose UNIQ_KEY was stored this recently gets "
+                                       "the original result, nothing stored; 0 = off.")
+    dedup_window_keys: int = _f(100_000, "Most UNIQ_KEYs the duplicate window remembers "
+                                         "(about 250 bytes each); 0 = off.")
     store: StoreConfig = field(default=None, metadata={"doc": "[store] table"})  # type: ignore
     zookeeper: ZooKeeperConfig = field(default_factory=ZooKeeperConfig,
                                        metadata={"doc": "[zookeeper] table"})
+    ha: HASection = field(default_factory=HASection, metadata={"doc": "[ha] table"})
+    security: SecuritySection = field(default_factory=SecuritySection,
+                                      metadata={"doc": "[security] table (node/security.py)"})
 
     @property
     def standalone(self) -> bool:
@@ -140,7 +203,8 @@ def _fields(cls) -> dict[str, dataclasses.Field]:
 
 
 def _type_of(cls, name: str) -> type:
-    hints = {"StoreConfig": StoreConfig, "ZooKeeperConfig": ZooKeeperConfig}
+    hints = {"StoreConfig": StoreConfig, "ZooKeeperConfig": ZooKeeperConfig,
+             "HASection": HASection, "SecuritySection": SecuritySection}
     t = _fields(cls)[name].type
     return {"str": str, "int": int, "float": float, "bool": bool}.get(t, hints.get(t, t))
 
@@ -245,6 +309,8 @@ def build_config(raw: dict, problems: list[str] | None = None) -> BrokerConfig:
     raw = dict(raw)
     store_raw = dict(raw.pop("store", {}))
     zk_raw = raw.pop("zookeeper", {})
+    ha_raw = raw.pop("ha", {})
+    security_raw = raw.pop("security", {})
     store_raw.setdefault("root_dir", STORE_ROOT_DEFAULT)
     store_raw["root_dir"] = os.path.expanduser(store_raw["root_dir"])
     store = None
@@ -257,7 +323,8 @@ def build_config(raw: dict, problems: list[str] | None = None) -> BrokerConfig:
     zk = ZooKeeperConfig(**zk_raw)
     cfg = None
     try:
-        cfg = BrokerConfig(store=store, zookeeper=zk, **raw)
+        cfg = BrokerConfig(store=store, zookeeper=zk, ha=HASection(**ha_raw),
+                           security=SecuritySection(**security_raw), **raw)
     except TypeError as exc:
         problems.append(str(exc))
     if cfg is not None:
@@ -274,7 +341,7 @@ def _validate(c: BrokerConfig) -> list[str]:
         p.append(f"broker_name={c.broker_name!r}: letters, digits, '-', '_', '.' only")
     if not c.cluster_name:
         p.append("cluster_name must not be empty")
-    if c.broker_id != 0 and c.standalone:
+    if c.broker_id != 0 and c.standalone and c.ha.role != "SLAVE":
         p.append("broker_id must be 0 for a standalone broker (slaves come with HA)")
     for name in ("listen_port", "admin_port", "advertised_port"):
         if not 0 <= getattr(c, name) <= 65535:
@@ -282,23 +349,35 @@ def _validate(c: BrokerConfig) -> list[str]:
     if c.listen_host in ("0.0.0.0", "::") and not c.advertised_host:
         p.append("advertised_host is required when listen_host is a wildcard address")
     positive = ("default_topic_queues", "max_topics", "max_connections",
+                "max_partial_frame_bytes_total",
                 "max_inflight_per_connection", "max_held_pulls", "write_buffer_high_bytes",
                 "max_write_buffer_bytes", "write_stall_timeout_ms", "idle_timeout_ms",
                 "client_expiry_ms", "short_polling_ms", "max_pull_suspend_ms", "pull_max_msgs",
                 "pull_max_bytes", "query_max_msgs", "offsets_flush_interval_ms",
-                "max_offset_entries", "lock_expiry_ms", "max_locks")
+                "max_offset_entries", "lock_expiry_ms", "max_locks", "max_delivery_delay_ms",
+                "transaction_timeout_ms", "transaction_check_interval_ms",
+                "transaction_check_max")
     for name in positive:
         if getattr(c, name) <= 0:
             p.append(f"{name} must be > 0")
+    for name in ("dedup_window_ms", "dedup_window_keys"):
+        if getattr(c, name) < 0:
+            p.append(f"{name} must be >= 0")
+    try:
+        parse_levels(c.delay_levels)
+    except DelayPlanError as exc:
+        p.append(f"delay_levels: {exc}")
+    if c.max_reconsume_times < 0:
+        p.append("max_reconsume_times must be >= 0")
     if not 1024 <= c.max_frame_bytes <= 2**31:
         p.append("max_frame_bytes must be in 1024..2147483648")
     if c.write_buffer_high_bytes > c.max_write_buffer_bytes:
         p.append("write_buffer_high_bytes must be <= max_write_buffer_bytes")
     if c.store is not None and c.default_topic_queues > c.store.max_queues_per_topic:
         p.append("default_topic_queues must be <= store.max_queues_per_topic")
-    if c.zookeeper.hosts:
-        p.append("zookeeper.hosts: cluster mode is not available yet; leave it empty "
-                 "for a standalone broker")
+    from node.replication import config_problems  # late: replication imports ha/
+    p.extend(config_problems(c))
+    p.extend(security_problems(c))
     return p
 
 
@@ -346,8 +425,10 @@ def describe() -> str:
     add(BrokerConfig, "")
     add(StoreConfig, "store.", STORE_DOCS)
     add(ZooKeeperConfig, "zookeeper.")
+    add(HASection, "ha.")
+    add(SecuritySection, "security.")
     return "\n".join(rows)
 
 
-__all__ = ["BrokerConfig", "ZooKeeperConfig", "ConfigError", "load_config", "build_config",
+__all__ = ["BrokerConfig", "ZooKeeperConfig", "HASection", "ConfigError", "load_config", "build_config",
            "redacted", "describe", "ASYNC_FLUSH"]

@@ -18,6 +18,9 @@ Rules:
    fsync); RemotingServer refuses new requests past max_inflight_per_connection.
 5. A deferred reply completed after the connection closed is dropped (the counter still
    goes down).
+6. A partly received frame counts against the server-wide max_partial_frame_bytes_total: a
+   connection whose data would pass it is cut off, so thousands of peers each holding most of
+   a 16 MiB frame cannot exhaust memory.
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._in_receive = False
         self._stall_timer = None
+        self._partial_bytes = 0  # this connection's share of server.partial_bytes (rule 6)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -82,6 +86,9 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection %s: bad frame: %s", self.peer, exc)
             self.abort()
             return
+        partial = self.decoder.buffered_bytes
+        if partial != self._partial_bytes and self._account_partial(partial):
+            return
         if commands:
             self._backlog.extend(commands)
             if not self._write_paused:
@@ -105,6 +112,19 @@ class Connection(asyncio.Protocol):
             if self._out:
                 self._flush()
 
+    def _account_partial(self, partial: int) -> bool:
+        """Rule 6; True when the connection was cut off."""
+        server = self.server
+        server.partial_bytes += partial - self._partial_bytes
+        self._partial_bytes = partial
+        if partial and server.partial_bytes > self.cfg.max_partial_frame_bytes_total:
+            server.metrics.busy["partial_frames"] += 1
+            log.warning("closing connection %s: partly received frames of all connections "
+                        "exceed %d bytes", self.peer, self.cfg.max_partial_frame_bytes_total)
+            self.abort()
+            return True
+        return False
+
     def eof_received(self):
         return False  # close our side too
 
@@ -112,6 +132,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         self._out = []
         self._backlog.clear()
+        self.server.partial_bytes -= self._partial_bytes
+        self._partial_bytes = 0
         if self._stall_timer is not None:
             self._stall_timer.cancel()
         self.server.connection_lost(self)

@@ -80,8 +80,11 @@ async def _serve(cfg) -> int:
         await broker.stop()
         return 1
     _tune_gc()
+    ha = ""
+    if broker.replication is not None and broker.replication.listen_port:
+        ha = f" ha={cfg.ha.listen_host}:{broker.replication.listen_port}"
     print(f"{READY_PREFIX} remoting={cfg.listen_host}:{broker.remoting_port} "
-          f"admin={cfg.admin_host}:{broker.admin_port}", flush=True)
+          f"admin={cfg.admin_host}:{broker.admin_port}{ha}", flush=True)
     stop_wait = loop.create_task(stop.wait())
     fail_wait = loop.create_task(broker.failed.wait())
     await asyncio.wait({stop_wait, fail_wait}, return_when=asyncio.FIRST_COMPLETED)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import bisect
 import collections
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR,
+                               CollectorRegistry, generate_latest)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 LATENCY_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -53,17 +54,41 @@ class Metrics:
         self.slow_consumer_cutoffs = 0
         self.flush_timeouts = 0
         self.latency = collections.defaultdict(LatencyHistogram)  # request kind -> histogram
+        # Sends and pulls by topic; the kind histograms (send, send_batch, pull) are summed
+        # from these at scrape time, so the hot path observes ONE histogram per request.
+        self.put_latency = collections.defaultdict(LatencyHistogram)  # (topic, batch) -> hist
+        self.get_latency = collections.defaultdict(LatencyHistogram)  # topic -> hist
+        self.flush_slave_timeouts = 0
         self.hold_wait = LatencyHistogram()
         self.gauges = {}  # name -> (help, fn() -> float)
         self.put_total = 0
         self.get_total = 0
         self.registry.register(_Collector(self))
+        # process_* (CPU, RSS, fds) and python_* from prometheus_client's own collectors.
+        for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(c)
 
     def gauge(self, name: str, help_text: str, fn) -> None:
         self.gauges[name] = (help_text, fn)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    def add_collector(self, collector) -> None:
+        """Another block's collector (node/broker_metrics.py: store, consumer lag, cluster)."""
+        self.registry.register(collector)
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop a deleted topic's series (labels stay bounded by the topic table)."""
+        for table in (self.put_msgs, self.put_bytes, self.get_msgs, self.get_bytes,
+                      self.get_latency):
+            table.pop(topic, None)
+        for key in [k for k in self.put_latency if k[0] == topic]:
+            del self.put_latency[key]
+
+    def add_ha(self, replication) -> None:
+        """Replication metrics (issue 5; see HACollector below)."""
+        self.registry.register(HACollector(replication))
 
 
 class _Collector:
@@ -88,14 +113,34 @@ class _Collector:
                 ("tidemq_slow_consumer_cutoffs", "Connections cut off for not reading replies.",
                  m.slow_consumer_cutoffs),
                 ("tidemq_flush_disk_timeouts", "Sends answered FLUSH_DISK_TIMEOUT.",
-                 m.flush_timeouts)):
+                 m.flush_timeouts),
+                ("tidemq_flush_slave_timeouts", "Sends answered FLUSH_SLAVE_TIMEOUT.",
+                 m.flush_slave_timeouts)):
             c = CounterMetricFamily(name, help_text)
             c.add_metric([], value)
             yield c
         h = HistogramMetricFamily("tidemq_request_latency_seconds", "Time from a request's "
                                   "arrival to its reply, by kind.", labels=["kind"])
-        for kind, hist in sorted(m.latency.items()):
+        kinds = dict(m.latency)
+        kinds["send"] = _merged(v for (_, b), v in m.put_latency.items() if not b)
+        kinds["send_batch"] = _merged(v for (_, b), v in m.put_latency.items() if b)
+        kinds["pull"] = _merged(m.get_latency.values())
+        for kind, hist in sorted(kinds.items()):
             h.add_metric([kind], hist.buckets(), hist.sum)
+        yield h
+        by_topic = collections.defaultdict(list)
+        for (topic, _), hist in m.put_latency.items():
+            by_topic[topic].append(hist)
+        h = HistogramMetricFamily("tidemq_put_latency_seconds", "Send arrival to reply (fsync "
+                                  "and replication waits included), by topic.", labels=["topic"])
+        for topic, hists in sorted(by_topic.items()):
+            hist = _merged(hists)
+            h.add_metric([topic], hist.buckets(), hist.sum)
+        yield h
+        h = HistogramMetricFamily("tidemq_get_latency_seconds", "Pull arrival to reply for "
+                                  "pulls answered at once, by topic.", labels=["topic"])
+        for topic, hist in sorted(m.get_latency.items()):
+            h.add_metric([topic], hist.buckets(), hist.sum)
         yield h
         h = HistogramMetricFamily("tidemq_pull_hold_seconds", "How long held pulls waited.")
         h.add_metric([], m.hold_wait.buckets(), m.hold_wait.sum)
@@ -106,8 +151,64 @@ class _Collector:
             yield g
 
 
+def _merged(hists) -> LatencyHistogram:
+    out = LatencyHistogram()
+    for h in hists:
+        out.counts = [a + b for a, b in zip(out.counts, h.counts)]
+        out.sum += h.sum
+    return out
+
+
 def _by_label(name: str, help_text: str, label: str, values) -> CounterMetricFamily:
     c = CounterMetricFamily(name, help_text, labels=[label])
     for key, value in sorted(values.items()):
         c.add_metric([str(key)], value)
     return c
+
+
+# -- replication (issue 5) -------------------------------------------------------------------
+HA_ROLES = ("MASTER", "SLAVE", "FENCED", "NONE")
+
+
+class HACollector:
+    """Role, epoch, confirmed offset, in-sync set size and, on a master, each slave's acked
+    offset and lag (bytes, seconds); on a slave its own acked offset and lag. Label values are
+    slave node ids: bounded by the group's size."""
+
+    def __init__(self, replication):
+        self.r = replication
+
+    def collect(self):
+        m = self.r.metrics()
+        g = GaugeMetricFamily("tidemq_ha_role", "1 for this node's replication role.",
+                              labels=["role"])
+        for role in HA_ROLES:
+            g.add_metric([role], 1.0 if m["role"] == role else 0.0)
+        yield g
+        for name, help_text, value in (
+                ("tidemq_ha_epoch", "Epoch this node leads or follows.", m["epoch"]),
+                ("tidemq_ha_confirmed_offset_bytes", "Confirmed (consumer-visible, replicated) "
+                 "commit-log offset.", m["confirmed_offset"]),
+                ("tidemq_ha_in_sync_replicas", "In-sync set size, the master included (0 when "
+                 "not master).", m["in_sync_size"]),
+                ("tidemq_ha_acked_offset_bytes", "Slave: offset acknowledged to the master.",
+                 m["acked_offset"]),
+                ("tidemq_ha_lag_bytes", "Slave: bytes the master holds beyond this node.",
+                 m["lag_bytes"])):
+            g = GaugeMetricFamily(name, help_text)
+            g.add_metric([], float(value))
+            yield g
+        slaves = m["slaves"]
+        for key, name, help_text in (
+                ("acked_offset", "tidemq_ha_slave_acked_offset_bytes", "Master: each slave's "
+                 "acknowledged offset."),
+                ("lag_bytes", "tidemq_ha_slave_lag_bytes", "Master: bytes each slave is behind."),
+                ("lag_seconds", "tidemq_ha_slave_lag_seconds", "Master: how long each slave has "
+                 "not been caught up."),
+                ("in_sync", "tidemq_ha_slave_in_sync", "Master: 1 when the slave is in sync."),
+                ("connected", "tidemq_ha_slave_connected", "Master: 1 when the slave is "
+                 "connected.")):
+            g = GaugeMetricFamily(name, help_text, labels=["slave"])
+            for node, st in sorted(slaves.items()):
+                g.add_metric([node], float(st[key]))
+            yield g

@@ -31,6 +31,10 @@ class ConsumerOffsets:
         self.table: dict[tuple[str, str], dict[int, int]] = {}
         self._entries = 0
         self.dirty = False
+        # Replication (node/replicated_state.py): listener(group, topic, queue_id) after each
+        # commit; state_offset = the replicated-state queue offset this table includes up to.
+        self.listener = None
+        self.state_offset = 0
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         queues = self.table.get((group, topic))
@@ -44,6 +48,8 @@ class ConsumerOffsets:
             self._entries += 1
         queues[queue_id] = offset
         self.dirty = True
+        if self.listener is not None:
+            self.listener(group, topic, queue_id)
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         queues = self.table.get((group, topic))
@@ -55,8 +61,11 @@ class ConsumerOffsets:
     # -- replication seam -----------------------------------------------------------------
     def snapshot(self) -> dict:
         """The whole table as JSON-able data (the file's document)."""
-        return {"offsetTable": {f"{topic}@{group}": {str(q): o for q, o in sorted(queues.items())}
-                                for (group, topic), queues in sorted(self.table.items())}}
+        doc = {"offsetTable": {f"{topic}@{group}": {str(q): o for q, o in sorted(queues.items())}
+                               for (group, topic), queues in sorted(self.table.items())}}
+        if self.state_offset:
+            doc["stateQueueOffset"] = self.state_offset
+        return doc
 
     def apply(self, snapshot: dict) -> None:
         """Replace the table by a snapshot (from the file, or from a master later)."""
@@ -69,6 +78,7 @@ class ConsumerOffsets:
             table[(group, topic)] = {int(q): int(o) for q, o in queues.items()}
             entries += len(queues)
         self.table, self._entries = table, entries
+        self.state_offset = int(snapshot.get("stateQueueOffset", 0))
 
     # -- persistence ----------------------------------------------------------------------
     def load(self) -> None:

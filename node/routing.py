@@ -31,9 +31,11 @@ class Routing(Protocol):
 class StandaloneRouting:
     """Routes naming this broker alone: brokerAddrs {"0": advertised address}."""
 
-    def __init__(self, topics, cluster_name: str, broker_name: str, addr: str):
+    def __init__(self, topics, cluster_name: str, broker_name: str, addr: str,
+                 broker_id: int = MASTER_ID):
         self.topics = topics
-        self._broker = BrokerData(cluster_name, broker_name, {MASTER_ID: addr})
+        # A replicated slave names itself by its own id: clients send only to id 0.
+        self._broker = BrokerData(cluster_name, broker_name, {broker_id: addr})
         self.broker_name = broker_name
 
     def route(self, topic: str) -> TopicRouteData | None:

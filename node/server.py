@@ -19,6 +19,10 @@ Rules:
    which the client drops (spec 1.5).
 5. Responses to server-initiated requests (flag bit 0 set) are dropped: every server request
    we send today is oneway.
+6. With ACL on (`self.acl`, node/acl/validator.py) a request is checked before its processor;
+   a refusal is answered 16 NO_PERMISSION with an "[ACL] ..." remark and nothing runs.
+7. `partial_bytes` sums every connection's partly received frame; Connection cuts off the one
+   whose data would take it past max_partial_frame_bytes_total.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ DEFERRED = object()
 REFUSED_CODES = frozenset({RequestCode.UPDATE_BROKER_CONFIG, RequestCode.UPDATE_NAMESRV_CONFIG})
 _CODE_NAMES = {int(c): c.name for c in RequestCode}
 _SWEEP_INTERVAL_S = 5.0
+_OVER_LIMIT_GRACE_S = 1.0  # a connection past max_connections gets this long to read its BUSY
 _ERROR_LOG_INTERVAL_S = 10.0  # processor tracebacks: at most one per interval per code
 
 
@@ -55,15 +60,19 @@ class RemotingServer:
         self._sweeper = None
         self._last_error_log: dict[int, float] = {}
         self.port = 0
+        self.acl = None  # node.acl.validator.AclValidator when security.acl_enable (rule 6)
+        self.partial_bytes = 0  # rule 7
 
     def register(self, code: int, fn) -> None:
         assert code not in REFUSED_CODES, code
         self.processors[int(code)] = fn
 
-    async def start_on(self, sock) -> int:
-        """Serve on an already bound socket (the broker binds first: port 0 resolves there)."""
+    async def start_on(self, sock, ssl=None, ssl_handshake_timeout_s=None) -> int:
+        """Serve on an already bound socket (the broker binds first: port 0 resolves there);
+        with `ssl` (an SSLContext, node/security.py) every connection must speak TLS."""
+        tls = {"ssl": ssl, "ssl_handshake_timeout": ssl_handshake_timeout_s} if ssl else {}
         self._server = await self.loop.create_server(lambda: Connection(self), sock=sock,
-                                                     backlog=1024)
+                                                     backlog=1024, **tls)
         self.port = sock.getsockname()[1]
         self._sweeper = self.loop.create_task(self._sweep())
         return self.port
@@ -85,6 +94,8 @@ class RemotingServer:
     def connection_made(self, conn: Connection) -> None:
         if len(self.connections) >= self.cfg.max_connections:
             conn.over_limit = True  # answered SYSTEM_BUSY, then closed (rule 3)
+            # A silent one must not hold its socket until the idle timeout (connection floods).
+            self.loop.call_later(_OVER_LIMIT_GRACE_S, conn.abort)
         self.connections.add(conn)
 
     def connection_lost(self, conn: Connection) -> None:
@@ -133,7 +144,12 @@ class RemotingServer:
                                            "on this connection"))
             return
         try:
-            response = fn(conn, cmd)
+            refusal = self.acl.check(conn.peer.rpartition(":")[0], cmd) if self.acl else None
+            if refusal is None:
+                response = fn(conn, cmd)
+            else:  # rule 6
+                metrics.requests["acl_refused"] += 1
+                response = error_response(cmd, ResponseCode.NO_PERMISSION, refusal)
         except ProtocolError as exc:
             response = error_response(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         except Exception as exc:

@@ -40,12 +40,13 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+REPLICATED_STATE_TOPIC = "TIDEMQ_SYS_BROKER_STATE"  # node/replicated_state.py
 # TopicValidator.SYSTEM_TOPIC_SET and NOT_ALLOWED_SEND_TOPIC_SET (rocketmq-all-4.9.8).
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
                            "RMQ_SYS_TRACE_TOPIC", TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", REPLICATED_STATE_TOPIC})
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC})
+                                     TRANS_CHECK_MAX_TIME_TOPIC, REPLICATED_STATE_TOPIC})
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_CHARS = 127  # TopicValidator.TOPIC_MAX_LENGTH (a V1 record's i8 topic length)
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
@@ -171,7 +172,8 @@ class TopicManager:
             self.table[AUTO_CREATE_TOPIC] = TopicConfig(AUTO_CREATE_TOPIC, q, q, perm)
             changed = True
         for topic, qids in store_topics.items():
-            if topic not in self.table and not topic_name_problem(topic):
+            if topic not in self.table and topic not in SYSTEM_TOPICS \
+                    and not topic_name_problem(topic):  # system topics stay internal
                 q = max(self.default_queues, max(qids) + 1 if qids else 0)
                 self.table[topic] = TopicConfig(topic, q, q)
                 log.warning("topic %s found in the store but not in the topic table: adopted "
@@ -207,6 +209,12 @@ class TopicManager:
             raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type!r}")
         self._put(tc)
         return tc
+
+    def put_replicated(self, tc: TopicConfig) -> None:
+        """A config from the master's replicated state (node/replicated_state.py): taken as
+        is; the master already checked it."""
+        if self.table.get(tc.name) != tc:
+            self._put(tc)
 
     def create_in_send(self, topic: str, default_topic: str | None,
                        default_queue_nums: int) -> TopicConfig | None:

@@ -23,4 +23,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[test]'
+# pipeline: pyspark + pyarrow for pipeline/ and its tests (Java comes with the apt step above)
+.venv/bin/python -m pip install -q -e '.[test,pipeline]'

@@ -420,14 +420,16 @@ def check_record_layout(buf, pos: int, limit: int, expected_phys: int, verify_cr
     if props_len < 0 or p + 2 + props_len != pos + total:
         return -1
     if verify_crc:
+        # The whole-record CRC covers every byte before its own trailer, the body and the body
+        # CRC field included, so when it is there it alone decides (one CRC pass, not two).
         mv = memoryview(buf)
-        if _crc32(mv[body_at:body_at + body_len]) & 0x7FFFFFFF != _I32.unpack_from(buf, pos + 8)[0]:
-            return -1
         end = pos + total
         if props_len >= CRC_RESERVED_BYTES and buf[end - 20:end - 11] == _CRC_PREFIX:
             if buf[end - 11:end - 1] != crc_digits(_crc32(mv[pos:end - 20]) & 0x7FFFFFFF) \
                     or buf[end - 1] != 2:
                 return -1
         elif require_crc:
+            return -1
+        elif _crc32(mv[body_at:body_at + body_len]) & 0x7FFFFFFF != _I32.unpack_from(buf, pos + 8)[0]:
             return -1
     return total, topic_at, topic_len, p + 2, props_len

@@ -1,8 +1,8 @@
 """Request processors, one module per concern, and the table that wires them to codes.
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
-28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 41/42 queue locks,
-105 route. Everything else (including 25 and 318, refused on purpose) is answered
+28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
+41/42 queue locks, 105 route, 208 consume stats. Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
 """
 from __future__ import annotations
@@ -11,12 +11,14 @@ from client.protocol.codes import RequestCode as R
 
 from node.processors.admin import AdminProcessor
 from node.processors.client_manage import ClientManageProcessor
+from node.processors.consume_stats import ConsumeStatsProcessor
 from node.processors.offsets import OffsetProcessor
 from node.processors.pull import PullProcessor
 from node.processors.query import QueryProcessor
 from node.processors.route import RouteProcessor
 from node.processors.send import SendProcessor
 from node.processors.send_back import SendBackProcessor
+from node.processors.transaction import EndTransactionProcessor
 
 
 def register_all(server, broker) -> ClientManageProcessor:
@@ -41,6 +43,8 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.HEART_BEAT: clients.heartbeat, R.UNREGISTER_CLIENT: clients.unregister,
         R.GET_CONSUMER_LIST_BY_GROUP: clients.consumer_list,
         R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(broker),
+        R.END_TRANSACTION: EndTransactionProcessor(broker),
+        R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
     }
     for code, fn in table.items():
         server.register(code, fn)

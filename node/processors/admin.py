@@ -39,6 +39,11 @@ class AdminProcessor:
                          cmd.ext_int("perm", int(PERM_READ_WRITE)),
                          cmd.ext_str("topicFilterType", "SINGLE_TAG"),
                          cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"))
+        repl = getattr(self.broker, "replication", None)
+        if repl is not None and not repl.is_master:  # topic configs come from the master
+            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                         f"this broker is not the master ({repl.role_name}); create topics "
+                         f"on the master (broker id 0)")
         try:
             self.topics.update(tc)
         except TopicError as exc:

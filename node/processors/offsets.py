@@ -6,6 +6,8 @@
    else 22 QUERY_NOT_FOUND, and the client honours consume-from (LAST: the max offset).
    Answer fast: cpp reads a failure or timeout as "start at max".
 15 UPDATE_CONSUMER_OFFSET: store commitOffset (cpp sends it "oneway" with flag 0).
+   14 and 15 with `broadcastClientId` read and write a broadcast member's own offset
+   (node/broadcast_offsets.py); such a query with nothing stored is 22, never the hot rule.
 29 SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after `timestamp` (the max
    offset when none is; Java picks the nearer neighbour, which can re-deliver one message).
 30 GET_MAX_OFFSET / 31 GET_MIN_OFFSET: 0 for an unknown queue. 32 GET_EARLIEST_MSG_STORETIME.
@@ -16,6 +18,7 @@ import os
 
 from client.protocol.codes import ResponseCode
 
+from node import broadcast_offsets
 from node.offsets import OffsetTableFull
 from node.processors.common import error, ok
 from node.topics import AUTO_CREATE_TOPIC, group_name_ok, topic_name_problem
@@ -29,14 +32,19 @@ class OffsetProcessor:
     def __init__(self, broker):
         self.store = broker.store
         self.offsets = broker.offsets
+        self.replication = getattr(broker, "replication", None)
 
     def query_consumer_offset(self, conn, cmd):
         group = cmd.require_str("consumerGroup")
         topic = cmd.require_str("topic")
         queue_id = cmd.require_int("queueId")
-        offset = self.offsets.query(group, topic, queue_id)
+        member = cmd.ext_str(broadcast_offsets.EXT_CLIENT_ID)  # node/broadcast_offsets.py
+        try:
+            offset = self.offsets.query(broadcast_offsets.member_key(group, member), topic, queue_id)
+        except broadcast_offsets.BadClientId as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         if offset is None:
-            if self._offset_zero_is_hot(topic, queue_id):
+            if member is None and self._offset_zero_is_hot(topic, queue_id):
                 offset = 0
             else:
                 return error(cmd, ResponseCode.QUERY_NOT_FOUND,
@@ -59,9 +67,16 @@ class OffsetProcessor:
         if not group_name_ok(group) or topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"bad consumer group {group[:300]!r} or topic {topic[:300]!r}")
+        repl = self.replication
+        if repl is not None and not repl.is_master:
+            # A slave's offsets are the master's (replicated with the log): commit there.
+            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                         f"this broker is not the master ({repl.role_name}); commit consumer "
+                         f"offsets to the master (broker id 0)")
         try:
-            self.offsets.commit(group, topic, queue_id, offset)
-        except OffsetTableFull as exc:
+            key = broadcast_offsets.member_key(group, cmd.ext_str(broadcast_offsets.EXT_CLIENT_ID))
+            self.offsets.commit(key, topic, queue_id, offset)
+        except (OffsetTableFull, broadcast_offsets.BadClientId) as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return ok(cmd)
 

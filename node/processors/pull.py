@@ -18,6 +18,9 @@ Rules:
 3. COMMIT_OFFSET piggyback: commitOffset is stored for (group, topic, queue) before the read.
 4. A reply holds at most min(maxMsgNums, pull_max_msgs) records and pull_max_bytes bytes.
 5. Records carry this broker's advertised address as STOREHOST (node/records.py).
+6. Replication: a slave serves what is confirmed (the store dispatches no further) and ignores
+   piggybacked commits (offsets come from the master's replicated state); a master whose log
+   end is far ahead of what a pull reads suggests an in-sync slave (suggestWhichBrokerId).
 """
 from __future__ import annotations
 
@@ -58,6 +61,7 @@ class PullProcessor:
         self.metrics = broker.metrics
         self.hold = broker.hold
         self.hold.execute = self._execute_held
+        self.replication = getattr(broker, "replication", None)
         self.max_msgs = cfg.pull_max_msgs
         self.max_bytes = cfg.pull_max_bytes
         self.long_polling = cfg.long_polling_enable
@@ -91,7 +95,7 @@ class PullProcessor:
                          f"The broker does not support consumer to filter message by "
                          f"{expression_type}")
         codes = self._filter(cmd, group, topic, sys_flag)
-        if sys_flag & _COMMIT:
+        if sys_flag & _COMMIT and (self.replication is None or self.replication.is_master):
             commit = cmd.ext_int("commitOffset", -1)
             if commit >= 0 and group_name_ok(group):
                 try:
@@ -114,7 +118,7 @@ class PullProcessor:
                 return error(cmd, ResponseCode.SYSTEM_BUSY,
                              "[OVERLOAD]system busy, too many held pulls")
         response = self._respond(cmd, topic, res, code)
-        self.metrics.latency["pull"].observe(time.perf_counter() - t0)
+        self.metrics.get_latency[topic].observe(time.perf_counter() - t0)
         return response
 
     def _filter(self, cmd, group: str, topic: str, sys_flag: int):
@@ -151,6 +155,9 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
                "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
         if code == 0:
+            if self.replication is not None:
+                ext["suggestWhichBrokerId"] = str(
+                    self.replication.suggest_broker_id(res.max_phys_offset))
             msgs = res.messages
             body = join_records(msgs, self.broker.store_host)
             m = self.metrics

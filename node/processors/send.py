@@ -7,8 +7,9 @@ batch "1" (the C++ batch form); Java and Go send 320.
 Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
   broker not writable -> 16; bad topic name -> 1; forbidden system topic -> 16; unknown topic
   -> auto-create (3.5) else 17; topic not writable -> 16; queueId >= queue count -> 1 (< 0
-  picks a queue); transactional message -> 16 (transactions come with the messaging issue);
-  body over max_message_bytes or a bad batch body -> 13.
+  picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
+  body over max_message_bytes or a bad batch body -> 13. A transactional message becomes a
+  half message, a delayed one a schedule entry (node/send_divert.py).
 
 Reply ext: msgId (32-hex offsetMsgId; a batch's joined with ","), queueId, queueOffset (a
 batch's first), MSG_REGION, TRACE_ON. Under SYNC_FLUSH the reply waits for the fsync that
@@ -29,6 +30,8 @@ Rules:
    whole group before writing anything; if it refuses, each request is put alone, so one bad
    request never fails the others (rule 1).
 5. Replies are encoded from templates (node/processors/send_reply.py).
+6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/dedup.py) stores
+   nothing and gets the original result.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ from client.protocol import record as rec
 from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCode, SerializeType
 from client.protocol.remoting import ProtocolError, RemotingCommand, encode_frame, parse_int
 
+from node.dedup import DedupWindow, duplicate_reply
+from node import send_divert
 from node.processors.common import error, topic_not_exist_remark
 from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
                                         json_reply_template)
@@ -117,6 +122,11 @@ class SendProcessor:
         self.bridge = broker.bridge
         self.max_body = broker.cfg.store.max_message_bytes
         self.sync_flush = broker.cfg.store.flush_mode == "SYNC_FLUSH"
+        # HA (node/replication.py): refuse before writing on a slave, a fenced master or too
+        # few in-sync copies; under SYNC_MASTER answer once every in-sync replica holds it.
+        self.replication = getattr(broker, "replication", None)
+        self.sync_master = self.replication is not None and self.replication.sync_master
+        self.wait_acks = self.sync_flush or self.sync_master
         self.region = broker.cfg.region_id
         self._json_reply = json_reply_template(self.region)
         self._binary_tail = binary_reply_tail(self.region)
@@ -124,6 +134,8 @@ class SendProcessor:
         self.loop = broker.loop
         self._rr = 0
         self._pending = []  # sends accepted this loop turn, put together (rule 4)
+        self.dedup = DedupWindow(broker.cfg.dedup_window_ms, broker.cfg.dedup_window_keys)
+        self.dedup.rebuild(self.store)  # retries sent across a restart (node/dedup.py)
 
     def __call__(self, conn, cmd: RemotingCommand):
         t0 = time.perf_counter()
@@ -142,6 +154,10 @@ class SendProcessor:
             batch_text is not None and batch_text.lower() in ("true", "1"))
         props_text = ext.get(names[F_PROPS]) or ""
 
+        if self.replication is not None:
+            refusal = self.replication.write_refusal()
+            if refusal is not None:  # retriable: the SDK refreshes its route and retries
+                return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         if not self.broker.role.writable:
             return error(cmd, ResponseCode.NO_PERMISSION,
                          f"the broker[{self.broker_name}] sending message is forbidden")
@@ -171,10 +187,11 @@ class SendProcessor:
                          f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
                          f"Producer:[{conn.peer}]")
         props = rec.decode_properties(props_text) if props_text else {}
-        if props.get(rec.PROP_TRAN_MSG) == "true" or sys_flag & rec.SYSFLAG_TX_MASK:
-            return error(cmd, ResponseCode.NO_PERMISSION,
-                         f"the broker[{self.broker_name}] sending transaction message is "
-                         f"forbidden (transactions are not available yet)")
+        divert = send_divert.kind_of(props, sys_flag)
+        if sys_flag & rec.SYSFLAG_TX_MASK in (rec.TX_COMMIT, rec.TX_ROLLBACK) or (divert and batch):
+            return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
+                         "a send may not carry a commit/rollback type, and a batch no delay or "
+                         "transaction")
         body = cmd.body
         born_host, store_host = conn.born_host, self.broker.store_host
         if batch:
@@ -191,10 +208,25 @@ class SendProcessor:
             if len(body) > self.max_body:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"the message body is {len(body)} bytes; the limit is {self.max_body}")
-            msgs = StoreMessage.many_from_wire(topic, queue_id, ((flag, body, props_text.encode()),),
-                                               sys_flag, born_ts, born_host, store_host, reconsume)
-        wait = self.sync_flush and not cmd.flag & FLAG_ONEWAY and (
+            if divert:  # a half message or a schedule entry (node/send_divert.py)
+                try:
+                    msgs = [send_divert.build(self.broker, divert, ext.get(names[F_GROUP]) or "",
+                                              topic, queue_id, flag, body, props, sys_flag,
+                                              born_ts, born_host, store_host, reconsume,
+                                              int(time.time() * 1000))]
+                except ValueError as exc:  # DelayError
+                    return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            else:
+                msgs = StoreMessage.many_from_wire(topic, queue_id,
+                                                   ((flag, body, props_text.encode()),),
+                                                   sys_flag, born_ts, born_host, store_host,
+                                                   reconsume)
+        wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(rec.PROP_WAIT) != "false")
+        if self.dedup.enabled:
+            msgs, dups = self.dedup.split(msgs)
+            if not msgs:
+                return self._answer_duplicate(conn, cmd, dups, (topic, batch), wait, t0)
         conn.defer()
         if not self._pending:
             self.loop.call_soon(self._put_pending)
@@ -204,7 +236,7 @@ class SendProcessor:
     def submit(self, conn, cmd, msgs, reply_fn) -> object:
         """Store `msgs` for another processor (send-back) through the same group put; the
         request is answered with reply_fn(code) once stored (and durable under SYNC_FLUSH)."""
-        wait = self.sync_flush and not cmd.flag & FLAG_ONEWAY
+        wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY
         conn.defer()
         if not self._pending:
             self.loop.call_soon(self._put_pending)
@@ -239,9 +271,10 @@ class SendProcessor:
             for conn, cmd, *_ in pending:
                 conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
             return
+        self.dedup.remember(result.requests)
         placed = result.placed
         store_host = self.broker.store_host
-        latency = self.metrics.latency
+        latency = self.metrics.put_latency
         waiting = []
         i = 0
         for p in pending:
@@ -262,25 +295,51 @@ class SendProcessor:
                 msg_id = (store_host + _I64.pack(placed[i][0])).hex().upper()
             reply = (msg_id, queue_id, placed[i][2])
             i += n
-            if wait:
-                waiting.append((conn, cmd, reply, t0, batch))
+            if wait:  # last field: the latency key (node/metrics.py put_latency)
+                waiting.append((conn, cmd, reply, t0, (topic, batch)))
             else:
-                latency["send_batch" if batch else "send"].observe(time.perf_counter() - t0)
+                latency[(topic, batch)].observe(time.perf_counter() - t0)
                 conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
         if waiting:
-            post, done = self.bridge.post_or_run, self._durable
-            self.store.on_durable(result.end_offset, lambda status: post(done, waiting, status))
+            post, done, end = self.bridge.post_or_run, self._durable, result.end_offset
+            self.store.on_durable(end, lambda status: post(done, waiting, status, end))
 
-    def _durable(self, waiting, status) -> None:
+    def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
+        """A retry of messages already stored: the original result, once the original is
+        durable (node/dedup.py rule 2)."""
+        reply, end = duplicate_reply(dups, self.broker.store_host)
+        conn.defer()
+        if wait:
+            post, done = self.bridge.post_or_run, self._durable
+            waiting = [(conn, cmd, reply, t0, latency_key)]
+            self.store.on_durable(end, lambda status: post(done, waiting, status, end))
+        else:
+            conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
+        return DEFERRED
+
+    def _durable(self, waiting, status, end: int = 0) -> None:
+        if self.sync_master and status == PutStatus.PUT_OK:
+            # Durable here; SEND_OK once every in-sync replica holds it (FLUSH_SLAVE_TIMEOUT:
+            # stored on the master, not confirmed). notify: a SYNC_FLUSH master's own share
+            # of the confirmed offset moved with this fsync.
+            self.replication.notify_appended()
+            self.replication.when_replicated(end, lambda ok: self._answer(
+                waiting, PutStatus.PUT_OK if ok else PutStatus.FLUSH_SLAVE_TIMEOUT))
+            return
+        self._answer(waiting, status)
+
+    def _answer(self, waiting, status) -> None:
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
-        latency = self.metrics.latency
+        elif code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
+            self.metrics.flush_slave_timeouts += len(waiting)
+        latency = self.metrics.put_latency
         now = time.perf_counter()
         frame = self._reply_frame
-        for conn, cmd, reply, t0, batch in waiting:
+        for conn, cmd, reply, t0, key in waiting:
             if reply.__class__ is tuple:
-                latency["send_batch" if batch else "send"].observe(now - t0)
+                latency[key].observe(now - t0)
                 conn.complete_frame(cmd, frame(cmd, code, reply))
             else:
                 conn.complete(cmd, reply(code))

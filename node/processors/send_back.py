@@ -9,27 +9,28 @@ there); copy it with RETRY_TOPIC = its original topic (if absent), ORIGIN_MESSAG
 reconsumeTimes + 1; store the copy in %DLQ%<group> when reconsumeTimes >= max (16 by default)
 or delayLevel < 0, else in %RETRY%<group>; answer 0 once stored.
 
-Interim behaviour, until delayed delivery exists (the messaging issue): the retry copy is
-visible at once instead of after the delay level (Java: 3 + reconsumeTimes, 10 s first). A
-message that keeps failing therefore reaches the DLQ after 16 quick redeliveries instead of
-about 4 hours. cpp consumers commit the offset of a failed message anyway, so storing the copy
-is what keeps it from being lost.
+The retry copy waits in SCHEDULE_TOPIC_XXXX (node/schedule.py) for delay level delayLevel,
+or 3 + reconsumeTimes when the client sent 0 (Java: 10 s first, growing to the last level), so
+a message that keeps failing reaches the DLQ after max_reconsume_times growing delays (about
+4 hours with the default levels). The dead-letter copy is stored at once. cpp consumers commit
+the offset of a failed message anyway, so storing the copy is what keeps it from being lost.
 """
 from __future__ import annotations
 
 import struct
+import time
 
 from client.protocol import record as rec
 from client.protocol.codes import VERSION_V3_4_9, ResponseCode
 from client.protocol.remoting import RemotingCommand
 
 from node.processors.common import error
-from node.store.message import StoreMessage
+from node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
 from node.topics import DLQ_PREFIX, RETRY_PREFIX
 
 PROP_RETRY_TOPIC = "RETRY_TOPIC"
 PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-MAX_RECONSUME_TIMES = 16  # the group's retryMaxTimes default
+_SCHEDULE_PROPS = (rec.PROP_REAL_TOPIC, rec.PROP_REAL_QID, rec.PROP_DELAY, PROP_DELIVER_AT_MS)
 _I64 = struct.Struct(">q")
 
 
@@ -46,12 +47,14 @@ class SendBackProcessor:
         delay_level = cmd.ext_int("delayLevel", 0)
         max_times = cmd.ext_int("maxReconsumeTimes", None)
         if max_times is None or cmd.version < VERSION_V3_4_9:
-            max_times = MAX_RECONSUME_TIMES
+            max_times = self.broker.cfg.max_reconsume_times
         data = self.store.get_record(offset) if offset >= 0 else b""
         if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         m = rec.decode_record(data)
         props = rec.decode_properties(rec.strip_crc_property(m.properties_raw))
+        for name in _SCHEDULE_PROPS:  # sent back while still a schedule entry: drop its routing
+            props.pop(name, None)
         props.setdefault(PROP_RETRY_TOPIC, m.topic)
         props[PROP_ORIGIN_MESSAGE_ID] = (cmd.ext_str("originMsgId") or props.get(PROP_ORIGIN_MESSAGE_ID)
                                          or m.offset_msg_id)
@@ -60,7 +63,13 @@ class SendBackProcessor:
         if tc is None:
             return error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                          f"subscription group not exist, {group}")
-        copy = StoreMessage(tc.name, 0, m.body, props, flag=m.flag,
+        topic, queue_id = tc.name, 0
+        if not dead:  # wait the delay level first (see the module docstring)
+            level = delay_level if delay_level > 0 else 3 + m.reconsume_times
+            queue_id, props = self.broker.schedule.wrap_level(tc.name, 0, props, level,
+                                                              int(time.time() * 1000))
+            topic = SCHEDULE_TOPIC
+        copy = StoreMessage(topic, queue_id, m.body, props, flag=m.flag,
                             sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6),
                             born_timestamp=m.born_timestamp, born_host=m.born_host,
                             store_host=self.broker.store_host,

@@ -38,27 +38,35 @@ class Dispatcher:
     def backlog(self) -> int:
         return sum(len(r) for r in self.pending)
 
-    def advance(self, bound: int) -> None:
-        """Apply pending requests that end at or below `bound`. A request leaves `pending`
-        only after it was applied, so a failure (I/O creating a consume-queue file) leaves it
-        for the next call; re-applying is safe (rule 2)."""
+    def advance(self, bound: int, max_requests: int | None = None) -> bool:
+        """Apply pending requests that end at or below `bound` (at most max_requests of them:
+        a bounded slice). A request leaves `pending` only after it was applied, so a failure
+        (I/O creating a consume-queue file) leaves it for the next call; re-applying is safe
+        (rule 2). True when requests below `bound` remain (the slice limit stopped it)."""
+        budget = max_requests if max_requests is not None else -1
         with self.lock:
             pending = self.pending
             while pending:
+                if budget == 0:
+                    head = pending[0]
+                    return head[0][3] + head[0][4] <= bound
                 head = pending[0]
                 n = 0
                 for r in head:
-                    if r[3] + r[4] > bound:
+                    if r[3] + r[4] > bound or n == budget:
                         break
                     n += 1
                 if n == 0:
-                    return
+                    return False
                 self.apply(head if n == len(head) else head[:n])
+                budget -= n if budget > 0 else 0
                 if n == len(head):
                     pending.popleft()
                 else:
                     pending[0] = head[n:]
-                    return
+                    if budget != 0:
+                        return False
+            return False
 
     def apply(self, requests) -> None:
         queues = self.queues.queues

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import array
 import bisect
+import collections
 import os
 import struct
 import sys
@@ -162,9 +163,10 @@ class IndexFile:
                                           self._entries_at + stop * ENTRY_BYTES])
             if _LITTLE:
                 fields.byteswap()
-            put = table.__setitem__
-            for i, h in enumerate(fields[::5], n):  # keyHashes: an entry is five int32 words
-                put(h % slots, i)
+            # keyHashes (an entry is five int32 words) -> bucket, entry number; run in C:
+            # map() calls table.__setitem__ and deque(maxlen=0) drains it without bytecode.
+            collections.deque(map(table.__setitem__, map(slots.__rmod__, fields[::5]),
+                                  range(n, stop)), maxlen=0)
             n = stop
         self.used_slots = slots - table.count(0)
         if _LITTLE:

@@ -45,6 +45,8 @@ from .write_mark import WriteMark
 log = logging.getLogger("tidemq.store")
 STORE_FORMAT = "tidemq-store 1"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
+INLINE_DISPATCH_BYTES = 4 * 1024 * 1024   # set_confirmed_offset dispatches this much inline
+DISPATCH_SLICE = 2048                     # requests per catch-up slice (a few ms of work)
 
 
 class AppendResult:
@@ -91,6 +93,13 @@ class MessageStore(StoreReader):
         self._valid_topics: set[str] = set()
         self._local_confirm = config.confirm_mode == "local"
         self._sync_flush = config.flush_mode == SYNC_FLUSH
+        # Replication (node/replication.py): a slave refuses local puts with this reason (its
+        # log is the master's), and after_put() tells the master's HA service the log grew.
+        self.put_refusal: str | None = None
+        self.after_put = None
+        self.cut_listener = None  # fn(offset) after truncate()/reset_log() (any thread)
+        self._catch_up: threading.Thread | None = None
+        self._closing = False
 
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> "MessageStore":
@@ -138,6 +147,9 @@ class MessageStore(StoreReader):
             return
         with self.put_lock:  # a put already past the writable check finishes first
             self.writable = False
+        self._closing = True
+        if self._catch_up is not None:
+            self._catch_up.join()
         self.maintenance.stop()
         self.flush_service.stop()
         self.flush_log(0)
@@ -231,6 +243,8 @@ class MessageStore(StoreReader):
         with self.put_lock:
             if not self.writable:
                 raise StoreClosed("store is not accepting writes")
+            if self.put_refusal is not None:
+                raise StoreClosed(self.put_refusal)
             ts = int(self.clock() * 1000)
             requests, end = self.commit_log.append(msgs, self.queue_table, ts)
             self.dispatcher.enqueue(requests)
@@ -241,6 +255,8 @@ class MessageStore(StoreReader):
                 self._raise_confirmed(end)
             except Exception:  # stored all the same: visibility catches up on a later advance
                 log.exception("dispatch after put failed; will retry")
+        if self.after_put is not None:
+            self.after_put()
         return AppendResult(requests, end, ts)
 
     def _raise_confirmed(self, offset: int) -> None:
@@ -301,11 +317,31 @@ class MessageStore(StoreReader):
 
     def set_confirmed_offset(self, offset: int) -> None:
         """HA moves the consumer-visible bound (confirm_mode "external"); never backwards,
-        never past the log end."""
+        never past the log end. HA calls it on the event loop: a small move is dispatched
+        inline, a large one (a slow slave caught up, a restarted slave re-confirming its log)
+        by a catch-up thread in slices of DISPATCH_SLICE requests, so the loop never stalls
+        for seconds. Consumers see a message once it is both confirmed and dispatched."""
         offset = min(offset, self.max_offset)
-        if offset > self.confirmed:
+        if offset <= self.confirmed:
+            return
+        if offset - self.dispatcher.dispatched_offset <= INLINE_DISPATCH_BYTES:
             self.dispatcher.advance(offset)
             self._raise_confirmed(offset)
+            return
+        self._raise_confirmed(offset)
+        with self._confirm_lock:
+            t = self._catch_up
+            if t is None or not t.is_alive():
+                self._catch_up = threading.Thread(target=self._dispatch_catch_up, daemon=True,
+                                                  name="store-dispatch-catch-up")
+                self._catch_up.start()
+
+    def _dispatch_catch_up(self) -> None:
+        try:
+            while not self._closing and self.dispatcher.advance(self.confirmed, DISPATCH_SLICE):
+                time.sleep(0)  # hand the GIL to the event loop between slices
+        except Exception:  # dispatch is retried by the next set_confirmed_offset or close()
+            log.exception("dispatch catch-up failed")
 
     def save_checkpoint(self) -> None:
         # Under the checkpoint lock so a concurrent truncate() cannot be followed by a save of
@@ -363,6 +399,33 @@ class MessageStore(StoreReader):
                 self._truncate_locked(offset)
             self.checkpoint.save(min(self.flushed_offset, offset),
                                  self.dispatcher.dispatched_offset, self.confirmed)
+        if self.cut_listener is not None:
+            self.cut_listener(offset)
+
+    def reset_log(self, offset: int) -> None:
+        """Discard the whole log, consume queues and index; the log restarts empty at `offset`
+        (HA ResetLog: this slave shares nothing the master still holds). Durable before it
+        returns. Order: files go (directory fsynced), then the checkpoint names the new start;
+        a crash in between leaves an empty log at the old checkpoint offset, which the next
+        handshake resets again -- never stale bytes."""
+        with self._checkpoint_lock, self.put_lock:
+            self.dispatcher.drop_pending_from(-1)
+            with self.dispatcher.lock:
+                self.commit_log.queue.destroy()
+                if os.path.isdir(self.commit_log.queue.directory):
+                    self.fs.fsync_dir(self.commit_log.queue.directory)
+                self.commit_log.start_offset = offset
+                self.queues.destroy()
+                if self.index is not None:
+                    self.index.destroy()
+                    self.index.new_file()
+                self.dispatcher.dispatched_offset = offset
+                self.confirmed = offset
+                self.queue_table = {}
+                self.raw_parsed_offset = offset
+            self.checkpoint.save(offset, offset, offset)
+        if self.cut_listener is not None:
+            self.cut_listener(offset)
 
     def _truncate_locked(self, offset: int) -> None:
         self.commit_log.truncate(offset)

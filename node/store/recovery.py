@@ -105,12 +105,12 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_cr
                         p = topic_at + buf[p]
                         if p + 2 <= end and i16(buf, p)[0] == end - p - 2 and (
                                 not verify_crc  # check_record_layout's CRC checks:
-                                or crc32(mv[body_at:body_at + body_len]) & 0x7FFFFFFF == bcrc and (
-                                    (tr[19] == 2 and tr.endswith((b"%010d" % (  # == crc_digits()
+                                or ((tr[19] == 2 and tr.endswith((b"%010d" % (  # == crc_digits()
                                         crc32(mv[rel:end - 20]) & 0x7FFFFFFF))[::-1], 9, 19))
                                     if end - p - 2 >= 20
                                     and (tr := buf[end - 20:end]).startswith(crc_prefix)
-                                    else not require_crc)):
+                                    else not require_crc and crc32(
+                                        mv[body_at:body_at + body_len]) & 0x7FFFFFFF == bcrc)):
                             if phys >= collect_from:
                                 tb = buf[topic_at:p]
                                 topic = topics.get(tb)

@@ -33,9 +33,15 @@ async def _closed_by_peer(c, timeout=5.0):
 def test_unknown_and_refused_codes(shared_broker):
     async def go():
         async with await RawClient.connect(shared_broker.addr) as c:
-            for code in (999, 25, 318, 37, -5):
+            for code in (999, 25, 318, 40, -5):
                 r = await c.request(code, {"x": "1"})
                 assert r.code == 3 and r.remark == f" request type {code} not supported"
+            r = await c.request(R.END_TRANSACTION, {"x": "1"})  # required fields missing
+            assert r.code == 1 and "producerGroup" in r.remark
+            end = {"producerGroup": "g", "tranStateTableOffset": "0", "commitLogOffset": "0",
+                   "commitOrRollback": "8"}
+            r = await c.request(R.END_TRANSACTION, end)  # no half message there
+            assert r.code == 1 and "no half message" in r.remark
             r = await c.request(R.PULL_MESSAGE, {"topic": "T"})  # required fields missing
             assert r.code == 1 and "consumerGroup" in r.remark
             r = await c.request(R.PULL_MESSAGE, {"consumerGroup": "g", "topic": "T", "queueId": "x1",

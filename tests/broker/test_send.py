@@ -1,6 +1,7 @@
 """SEND_MESSAGE in every form: code 10 full names, 310 letters (binary header), oneway, the
 cpp batch (code 10 + batch "1"), 320, and the checks that refuse a send without storing it."""
 import asyncio
+import time
 
 from client.protocol import record as rec
 from client.protocol.codes import RequestCode as R, SerializeType
@@ -109,7 +110,8 @@ def test_refusals_change_nothing(shared_broker):
                 (send_ext("SCHEDULE_TOPIC_XXXX", 0), b"x", 16),
                 (send_ext("RefT", 99), b"x", 1),
                 (send_ext("NoAuto", 0, default_topic="NotATemplate"), b"x", 17),
-                (send_ext("RefT", 0, properties(TRAN_MSG="true")), b"x", 16),
+                (send_ext("RefT", 0, properties(DELAY="soon")), b"x", 13),
+                (send_ext("RefT", 0, properties(__STARTDELIVERTIME="9" * 15)), b"x", 13),
                 (send_ext("RefT", 0), b"x" * (4 * 1024 * 1024 + 1), 13),
             ]
             for ext, body, code in cases:
@@ -154,16 +156,25 @@ def test_sync_flush_replies_after_fsync_with_many_in_flight(broker_factory):
     run(go())
 
 
-def test_send_back_to_retry_then_dlq(shared_broker):
+def test_send_back_to_retry_then_dlq(broker_factory):
+    b = broker_factory("delay_levels=100ms 100ms 150ms").start()  # retry waits level 3
+
     async def go():
-        async with await RawClient.connect(shared_broker.addr) as c:
+        async with await RawClient.connect(b.addr) as c:
             r = await c.request(R.SEND_MESSAGE, send_ext("BackT", 0, properties(tags="t", uniq="UB1")),
                                 b"failing")
             _, _, phys = rec.decode_offset_msg_id(r.ext["msgId"])
             back = {"group": "BackG", "offset": str(phys), "delayLevel": 0,
                     "maxReconsumeTimes": "1"}
+            sent_back = time.monotonic()
             r = await c.request(R.CONSUMER_SEND_MSG_BACK, back)
             assert r.code == 0, r.remark
+            while time.monotonic() - sent_back < 10:  # the copy waits its delay level first
+                r = await c.request(R.PULL_MESSAGE, pull_ext("%RETRY%BackG", 0, 0, max_nums=100))
+                if r.code == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert time.monotonic() - sent_back >= 0.15 - 0.002  # never early
             [m] = await _pull_all(c, "%RETRY%BackG", 0)
             assert (m.body, m.reconsume_times, m.uniq_key) == (b"failing", 1, "UB1")
             assert m.properties["RETRY_TOPIC"] == "BackT"
@@ -173,6 +184,7 @@ def test_send_back_to_retry_then_dlq(shared_broker):
             assert r.code == 0
             [d] = await _pull_all(c, "%DLQ%BackG", 0)
             assert (d.body, d.reconsume_times, d.properties["RETRY_TOPIC"]) == (b"failing", 2, "BackT")
+            assert not {"REAL_TOPIC", "REAL_QID", "DELAY"} & set(d.properties)
             r = await c.request(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(phys + 3)})
             assert r.code == 1 and r.remark == f"look message by offset failed, {phys + 3}"
     run(go())

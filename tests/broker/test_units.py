@@ -54,7 +54,7 @@ def test_describe_lists_every_key_with_its_default():
         assert key in table, key
     import dataclasses
     for f in dataclasses.fields(nc.BrokerConfig):
-        if f.name not in ("store", "zookeeper"):
+        if not f.metadata["doc"].startswith("["):  # "[store] table" etc.: keys listed dotted
             assert f"`{f.name}`" in table and f.metadata["doc"]
 
 

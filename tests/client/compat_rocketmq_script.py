@@ -73,6 +73,52 @@ def push_scenario(addr, topic, expression, expect, timeout_s):
     return {"got": got}
 
 
+def delay_scenario(addr, topic):
+    """Delay level 1 on send (the DELAY property)."""
+    from rocketmq.client import Message, Producer
+    p = Producer("compat-delay-producer", timeout=5000)
+    p.set_namesrv_addr(addr)
+    p.start()
+    sent = []
+    for i in range(3):
+        m = Message(topic)
+        m.set_body(b"cpp-delay-%d" % i)
+        m.set_delay_time_level(1)
+        sent.append([time.time(), int(p.send_sync(m).status)])
+    p.shutdown()
+    return {"sent": sent}
+
+
+def retry_scenario(addr, topic, expect, timeout_s):
+    """A push consumer that fails each message once: cpp sends it back (36), the broker returns it
+    through %RETRY%<group> after the retry delay."""
+    from rocketmq.client import PushConsumer
+    got = []
+    lock = threading.Lock()
+
+    def on(msg):
+        with lock:
+            got.append({"body": msg.body.decode(), "times": msg.reconsume_times,
+                        "at": time.time()})
+            if msg.reconsume_times == 0:
+                raise RuntimeError("fail once")
+
+    c = PushConsumer("compat-retry")
+    c.set_namesrv_addr(addr)
+    c.subscribe(topic, on, "*")
+    c.start()
+    print("READY", flush=True)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        with lock:
+            if len(got) >= expect:
+                break
+        time.sleep(0.1)
+    time.sleep(1.0)
+    c.shutdown()
+    return {"got": got}
+
+
 def pull_scenario(addr, topic):
     from rocketmq.client import PullConsumer
     c = PullConsumer("compat-pull")
@@ -89,6 +135,10 @@ def main():
         out = producer_scenario(addr, topic)
     elif scenario == "push":
         out = push_scenario(addr, topic, sys.argv[4], int(sys.argv[5]), float(sys.argv[6]))
+    elif scenario == "delay":
+        out = delay_scenario(addr, topic)
+    elif scenario == "retry":
+        out = retry_scenario(addr, topic, int(sys.argv[4]), float(sys.argv[5]))
     else:
         out = pull_scenario(addr, topic)
     print("RESULT " + json.dumps(out), flush=True)

@@ -115,6 +115,57 @@ def test_cpp_pull_consumer(broker, tmp_path):
     assert sorted(got) == sorted("pull-%d" % i for i in range(60))
 
 
+def test_cpp_delayed_send_and_send_back(broker_factory, tmp_path):
+    """Messaging features with the unmodified client: a delay level on send, and RECONSUME_LATER
+    (cpp's send-back 36 with delay level 0) coming back through the retry topic after the
+    retry delay (level 3 + reconsumeTimes)."""
+    b = broker_factory("delay_levels=300ms 300ms 500ms").start()
+    topic = "CompatDelay"
+    run(_create(b.addr, topic, 2))
+    seen = {}
+
+    async def consume_delayed():
+        from client.consumer import PushConsumer
+        async with PushConsumer("compat-delay-g", {topic: "*"},
+                                lambda msgs: seen.update({m.body: time.time() for m in msgs}),
+                                consume_from="FIRST", namesrv_or_broker=b.addr):
+            out = scenario(tmp_path, "delay", b.addr, topic)
+            deadline = time.time() + 15
+            while len(seen) < 3 and time.time() < deadline:
+                await asyncio.sleep(0.05)
+        return out
+    out = run(consume_delayed())
+    assert [s[1] for s in out["sent"]] == [0, 0, 0]
+    for i, (sent_at, _) in enumerate(out["sent"]):
+        got_at = seen[b"cpp-delay-%d" % i]
+        assert 0.3 - 0.002 <= got_at - sent_at < 3.0
+
+    retry_topic = "CompatRetry"
+    run(_create(b.addr, retry_topic, 2))
+    proc = subprocess.Popen([sys.executable, SCRIPT, "retry", b.addr, retry_topic, "6", "40"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env(tmp_path), cwd=str(tmp_path))
+    try:
+        assert proc.stdout.readline().strip() == "READY"
+        time.sleep(1.5)  # cpp's first rebalance
+
+        async def produce():
+            async with Producer("compat-sdk", b.addr) as p:
+                for i in range(3):
+                    await p.send(Message(retry_topic, b"retry-%d" % i))
+        run(produce())
+        stdout, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, f"{stdout}\n{err[-3000:]}"
+    got = json.loads(lines[-1][len("RESULT "):])["got"]
+    for i in range(3):
+        mine = [g for g in got if g["body"] == "retry-%d" % i]
+        assert [g["times"] for g in mine] == [0, 1], got
+        assert mine[1]["at"] - mine[0]["at"] >= 0.5 - 0.002  # level 3 (500 ms) first
+
+
 async def _create(addr, topic, queues):
     async with Admin(addr) as admin:
         await admin.create_topic(topic, queues)

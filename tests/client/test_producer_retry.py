@@ -162,3 +162,17 @@ def test_bad_selector_fails_the_send_cleanly():
             return p._inflight
         raise AssertionError("no error")
     assert run(with_producer(script, fn)) == 0
+
+
+def test_a_failure_after_an_unanswered_attempt_is_maybe_stored():
+    # attempt 1 gets no reply (it may be stored), attempts 2-3 a clean refusal: the send fails,
+    # and must not be reported as "certainly not stored".
+    script = Script([None, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SERVICE_NOT_AVAILABLE])
+    with pytest.raises(errors.ServiceNotAvailable) as info:
+        run(with_producer(script, lambda p: p.send(Message("T", b"x"), timeout_s=5.0),
+                          request_timeout_s=0.3))
+    assert len(script.sends) == 3 and info.value.maybe_stored
+    clean = Script([ResponseCode.SERVICE_NOT_AVAILABLE] * 3)
+    with pytest.raises(errors.ServiceNotAvailable) as info:
+        run(with_producer(clean, lambda p: p.send(Message("T", b"x"))))
+    assert not info.value.maybe_stored

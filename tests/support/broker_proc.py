@@ -11,6 +11,10 @@
         b.restart()                     # SIGTERM, wait, start again on the same store (new ports)
         b.kill()                        # SIGKILL
 
+HA groups (node/replication.py): `ha_group(broker_factory, tmp_path, slaves=1)` starts a master
+and slaves sharing a secret file; the master's HA port is pre-chosen so it survives restarts
+(`b.ha_port` is what the READY line reported).
+
 The broker's stderr (its log) goes to `<root>/../broker-<n>.log` (`b.log_text()`); stdout
 carries only the READY line. The store uses small files (16 MiB commit-log files, a small
 index) so start-up is quick; pass settings to override.
@@ -46,6 +50,7 @@ class BrokerProcess:
         self.host = "127.0.0.1"
         self.port = 0
         self.admin_port = 0
+        self.ha_port = 0
         self.log_path = os.path.join(os.path.dirname(root_dir.rstrip("/")) or ".",
                                      f"broker-{next(_ids)}.log")
 
@@ -83,6 +88,7 @@ class BrokerProcess:
         self.host, port = fields["remoting"].rsplit(":", 1)
         self.port = int(port)
         self.admin_port = int(fields["admin"].rsplit(":", 1)[1])
+        self.ha_port = int(fields["ha"].rsplit(":", 1)[1]) if "ha" in fields else 0
         return self
 
     def _read_ready(self, timeout: float) -> str:
@@ -172,3 +178,42 @@ def broker_factory(tmp_path):
 @pytest.fixture
 def broker(broker_factory) -> BrokerProcess:
     return broker_factory().start()
+
+
+HA_SECRET = b"tidemq-test-ha-secret-0123456789"
+# Quick liveness for tests: beats every 200 ms, a peer silent for 1.5 s is dropped.
+HA_FAST = ("ha.heartbeat_interval_ms=200", "ha.peer_timeout_ms=1500", "ha.max_lag_ms=3000")
+
+
+def ha_secret_file(directory, secret: bytes = HA_SECRET) -> str:
+    path = os.path.join(str(directory), "ha-secret")
+    with open(path, "wb") as f:
+        f.write(secret + b"\n")
+    return path
+
+
+def ha_master_settings(secret_file: str, ha_port: int, *extra) -> tuple:
+    return ("ha.role=MASTER", f"ha.secret_file={secret_file}", f"ha.listen_port={ha_port}",
+            *HA_FAST, *extra)
+
+
+def ha_slave_settings(secret_file: str, master_ha_port: int, broker_id: int = 1,
+                      *extra) -> tuple:
+    return ("ha.role=SLAVE", f"broker_id={broker_id}", f"ha.secret_file={secret_file}",
+            f"ha.master_addr=127.0.0.1:{master_ha_port}", *HA_FAST, *extra)
+
+
+def ha_group(broker_factory, directory, slaves: int = 1, master_extra=(), slave_extra=(),
+             start_slaves: bool = True):
+    """(master, [slaves]) started; the master on a pre-chosen HA port."""
+    from tests.support.ports import free_port
+    secret = ha_secret_file(directory)
+    port = free_port()
+    master = broker_factory(*ha_master_settings(secret, port, *master_extra),
+                            name="master").start()
+    assert master.ha_port == port, master.ha_port
+    made = []
+    for i in range(1, slaves + 1):
+        b = broker_factory(*ha_slave_settings(secret, port, i, *slave_extra), name=f"slave{i}")
+        made.append(b.start() if start_slaves else b)
+    return master, made

@@ -2,6 +2,8 @@
 import struct
 import zlib
 
+import pytest
+
 from hypothesis import given, settings, strategies as st
 
 from client.protocol import record as rec
@@ -118,6 +120,19 @@ def test_whole_record_crc_sees_header_damage_that_body_crc_misses():
     data[16] ^= 0x01  # FLAG: not covered by BODYCRC
     assert rec.decode_record(bytes(data)).flag != 7  # decodes without verification...
     assert rec.check_record(bytes(data), 0, len(data), 123456, True) == -1  # ...but fails the check
+
+
+@pytest.mark.parametrize("crc", [True, False])
+def test_body_damage_fails_the_check_with_or_without_the_trailer(crc):
+    """With the trailer the whole-record CRC alone decides; without it the body CRC does."""
+    data = _encode(body=b"x" * 100, crc=crc)
+    assert rec.check_record(data, 0, len(data), 123456, True) > 0
+    damaged = bytearray(data)
+    damaged[88 + 50] ^= 0x40  # inside the body
+    assert rec.check_record(bytes(damaged), 0, len(data), 123456, True) == -1
+    wrong_body_crc = bytearray(data)
+    wrong_body_crc[8] ^= 0x01
+    assert rec.check_record(bytes(wrong_body_crc), 0, len(data), 123456, True) == -1
 
 
 def test_blank_filler_and_wrong_physical_offset():

@@ -1,0 +1,117 @@
+"""Spark pipeline figures: the `tidemq` data source against a real broker it starts itself.
+
+    .venv/bin/python bench/pipeline_bench.py [--quick] [--rows N] [--queues Q]
+
+Produces N 1 KiB messages (incompressible hex text, a tag and a key each) over Q queues, then
+with a local[2] SparkSession measures:
+  - batch_read_rows_s: spark.read.format("tidemq")...load().count(), best of 3 (the first read
+    of the session, which starts the Python workers, is a warm-up and not counted)
+  - stream_rows_s: readStream (availableNow) -> the tidemq sink into another topic, end to end
+    (rows/s over the query's wall time, including the sink's batch sends)
+  - stream_read_rows_s: readStream (availableNow) -> the noop sink (the source alone)
+
+Prints ONE JSON line. Spark, its Python workers and the broker share this machine's cores.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from client.admin import Admin  # noqa: E402
+from client.message import Message  # noqa: E402
+from client.producer import Producer  # noqa: E402
+from tests.support.broker_proc import BrokerProcess  # noqa: E402
+
+BODY = os.urandom(512).hex().encode()  # 1 KiB
+
+
+async def produce(addr, topic, rows, queues):
+    async with Admin(addr) as admin:
+        await admin.create_topic(topic, queues=queues)
+    p = Producer("bench-pipeline", addr)
+    await p.start()
+    try:
+        inflight, batch = [], 64
+        for i in range(0, rows, batch):
+            msgs = [Message(topic, BODY, tags="bench", keys=f"k{j}") for j in range(i, min(rows, i + batch))]
+            inflight.append(asyncio.ensure_future(p.send_batch(msgs)))
+            if len(inflight) >= 8:
+                await asyncio.gather(*inflight)
+                inflight = []
+        await asyncio.gather(*inflight)
+    finally:
+        await p.shutdown()
+
+
+def timed_stream(spark, addr, source, sink, ck, **sink_options):
+    q = (spark.readStream.format("tidemq").option("broker", addr).option("topic", source)
+         .option("startingOffsets", "earliest").load())
+    if sink == "tidemq":
+        q = q.select("body", "keys", "tags")
+    w = q.writeStream.format(sink).option("checkpointLocation", ck)
+    for k, v in sink_options.items():
+        w = w.option(k, v)
+    t0 = time.perf_counter()
+    query = w.trigger(availableNow=True).start()
+    query.awaitTermination()
+    dt = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"stream failed: {query.exception()}")
+    rows = sum(p["numInputRows"] for p in query.recentProgress)
+    return rows, dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="50,000 rows instead of 400,000")
+    ap.add_argument("--rows", type=int, default=0)
+    ap.add_argument("--queues", type=int, default=8)
+    args = ap.parse_args()
+    rows = args.rows or (50_000 if args.quick else 400_000)
+    work = tempfile.mkdtemp(prefix="tidemq-pipeline-bench-")
+    broker = BrokerProcess(os.path.join(work, "store"),
+                           ["store.commitlog_file_bytes=1073741824"]).start()
+    try:
+        t0 = time.perf_counter()
+        asyncio.run(produce(broker.addr, "BenchIn", rows, args.queues))
+        produce_s = time.perf_counter() - t0
+        from pipeline.spark_session import local_session
+        t0 = time.perf_counter()
+        spark = local_session(app="tidemq-pipeline-bench")
+        session_s = time.perf_counter() - t0
+        df = spark.read.format("tidemq").option("broker", broker.addr).option("topic", "BenchIn").load()
+        assert df.count() == rows  # warm-up: starts the Python workers
+        best = 0.0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            n = df.count()
+            best = max(best, n / (time.perf_counter() - t0))
+        read_n, read_s = timed_stream(spark, broker.addr, "BenchIn", "noop", os.path.join(work, "ck1"))
+        e2e_n, e2e_s = timed_stream(spark, broker.addr, "BenchIn", "tidemq", os.path.join(work, "ck2"),
+                                    broker=broker.addr, topic="BenchOut")
+        out_n = spark.read.format("tidemq").option("broker", broker.addr).option("topic", "BenchOut").load().count()
+        assert read_n == e2e_n == out_n == rows, (read_n, e2e_n, out_n, rows)
+        spark.stop()
+        print(json.dumps({
+            "rows": rows, "body_bytes": len(BODY), "queues": args.queues, "master": "local[2]",
+            "batch_read_rows_s": round(best),
+            "stream_rows_s": round(e2e_n / e2e_s),
+            "stream_read_rows_s": round(read_n / read_s),
+            "produce_msgs_s": round(rows / produce_s),
+            "session_start_s": round(session_s, 1),
+        }))
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

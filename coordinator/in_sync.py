@@ -1,0 +1,107 @@
+"""ZkInSyncSet: ha/in_sync.py's InSyncSet kept in the group's `state` znode (layout.py).
+
+The master's InSyncTracker asks for changes with propose_add / propose_remove and repeats the
+call on every evaluation until it returns True (ha/in_sync.py rule 6). Here a proposal starts
+one compare-and-set of `state` (same epoch, same master, new in_sync) and returns False; once
+ZooKeeper has accepted the write, members() shows the new set and the next call returns True.
+Until then the tracker counts the union of the old and new sets, so nothing is acknowledged
+on a smaller set before the smaller set is durable in ZooKeeper.
+
+Rules:
+1. One write in flight at a time; a proposal made meanwhile returns False and is asked again.
+2. A write conditioned on a znode version that moved is re-read: the same epoch and master
+   means only the version changed (adopt it and retry on the next proposal); a newer epoch or
+   another master means this master is fenced: on_fenced(epoch) is called and nothing more is
+   written by this set.
+3. ZooKeeper unreachable: the proposal stays pending (the master is fenced by SUSPENDED anyway).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .layout import GroupState, LayoutError
+from .zk import UNREACHABLE, BadVersionError, NoNodeError, ZkSession
+
+log = logging.getLogger("tidemq.coordinator.in_sync")
+
+
+class ZkInSyncSet:
+    def __init__(self, session: ZkSession, state_path: str, epoch: int, master: str,
+                 state: GroupState, version: int, on_fenced=None):
+        assert state.epoch == epoch and state.master == master, (state, epoch, master)
+        self.session = session
+        self.state_path = state_path
+        self.epoch = epoch
+        self.master = master
+        self._state = state
+        self._version = version
+        self._inflight: asyncio.Task | None = None
+        self.fenced_by: int | None = None
+        self.on_fenced = on_fenced
+        self.writes = 0   # committed changes (tests and metrics)
+
+    def members(self) -> frozenset[str]:
+        return self._state.in_sync | {self.master}
+
+    def propose_add(self, node: str) -> bool:
+        return self._propose(self._state.in_sync | {node})
+
+    def propose_remove(self, node: str) -> bool:
+        if node == self.master:
+            return False   # the master leaves its set only by losing the role
+        return self._propose(self._state.in_sync - {node})
+
+    def _propose(self, wanted: frozenset[str]) -> bool:
+        wanted = frozenset(wanted) | {self.master}
+        if wanted == self._state.in_sync | {self.master}:
+            return True
+        if self.fenced_by is not None or self._inflight is not None:
+            return False
+        self._inflight = asyncio.get_running_loop().create_task(self._write(wanted))
+        self._inflight.add_done_callback(self._written)
+        return False
+
+    async def _write(self, wanted: frozenset[str]) -> None:
+        new = self._state.replace(in_sync=wanted)
+        try:
+            stat = await self.session.set(self.state_path, new.encode(), self._version)
+        except BadVersionError:
+            await self._reread()
+            return
+        except UNREACHABLE + (NoNodeError,) as exc:
+            log.warning("in-sync change %s not written (%s); will retry", sorted(wanted), exc)
+            return
+        self._state, self._version = new, stat.version
+        self.writes += 1
+        log.info("in-sync set of epoch %d is now %s", self.epoch, sorted(new.in_sync))
+
+    async def _reread(self) -> None:
+        try:
+            data, stat = await self.session.get(self.state_path)
+            current = GroupState.decode(data)
+        except UNREACHABLE + (NoNodeError, LayoutError) as exc:
+            log.warning("re-reading the group state failed: %s", exc)
+            return
+        if current.epoch == self.epoch and current.master == self.master:
+            self._state, self._version = current, stat.version   # rule 2: only the version moved
+            return
+        self.fenced_by = max(current.epoch, self.epoch + 1)
+        log.warning("in-sync set of epoch %d fenced: the group is at epoch %d (master %s)",
+                    self.epoch, current.epoch, current.master)
+        if self.on_fenced is not None:
+            self.on_fenced(self.fenced_by)
+
+    def _written(self, task: asyncio.Task) -> None:
+        self._inflight = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("in-sync write failed", exc_info=task.exception())
+
+    def adopt(self, state: GroupState, version: int) -> None:
+        """The coordinator read a newer version of the same epoch (e.g. after a reconnect)."""
+        if state.epoch == self.epoch and state.master == self.master and version > self._version:
+            self._state, self._version = state, version
+
+    def cancel(self) -> None:
+        if self._inflight is not None:
+            self._inflight.cancel()

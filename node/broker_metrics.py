@@ -1,0 +1,158 @@
+"""Scrape-time metrics of a whole broker: identity, disk, consumer lag, ZooKeeper session.
+
+Nothing here runs on the request path: every value is read from the broker's tables when
+/metrics is scraped (on the loop thread, like every request). Names: node/metric_names.py.
+
+Consumer lag (per group, topic and queue) = the queue's max offset minus the group's committed
+offset, where a committed offset below the queue's min offset (retention deleted those
+messages) counts from the min offset. Oldest-unconsumed age = now minus the store time of the
+first unconsumed message, the largest over the topic's queues. Broadcasting members' own
+offsets ("<group>@<client id>", node/broadcast_offsets.py) are left out: one series per client
+would be unbounded. Topics no longer in the topic table are left out too. The label is
+`consumer_group`, not `group`: scrape configs put the broker group in a `group` target label.
+
+Bounds: at most MAX_LAG_SERIES queues are reported (tidemq_consumer_lag_scrape_truncated says
+when more exist), and at most MAX_AGE_READS message-time lookups (one commit-log read each) are
+made per scrape; past that the age of the remaining lagging topics is not reported.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from node import __version__
+
+MAX_LAG_SERIES = 20_000
+MAX_AGE_READS = 2_000
+ZK_STATES = ("CONNECTED", "SUSPENDED", "LOST")
+
+
+def _gauge(name, help_text, value, labels=None, label_values=()):
+    g = GaugeMetricFamily(name, help_text, labels=labels)
+    g.add_metric(list(label_values), float(value))
+    return g
+
+
+def _counter(name, help_text, value):
+    c = CounterMetricFamily(name, help_text)
+    c.add_metric([], float(value))
+    return c
+
+
+class BrokerCollector:
+    def __init__(self, broker):
+        self.b = broker
+        self.started = time.time()
+
+    def collect(self):
+        yield from self._identity()
+        if self.b.store is not None:
+            yield from self._disk()
+            yield from self._consumer_lag()
+        yield from self._cluster()
+
+    def _identity(self):
+        b, cfg = self.b, self.b.cfg
+        yield _gauge("tidemq_build_info", "Always 1; the TideMQ version.", 1, ["version"],
+                     [__version__])
+        yield _gauge("tidemq_broker_info", "Always 1; who this broker is (as configured).", 1,
+                     ["cluster_name", "broker_name", "broker_id", "flush_mode"],
+                     [cfg.cluster_name, cfg.broker_name, str(cfg.broker_id),
+                      cfg.store.flush_mode])
+        yield _gauge("tidemq_broker_writable", "1 while this node accepts sends (an unfenced "
+                     "master).", 1 if b.store is not None and b.role.writable else 0)
+        yield _gauge("tidemq_uptime_seconds", "Seconds since the broker started.",
+                     time.time() - self.started)
+        ha = getattr(cfg, "ha", None)
+        yield _gauge("tidemq_ha_min_in_sync_replicas", "Configured ha.min_in_sync_replicas.",
+                     getattr(ha, "min_in_sync_replicas", 1))
+
+    def _disk(self):
+        store = self.b.store
+        scfg = store.config
+        try:
+            usage = shutil.disk_usage(scfg.root_dir)
+            ratio = usage.used / usage.total if usage.total else 0.0
+        except OSError:
+            ratio = float("nan")
+        yield _gauge("tidemq_store_disk_used_ratio", "Used fraction of the store's file "
+                     "system.", ratio)
+        for name, value, what in (
+                ("tidemq_store_disk_max_used_ratio", scfg.disk_max_used_ratio,
+                 "expired files are deleted above it at any hour"),
+                ("tidemq_store_disk_clean_forcibly_ratio", scfg.disk_clean_forcibly_ratio,
+                 "unexpired files are deleted above it"),
+                ("tidemq_store_disk_warning_ratio", scfg.disk_warning_ratio,
+                 "writes are refused above it")):
+            yield _gauge(name, f"Configured store setting: {what}.", value)
+        yield _gauge("tidemq_store_disk_full", "1 while writes are refused for disk use.",
+                     1 if store.retention.disk_full else 0)
+        yield _counter("tidemq_store_commitlog_files_deleted", "Commit-log files deleted by "
+                       "retention.", store.retention.deleted_files)
+
+    def _consumer_lag(self):
+        b = self.b
+        store, topics = b.store, b.topics.table
+        now_ms = time.time() * 1000
+        per_queue = GaugeMetricFamily("tidemq_consumer_lag_messages", "Queue max offset minus "
+                                      "the group's committed offset.",
+                                      labels=["consumer_group", "topic", "queue"])
+        per_topic = GaugeMetricFamily("tidemq_consumer_group_lag_messages", "Consumer lag "
+                                      "summed over a topic's queues.", labels=["consumer_group", "topic"])
+        ages = GaugeMetricFamily("tidemq_consumer_oldest_unconsumed_age_seconds", "Age of the "
+                                 "oldest message the group has not consumed (0 when caught "
+                                 "up).", labels=["consumer_group", "topic"])
+        series, reads, truncated = 0, 0, False
+        for (group, topic), queues in sorted(b.offsets.table.items()):
+            if "@" in group or topic not in topics:
+                continue  # broadcast members; deleted topics
+            if series + len(queues) > MAX_LAG_SERIES:
+                truncated = True
+                break
+            total, oldest_ms, age_known = 0, None, True
+            for qid, committed in sorted(queues.items()):
+                top = store.max_queue_offset(topic, qid)
+                start = max(committed, store.min_queue_offset(topic, qid))
+                lag = max(0, top - start)
+                per_queue.add_metric([group, topic, str(qid)], lag)
+                series += 1
+                total += lag
+                if lag:
+                    if reads >= MAX_AGE_READS:
+                        age_known = False
+                        continue
+                    reads += 1
+                    ts = _store_time(store, topic, qid, start)
+                    if ts and (oldest_ms is None or ts < oldest_ms):
+                        oldest_ms = ts
+            per_topic.add_metric([group, topic], total)
+            if age_known:
+                age = max(0.0, (now_ms - oldest_ms) / 1000) if oldest_ms else 0.0
+                ages.add_metric([group, topic], age)
+        yield per_queue
+        yield per_topic
+        yield ages
+        yield _gauge("tidemq_consumer_lag_scrape_truncated", "1 when the lag collector "
+                     f"stopped at {MAX_LAG_SERIES} queues.", 1 if truncated else 0)
+
+    def _cluster(self):
+        cluster = getattr(self.b, "cluster", None)
+        if cluster is None:
+            return
+        m = cluster.metrics()
+        g = GaugeMetricFamily("tidemq_zk_session_state", "1 for the ZooKeeper session state.",
+                              labels=["state"])
+        for state in ZK_STATES:
+            g.add_metric([state], 1.0 if m.get("zookeeper") == state else 0.0)
+        yield g
+        yield _counter("tidemq_elections_won", "Elections this node won.",
+                       m.get("elections_won") or 0)
+        yield _counter("tidemq_unclean_elections", "Elections won outside the in-sync set.",
+                       m.get("unclean_wins") or 0)
+
+
+def _store_time(store, topic: str, queue_id: int, queue_offset: int) -> int | None:
+    cq = store.queues.get(topic, queue_id)
+    return store._unit_store_time(cq, queue_offset) if cq is not None else None

@@ -1,0 +1,145 @@
+"""Broker-side duplicate suppression: a retried send whose UNIQ_KEY this broker group already
+stored recently is answered with the original result and stores nothing new (issue 4).
+
+A producer that loses a reply (connection cut, timeout) cannot know whether the message was
+stored; it retries with the same UNIQ_KEY (client/producer.py rule 1) on the same broker group,
+so the broker can recognise the retry. The window remembers, per (topic, UNIQ_KEY), where the
+message went: (physical offset, size, queue id, queue offset, store timestamp ms).
+
+Rules:
+1. The window is bounded twice (BrokerConfig): entries older than `dedup_window_ms` and the
+   oldest past `dedup_window_keys` are forgotten. Either bound 0 turns suppression off.
+2. Keys are remembered when the put returns (before durability), so a retry that arrives while
+   the original still waits for its fsync finds it; its reply then waits for the same fsync.
+3. System topics ('%'-prefixed: %RETRY%, %DLQ%) are neither remembered nor checked: a message
+   is legitimately sent back to its retry topic once per reconsume round with the same key.
+4. After a restart the window is rebuilt from the key index, which holds every stored UNIQ_KEY
+   with its record's position: walk entries newest first, read each record back and stop at
+   the time or count bound. Nothing of the window lives only in memory, so a restart (and,
+   once replication exists, a failover: the index is rebuilt from the replicated log) keeps
+   suppressing retries. Without an index (store.index_enable=false) the window starts empty.
+5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
+   window; when only some are (a window bound cut the original batch in two), only the others
+   are stored and the reply describes those.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections import OrderedDict
+
+from node.store import index_file
+from node.store.message import parse_dispatch
+
+log = logging.getLogger("tidemq.dedup")
+_ENTRY_PHYS_TS = struct.Struct(">4xqi4x")  # an index entry's phyOffset and timeDiffSec
+# Index entries per remembered message the rebuild may walk: one per KEYS word plus UNIQ_KEY;
+# past this many a message's keys are unusually many and the walk stops (bounded start-up).
+_ENTRIES_PER_KEY_MAX = 8
+
+# entry fields
+E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = 0, 1, 2, 3, 4
+
+
+class DedupWindow:
+    def __init__(self, window_ms: int, max_keys: int, clock=time.time):
+        self.window_ms = window_ms
+        self.max_keys = max_keys
+        self.enabled = window_ms > 0 and max_keys > 0
+        self.clock = clock
+        self._entries: OrderedDict = OrderedDict()  # (topic, uniq) -> entry, oldest first
+        self.suppressed = 0  # messages answered from the window (metrics, tests)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    # -- the send path ------------------------------------------------------------------
+    def remember(self, requests) -> None:
+        """Record a put's messages (dispatch requests, node/store/message.py DR_* fields)."""
+        if not self.enabled:
+            return
+        entries = self._entries
+        for r in requests:
+            uniq = r[8]
+            if uniq and r[0][0] != "%":
+                key = (r[0], uniq)
+                entries[key] = (r[3], r[4], r[1], r[2], r[6])
+                entries.move_to_end(key)  # a key re-stored (past the window) is young again
+        self._evict(int(self.clock() * 1000))
+
+    def split(self, msgs) -> tuple[list, list]:
+        """(new messages, window entries of the duplicates) for one request's messages."""
+        entries = self._entries
+        if not entries:
+            return msgs, []
+        cutoff = int(self.clock() * 1000) - self.window_ms
+        fresh, dups = [], []
+        for m in msgs:
+            e = entries.get((m.topic, m.uniq_key)) if m.uniq_key and m.topic[0] != "%" else None
+            if e is not None and e[E_STORE_MS] >= cutoff:
+                dups.append(e)
+            else:
+                fresh.append(m)
+        if dups:
+            self.suppressed += len(dups)
+        return (msgs if not dups else fresh), dups
+
+    def _evict(self, now_ms: int) -> None:
+        entries = self._entries
+        while len(entries) > self.max_keys:
+            entries.popitem(last=False)
+        cutoff = now_ms - self.window_ms
+        while entries:
+            oldest = next(iter(entries.values()))
+            if oldest[E_STORE_MS] >= cutoff:
+                break
+            entries.popitem(last=False)
+
+    # -- restart ------------------------------------------------------------------------
+    def rebuild(self, store) -> int:
+        """Fill the window from the store's key index (rule 4); returns the keys found."""
+        if not self.enabled or store.index is None:
+            if self.enabled:
+                log.warning("key index disabled: the duplicate window starts empty")
+            return 0
+        t0 = time.monotonic()
+        cutoff = int(self.clock() * 1000) - self.window_ms
+        found: list[tuple] = []  # newest first
+        seen_phys: set[int] = set()
+        budget = self.max_keys * _ENTRIES_PER_KEY_MAX
+        for f in reversed(store.index.files):
+            base = index_file.HEADER_BYTES + f.slots * 4
+            n = f.count - 1
+            while n >= 1 and budget > 0 and len(found) < self.max_keys:
+                budget -= 1
+                phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
+                n -= 1
+                # timeDiffSec is floored to seconds: one second of slack keeps the window whole
+                if f.begin_ts + diff_s * 1000 < cutoff - 1000:
+                    budget = 0
+                    break
+                if phys in seen_phys:
+                    continue
+                seen_phys.add(phys)
+                data = store.get_record(phys)
+                if not data:
+                    continue
+                r = parse_dispatch(data, 0, len(data))
+                if r[8] and r[0][0] != "%" and r[6] >= cutoff:
+                    found.append(r)
+            if budget <= 0 or len(found) >= self.max_keys:
+                break
+        found.sort(key=lambda r: r[3])  # oldest first, as remember() keeps them
+        self.remember(found)
+        log.info("duplicate window rebuilt from the key index: %d keys in %.0f ms",
+                 len(self._entries), (time.monotonic() - t0) * 1000)
+        return len(self._entries)
+
+
+def duplicate_reply(dups, store_host: bytes) -> tuple[tuple[str, int, int], int]:
+    """((msgId, queueId, queueOffset), end offset to wait durable for) of an answered retry,
+    shaped as the send processor's reply for the original (msgIds comma-joined)."""
+    msg_id = ",".join([(store_host + struct.pack(">q", e[E_PHYS])).hex().upper() for e in dups])
+    end = max(e[E_PHYS] + e[E_SIZE] for e in dups)
+    return (msg_id, dups[0][E_QUEUE_ID], dups[0][E_QUEUE_OFFSET]), end

@@ -1,0 +1,125 @@
+"""The `[security]` config table and what the broker builds from it: the ACL validator, the
+TLS contexts of the remoting and admin ports, the admin HTTP credential.
+
+Everything is off by default (the standalone quickstart runs plaintext without ACL); one table
+turns it on:
+
+    [security]
+    acl_enable = true
+    acl_file = "/etc/tidemq/acl.toml"
+    tls_enable = true
+    tls_cert_file = "server.pem"; tls_key_file = "server.key"; tls_ca_file = "ca.pem"
+    admin_tls_enable = true
+    admin_token_file = "/etc/tidemq/admin.token"
+
+Rules:
+1. Secrets are never config values: the admin token comes from admin_token_file or the
+   admin_token_env variable, ACL secrets from the ACL file (or files / variables it names).
+2. `security_problems` checks files exist and settings fit together, with the others in
+   load_config's single report; contexts are built once at start.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from client.tls import TlsConfigError, TlsFiles
+
+
+def _f(default, doc, **meta):
+    return field(default=default, metadata={"doc": doc, **meta})
+
+
+@dataclass(frozen=True)
+class SecuritySection:
+    acl_enable: bool = _f(False, "Check RocketMQ ACL 1.0 signatures and permissions on the "
+                                 "remoting port.")
+    acl_file: str = _f("", "ACL accounts file (TOML; node/acl/accounts.py); reloaded when it "
+                           "changes.")
+    acl_reload_interval_ms: int = _f(1000, "How often the ACL file's mtime is checked.")
+    tls_enable: bool = _f(False, "TLS on the remoting port (plaintext clients are refused).")
+    tls_cert_file: str = _f("", "PEM certificate chain of this node (all TLS ports).")
+    tls_key_file: str = _f("", "PEM private key of tls_cert_file.")
+    tls_ca_file: str = _f("", "PEM CA bundle that verifies peers' client certificates.")
+    tls_require_client_cert: bool = _f(False, "Remoting: refuse clients without a certificate "
+                                              "signed by tls_ca_file (mutual TLS).")
+    tls_handshake_timeout_ms: int = _f(10_000, "A TLS handshake not done in this time is cut.")
+    admin_tls_enable: bool = _f(False, "TLS (HTTPS) on the admin HTTP port, same certificate.")
+    admin_read_open: bool = _f(True, "Admin HTTP GET endpoints need no credential; false = "
+                                     "every endpoint needs the admin token.")
+    admin_token_file: str = _f("", "File holding the admin HTTP bearer token (needed by every "
+                                   "endpoint that changes state).")
+    admin_token_env: str = _f("TIDEMQ_ADMIN_TOKEN", "Variable holding the admin token when "
+                                                    "admin_token_file is empty.")
+    ha_tls_enable: bool = _f(False, "TLS on HA links: the master's HA port serves it, a slave "
+                                    "verifies the master against tls_ca_file.")
+    ha_require_client_cert: bool = _f(True, "With ha_tls_enable: the master refuses a slave "
+                                            "without a certificate from tls_ca_file (mutual "
+                                            "TLS); slaves present tls_cert_file.")
+
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(self.tls_cert_file, self.tls_key_file, self.tls_ca_file,
+                        self.tls_require_client_cert)
+
+
+def security_problems(cfg) -> list[str]:
+    s = cfg.security
+    p = []
+    if s.acl_enable:
+        if not s.acl_file:
+            p.append("security.acl_file is required when security.acl_enable is true")
+        elif not os.path.isfile(s.acl_file):
+            p.append(f"security.acl_file {s.acl_file!r} does not exist")
+    if s.acl_reload_interval_ms <= 0 or s.tls_handshake_timeout_ms <= 0:
+        p.append("security.acl_reload_interval_ms and tls_handshake_timeout_ms must be > 0")
+    if s.ha_tls_enable and not s.tls_ca_file:
+        p.append("security.ha_tls_enable needs security.tls_ca_file (peers verify each other)")
+    ha_serves = s.ha_tls_enable and cfg.ha.role != "SLAVE"  # a slave may go without a cert
+    if s.tls_enable or s.admin_tls_enable or ha_serves:
+        try:
+            s.tls_files().server()
+        except TlsConfigError as exc:
+            p.append(f"security: {exc}")
+    elif s.tls_require_client_cert:
+        p.append("security.tls_require_client_cert needs security.tls_enable")
+    if s.admin_token_file and not os.path.isfile(s.admin_token_file):
+        p.append(f"security.admin_token_file {s.admin_token_file!r} does not exist")
+    return p
+
+
+def remoting_ssl(cfg):
+    return cfg.security.tls_files().server() if cfg.security.tls_enable else None
+
+
+def admin_ssl(cfg):
+    return cfg.security.tls_files().server() if cfg.security.admin_tls_enable else None
+
+
+def ha_tls(cfg) -> tuple:
+    """(server context, client context) for HA links, or (None, None). The slave presents this
+    node's certificate; the master asks for it and, by default, requires it."""
+    s = cfg.security
+    if not s.ha_tls_enable:
+        return None, None
+    # A static SLAVE may run without a certificate (then it cannot pass mutual TLS); every
+    # node that can serve HA (MASTER, cluster members) is checked to have one at config load.
+    server = TlsFiles(s.tls_cert_file, s.tls_key_file, s.tls_ca_file,
+                      s.ha_require_client_cert).server() if s.tls_cert_file else None
+    return server, s.tls_files().client()
+
+
+def make_acl(cfg):
+    if not cfg.security.acl_enable:
+        return None
+    from node.acl.validator import AclValidator
+    return AclValidator(cfg.security.acl_file, cfg.security.acl_reload_interval_ms)
+
+
+def admin_token(cfg, environ=None) -> str:
+    """The admin HTTP token (rule 1); "" = none configured (changing endpoints refused)."""
+    s = cfg.security
+    if s.admin_token_file:
+        with open(s.admin_token_file, encoding="utf-8") as f:
+            return f.read().strip()
+    env = os.environ if environ is None else environ
+    return env.get(s.admin_token_env, "") if s.admin_token_env else ""

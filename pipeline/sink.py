@@ -1,0 +1,222 @@
+"""The `tidemq` sink: DataFrame rows become messages, sent with batch sends; a replayed
+micro-batch (or a retried task) does not store its messages twice.
+
+Input columns: `body` (binary or string, required), optional `keys` (or `key`), `tags`
+(strings), `properties` (map<string, string>). Other columns are refused with a clear error,
+so a typo is not silently dropped.
+
+Exactly once (issue 8; shared/spec/pyspark-datasource.md section 5): Spark replays a
+micro-batch whose sink commit did not reach the checkpoint, with the same input offsets, so
+the same rows come back. Each row gets a deterministic UNIQ_KEY, and a replayed row goes to
+the same queue (so the same broker group) as the first time; the broker's duplicate window
+(node/dedup.py) answers the copy with the original result and stores nothing.
+
+Rules:
+1. UNIQ_KEY = 32 hex chars of blake2b(sink id, batch id, partition id, the row's content, how
+   many identical rows came before it in the partition). Content rather than position: a
+   shuffle may hand a replayed partition its rows in another order.
+2. Sink id: the `sinkId` option, else the streaming query's id (stable across restarts from
+   one checkpoint), else (batch writes) an id made when the write is planned, which covers
+   task retries of that write.
+3. Queue = the key's hash modulo the topic's sorted writable queues, so a row's queue does not
+   depend on its position. Changing the topic's queues between a crash and its replay
+   defeats rule 3 for the rows that move.
+4. The guarantee holds while the replay comes within the broker's dedup window
+   (`dedup_window_ms`, `dedup_window_keys`); a replay later than that stores the rows again.
+5. A send that is not confirmed (error, or a "maybe stored" status) fails the task; Spark's
+   retry is then answered from the window.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from dataclasses import dataclass
+
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, MapType, StringType
+
+from client.message import Message
+from client.producer import Producer
+from client.protocol.record import PROP_UNIQ_KEY
+from client.sync import LoopThread
+from pipeline.options import OptionsError, parse_source_options
+
+try:  # pyspark >= 4.1
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter
+except ImportError:  # pragma: no cover - the pipeline extra asks for a version that has it
+    DataSourceStreamArrowWriter = None
+
+log = logging.getLogger("tidemq.pipeline.sink")
+_BATCH_BYTES_MAX = 1024 * 1024  # below the broker's 4 MiB body limit, with room for headers
+_SENDS_IN_FLIGHT = 8
+_COLUMNS = {"body": (BinaryType, StringType), "keys": (StringType,), "key": (StringType,),
+            "tags": (StringType,), "properties": (MapType,)}
+
+
+@dataclass
+class Published(WriterCommitMessage):
+    partition_id: int
+    rows: int
+
+
+def check_sink_schema(schema) -> None:
+    problems = []
+    names = set()
+    for f in schema.fields:
+        kinds = _COLUMNS.get(f.name)
+        if kinds is None:
+            problems.append(f"column {f.name!r} is not one of {sorted(_COLUMNS)}")
+        elif not isinstance(f.dataType, kinds):
+            problems.append(f"column {f.name!r} has type {f.dataType.simpleString()}")
+        names.add(f.name)
+    if "body" not in names:
+        problems.append("a 'body' column (binary or string) is required")
+    if "key" in names and "keys" in names:
+        problems.append("give 'keys' or 'key', not both")
+    if problems:
+        raise OptionsError(problems)
+
+
+class _Publisher:
+    """Sends one task's rows; owns a producer on its own event loop thread."""
+
+    def __init__(self, opts, sink_id: str, batch_id: int, partition_id: int):
+        self.opts = opts
+        self.prefix = f"{sink_id}\x00{batch_id}\x00{partition_id}\x00".encode()
+        self.seen: dict[bytes, int] = {}
+
+    def publish(self, batches) -> int:
+        lt = LoopThread("tidemq-sink")
+        try:
+            return lt.run(self._publish(batches))
+        finally:
+            lt.stop()
+
+    async def _publish(self, batches) -> int:
+        o = self.opts
+        producer = Producer("tidemq-spark-sink", o.addrs, request_timeout_s=o.request_timeout_s,
+                            send_timeout_s=o.request_timeout_s * 3)
+        await producer.start()
+        try:
+            queues = sorted(await producer.publish_queues(o.topic),
+                            key=lambda q: (q.broker_name, q.queue_id))
+            rows = 0
+            slots = asyncio.Semaphore(_SENDS_IN_FLIGHT)
+            sends = []
+            for batch in batches:
+                by_queue: dict[int, list] = {}
+                for msg, h in self._messages(batch):
+                    by_queue.setdefault(h % len(queues), []).append(msg)
+                    rows += 1
+                for qi, msgs in sorted(by_queue.items()):
+                    for chunk in _chunks(msgs, o.sink_batch_size):
+                        await slots.acquire()
+                        sends.append(asyncio.ensure_future(
+                            self._send(producer, chunk, queues[qi], slots)))
+            for r in await asyncio.gather(*sends):
+                if not r.ok:  # rule 5
+                    raise RuntimeError(f"tidemq sink: a batch send was not confirmed ({r.status.name})")
+            return rows
+        finally:
+            await producer.shutdown()
+
+    @staticmethod
+    async def _send(producer, chunk, queue, slots):
+        try:
+            return await producer.send_batch(chunk, queue=queue)
+        finally:
+            slots.release()
+
+    def _messages(self, batch):
+        """(Message with its deterministic UNIQ_KEY, key hash) per row (rule 1)."""
+        cols = batch.schema.names
+        topic = self.opts.topic
+        n = batch.num_rows
+        body = batch.column("body").to_pylist()
+        keys_name = "keys" if "keys" in cols else "key" if "key" in cols else None
+        keys = batch.column(keys_name).to_pylist() if keys_name else [None] * n
+        tags = batch.column("tags").to_pylist() if "tags" in cols else [None] * n
+        props = batch.column("properties").to_pylist() if "properties" in cols else [None] * n
+        seen, prefix = self.seen, self.prefix
+        for b, k, t, p in zip(body, keys, tags, props):
+            if b is None:
+                raise ValueError("tidemq sink: a row has a null body")
+            raw = b.encode() if isinstance(b, str) else b
+            user = dict(p) if p else {}
+            content = hashlib.blake2b(raw, digest_size=16)
+            content.update(repr((k, t, sorted(user.items()))).encode())
+            digest = content.digest()
+            nth = seen.get(digest, 0)
+            seen[digest] = nth + 1
+            key = hashlib.blake2b(prefix + digest + nth.to_bytes(8, "big"), digest_size=16)
+            uniq = key.hexdigest().upper()
+            user[PROP_UNIQ_KEY] = uniq
+            yield Message(topic, raw, tags=t, keys=k, properties=user), int(uniq[:8], 16)
+
+
+def _chunks(msgs, max_count: int):
+    chunk, size = [], 0
+    for m in msgs:
+        if chunk and (len(chunk) >= max_count or size + len(m.body) > _BATCH_BYTES_MAX):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(m)
+        size += len(m.body) + 200
+    if chunk:
+        yield chunk
+
+
+def _sink_options(options):
+    return parse_source_options(options, streaming=False)
+
+
+def _option(options, name):
+    for k, v in options.items():
+        if k.lower() == name.lower():
+            return v
+    return None
+
+
+class TideMQBatchWriter(DataSourceArrowWriter):
+    def __init__(self, options, schema, overwrite: bool):
+        if overwrite:
+            raise OptionsError(["a topic cannot be overwritten: use mode('append')"])
+        check_sink_schema(schema)
+        self.opts = _sink_options(options)
+        self.sink_id = _option(options, "sinkId") or uuid.uuid4().hex  # rule 2
+
+    def write(self, iterator):
+        ctx = TaskContext.get()
+        pid = ctx.partitionId() if ctx else 0
+        rows = _Publisher(self.opts, self.sink_id, 0, pid).publish(iterator)
+        return Published(pid, rows)
+
+
+class TideMQStreamWriter(DataSourceStreamArrowWriter):
+    """complete mode (overwrite) republishes the whole result each trigger, as Kafka's does."""
+
+    def __init__(self, options, schema, overwrite: bool):
+        check_sink_schema(schema)
+        self.opts = _sink_options(options)
+        self.sink_id = _option(options, "sinkId")
+
+    def write(self, iterator):
+        ctx = TaskContext.get()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or 0)
+        sink_id = self.sink_id or ctx.getLocalProperty("sql.streaming.queryId")
+        if not sink_id:
+            raise RuntimeError("tidemq sink: no streaming query id in the task; set option sinkId")
+        rows = _Publisher(self.opts, sink_id, batch_id, ctx.partitionId()).publish(iterator)
+        return Published(ctx.partitionId(), rows)
+
+    def commit(self, messages, batchId) -> None:
+        log.info("tidemq sink: batch %d published %d rows", batchId,
+                 sum(m.rows for m in messages if m is not None))
+
+    def abort(self, messages, batchId) -> None:
+        # Published messages cannot be withdrawn; the replay of this batch is answered from
+        # the brokers' duplicate window (module docstring).
+        log.warning("tidemq sink: batch %d aborted; its replay will not duplicate", batchId)

@@ -1,0 +1,177 @@
+"""Broker-side duplicate suppression (node/dedup.py) on real broker processes: a retried send
+with a stored UNIQ_KEY gets the original result and stores nothing; the window survives a
+restart (clean and SIGKILL); its time and count bounds; an SDK send whose reply is lost."""
+import asyncio
+
+from client.message import Message
+from client.producer import Producer
+from client.protocol.codes import RequestCode as R
+from client.protocol.record import PROP_UNIQ_KEY
+from tests.broker.conftest import run
+from tests.support.ports import free_port
+from tests.support.raw_client import (RawClient, batch_body, decode_records, properties,
+                                      pull_ext, send_ext, send_ext_v2)
+from tests.support.reply_drop_proxy import ReplyDropProxy
+
+
+async def _queue(c, topic, queue_id):
+    r = await c.request(R.PULL_MESSAGE, pull_ext(topic, queue_id, 0, max_nums=100))
+    return decode_records(r.body) if r.code == 0 else []
+
+
+async def _send(c, topic, uniq, body=b"x", queue_id=0):
+    r = await c.request(R.SEND_MESSAGE, send_ext(topic, queue_id, properties(uniq=uniq)), body)
+    assert r.code == 0, r.remark
+    return r.ext["msgId"], r.ext["queueId"], r.ext["queueOffset"]
+
+
+def test_retry_with_same_uniq_key_is_stored_once(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            first = await _send(c, "DedupT", "U-0001", b"one")
+            again = await _send(c, "DedupT", "U-0001", b"one")
+            assert again == first
+            other = await _send(c, "DedupT", "U-0002", b"two")
+            assert other[2] == "1"
+            # the same key on another topic is another message
+            assert (await _send(c, "DedupT2", "U-0001"))[2] == "0"
+            # no key: never suppressed
+            for _ in range(2):
+                r = await c.request(R.SEND_MESSAGE, send_ext("DedupT", 0), b"nokey")
+                assert r.code == 0
+            msgs = await _queue(c, "DedupT", 0)
+            assert [m.body for m in msgs] == [b"one", b"two", b"nokey", b"nokey"]
+    run(go())
+
+
+def test_batch_retry_returns_the_original_batch_result(shared_broker):
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            body = batch_body([(f"b{i}".encode(), properties(uniq=f"B-{i}")) for i in range(5)])
+            ext = send_ext_v2("DedupBatch", 1, batch=True)
+            r1 = await c.request(R.SEND_BATCH_MESSAGE, ext, body)
+            r2 = await c.request(R.SEND_BATCH_MESSAGE, ext, body)
+            assert r1.code == r2.code == 0
+            assert r2.ext["msgId"] == r1.ext["msgId"] and len(r1.ext["msgId"].split(",")) == 5
+            assert (r2.ext["queueId"], r2.ext["queueOffset"]) == ("1", "0")
+            # a batch whose keys are partly new stores only the new ones
+            body2 = batch_body([(f"b{i}".encode(), properties(uniq=f"B-{i}")) for i in range(3, 7)])
+            r3 = await c.request(R.SEND_BATCH_MESSAGE, ext, body2)
+            assert r3.code == 0 and r3.ext["queueOffset"] == "5"
+            assert len(r3.ext["msgId"].split(",")) == 2
+            msgs = await _queue(c, "DedupBatch", 1)
+            assert [m.body for m in msgs] == [f"b{i}".encode() for i in range(7)]
+    run(go())
+
+
+def test_retry_topics_are_never_suppressed(shared_broker):
+    """A message goes back to %RETRY%<group> once per reconsume round with the same key."""
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            for _ in range(2):
+                await _send(c, "%RETRY%dedup-g", "R-1")
+            assert len(await _queue(c, "%RETRY%dedup-g", 0)) == 2
+    run(go())
+
+
+def test_window_bounds_by_count_and_time(broker_factory):
+    b = broker_factory("dedup_window_keys=2", "dedup_window_ms=1500").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            for k in ("K1", "K2", "K3"):
+                await _send(c, "Bound", k)
+            assert (await _send(c, "Bound", "K3"))[2] == "2"    # still in the window
+            assert (await _send(c, "Bound", "K1"))[2] == "3"    # pushed out by the count bound
+            await asyncio.sleep(1.7)
+            assert (await _send(c, "Bound", "K3"))[2] == "4"    # expired by the time bound
+            assert len(await _queue(c, "Bound", 0)) == 5
+    run(go())
+
+
+def test_window_off(broker_factory):
+    b = broker_factory("dedup_window_keys=0").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await _send(c, "Off", "K")
+            assert (await _send(c, "Off", "K"))[2] == "1"
+    run(go())
+
+
+def test_window_rebuilt_after_restart_and_crash(broker_factory):
+    b = broker_factory().start()
+
+    async def send_all(keys):
+        async with await RawClient.connect(b.addr) as c:
+            return [await _send(c, "Restart", k, k.encode(), queue_id=i % 2)
+                    for i, k in enumerate(keys)]
+
+    keys = [f"RK-{i}" for i in range(50)]
+    first = run(send_all(keys))
+    b.restart()
+    assert [r[1:] for r in run(send_all(keys))] == [r[1:] for r in first]
+    assert "duplicate window rebuilt from the key index: 50 keys" in b.log_text()
+    b.kill()  # SIGKILL: recovery re-indexes, the window is rebuilt from that
+    b.start()
+    assert [r[1:] for r in run(send_all(keys))] == [r[1:] for r in first]
+
+    async def count():
+        async with await RawClient.connect(b.addr) as c:
+            return len(await _queue(c, "Restart", 0)) + len(await _queue(c, "Restart", 1))
+    assert run(count()) == 50
+
+
+def test_sdk_send_whose_reply_is_lost_is_stored_once(broker_factory):
+    """The connection is cut after the broker stored the message and before the reply reached
+    the producer; the producer retries (same UNIQ_KEY, same broker group) and the broker
+    answers with the original result."""
+    proxy_port = free_port()
+    b = broker_factory(f"advertised_port={proxy_port}").start()
+
+    async def go():
+        proxy = await ReplyDropProxy(b.port, drop_send_replies=1).start(proxy_port)
+        producer = Producer("dedup-pg", f"127.0.0.1:{proxy_port}", retries=2,
+                            request_timeout_s=5.0, send_timeout_s=10.0)
+        await producer.start()
+        try:
+            res = await producer.send(Message("LostReply", b"payload", keys="order-1"))
+            assert res.ok
+            [lost] = proxy.dropped
+            assert lost.code == 0
+            assert res.offset_msg_id == lost.ext["msgId"]
+            assert res.queue_offset == int(lost.ext["queueOffset"])
+            batch = [Message("LostReplyB", f"m{i}".encode()) for i in range(4)]
+            proxy.drops_left = 1
+            res_b = await producer.send_batch(batch)
+            assert res_b.ok and len(proxy.dropped) == 2
+            assert res_b.offset_msg_id == proxy.dropped[1].ext["msgId"]
+        finally:
+            await producer.shutdown()
+            await proxy.close()
+        async with await RawClient.connect(b.addr) as c:
+            stored = [m for q in range(8) for m in await _queue(c, "LostReply", q)]
+            assert [m.body for m in stored] == [b"payload"]
+            stored_b = [m for q in range(8) for m in await _queue(c, "LostReplyB", q)]
+            assert sorted(m.body for m in stored_b) == [b"m0", b"m1", b"m2", b"m3"]
+    run(go())
+
+
+def test_sdk_keeps_a_caller_given_uniq_key(broker):
+    """A writer replaying a batch passes its own deterministic keys (pipeline sink)."""
+    async def go():
+        producer = Producer("dedup-pg2", broker.addr)
+        await producer.start()
+        try:
+            msgs = [Message("Given", f"g{i}".encode(), properties={PROP_UNIQ_KEY: f"SINK-7-{i}"})
+                    for i in range(3)]
+            r1 = await producer.send_batch(msgs)
+            r2 = await producer.send_batch(msgs)
+            assert r1.msg_id == "SINK-7-0,SINK-7-1,SINK-7-2"
+            assert r2.offset_msg_id == r1.offset_msg_id
+        finally:
+            await producer.shutdown()
+        async with await RawClient.connect(broker.addr) as c:
+            stored = [m for q in range(8) for m in await _queue(c, "Given", q)]
+            assert sorted(m.uniq_key for m in stored) == ["SINK-7-0", "SINK-7-1", "SINK-7-2"]
+    run(go())

@@ -1,0 +1,209 @@
+"""Transactional messages against a real broker process: commit, rollback, check-back answered
+by another member of the group, a broker restart with transactions open, parking after the
+check maximum, and END requests that do not match their half message."""
+import asyncio
+
+import pytest
+
+from client.admin import Admin
+from client.consumer import ConsumeResult, PushConsumer
+from client.instance import ClientInstance
+from client.config import ClientConfig
+from client.message import Message
+from client.protocol.codes import RequestCode
+from client.protocol.record import decode_offset_msg_id
+from client.protocol.route_json import HeartbeatData
+from client.transaction import TransactionProducer, TransactionState
+from tests.client.conftest import run, wait_until
+
+FAST_CHECKS = ("transaction_timeout_ms=400", "transaction_check_interval_ms=300")
+INTERNAL = ("TRAN_MSG", "REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES")
+
+
+async def create(addr, topic, queues=4):
+    async with Admin(addr) as admin:
+        await admin.create_topic(topic, queues)
+
+
+class Seen:
+    def __init__(self):
+        self.msgs = []
+
+    def __call__(self, msgs):
+        self.msgs.extend(msgs)
+        return ConsumeResult.SUCCESS
+
+    def bodies(self):
+        return sorted(m.body for m in self.msgs)
+
+
+def consumer(addr, group, topic, listener):
+    return PushConsumer(group, {topic: "*"}, listener, consume_from="FIRST",
+                        namesrv_or_broker=addr, offset_commit_interval_s=0.2)
+
+
+def producer(addr, group, topic, execute, check=lambda m: TransactionState.UNKNOWN):
+    return TransactionProducer(group, addr, execute, check, topics=[topic])
+
+
+def test_commit_delivers_rollback_never(broker_factory):
+    b = broker_factory(*FAST_CHECKS).start()
+    topic = "TxBasic"
+
+    def execute(msg, arg):
+        return arg
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-basic-c", topic, seen):
+            async with producer(b.addr, "tx-basic-p", topic, execute) as p:
+                committed = [await p.send_in_transaction(Message(topic, b"c%d" % i, tags="t"),
+                                                         TransactionState.COMMIT)
+                             for i in range(5)]
+                rolled = [await p.send_in_transaction(Message(topic, b"r%d" % i),
+                                                      TransactionState.ROLLBACK)
+                          for i in range(5)]
+                await wait_until(lambda: len(seen.msgs) >= 5, 10, what="committed messages")
+                await asyncio.sleep(1.5)  # several check rounds: nothing else may appear
+                assert p.checks_answered == 0  # decided transactions are never checked
+        assert all(r.state is TransactionState.COMMIT and r.send_result.ok for r in committed)
+        assert all(r.state is TransactionState.ROLLBACK for r in rolled)
+        assert seen.bodies() == [b"c%d" % i for i in range(5)]
+        ids = {r.msg_id for r in committed}
+        for m in seen.msgs:
+            assert m.topic == topic and m.tags == "t" and m.msg_id in ids
+            assert not [k for k in INTERNAL if k in m.properties], m.properties
+            assert m.sys_flag & 0xC == 0x8  # TRANSACTION_COMMIT_TYPE
+
+    run(main())
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_unknown_is_checked_by_another_member_after_the_sender_left(broker_factory, flush):
+    b = broker_factory(*FAST_CHECKS, f"store.flush_mode={flush}").start()
+    topic, group = "TxCheck", "tx-check-p"
+    asked = []
+
+    def check(msg):
+        asked.append(msg.msg_id)
+        return TransactionState.COMMIT if msg.body.startswith(b"yes") else TransactionState.ROLLBACK
+
+    def failing(msg, arg):
+        raise RuntimeError("local transaction crashed")  # counts as UNKNOWN
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-check-c", topic, seen):
+            sender = producer(b.addr, group, topic, lambda m, a: TransactionState.UNKNOWN)
+            await sender.start()
+            results = [await sender.send_in_transaction(Message(topic, body))
+                       for body in (b"yes-1", b"no-1", b"yes-2")]
+            results.append(await _send_with(sender, failing, b"yes-3", topic))
+            await sender.shutdown()  # gone: it can no longer be asked
+            assert all(r.state is TransactionState.UNKNOWN for r in results)
+            async with producer(b.addr, group, topic, None, check) as other:
+                await wait_until(lambda: len(seen.msgs) >= 3, 15, what="checked commits")
+                await asyncio.sleep(1.2)
+                answered = other.checks_answered
+        assert seen.bodies() == [b"yes-1", b"yes-2", b"yes-3"]
+        assert set(asked) == {r.msg_id for r in results}
+        assert answered >= 4 and len(asked) == answered
+
+    run(main())
+
+
+async def _send_with(p, execute, body, topic):
+    saved, p._execute = p._execute, execute
+    try:
+        return await p.send_in_transaction(Message(topic, body))
+    finally:
+        p._execute = saved
+
+
+def test_open_transactions_survive_a_broker_restart(broker_factory):
+    b = broker_factory("transaction_timeout_ms=1500", "transaction_check_interval_ms=300").start()
+    topic, group = "TxRestart", "tx-restart-p"
+    asked = []
+
+    def check(msg):
+        asked.append(msg.body)
+        return TransactionState.COMMIT
+
+    async def before():
+        await create(b.addr, topic)
+        async with producer(b.addr, group, topic, lambda m, a: a) as p:
+            done = await p.send_in_transaction(Message(topic, b"decided"), TransactionState.COMMIT)
+            gone = await p.send_in_transaction(Message(topic, b"dropped"), TransactionState.ROLLBACK)
+            open_ = [await p.send_in_transaction(Message(topic, b"open-%d" % i),
+                                                 TransactionState.UNKNOWN) for i in range(3)]
+        return done, gone, open_
+
+    done, gone, open_ = run(before())
+    b.restart()  # before the first check is due (1.5 s): the broker must recover them
+
+    async def after():
+        seen = Seen()
+        async with consumer(b.addr, "tx-restart-c", topic, seen):
+            async with producer(b.addr, group, topic, None, check):
+                await wait_until(lambda: len(seen.msgs) >= 4, 20, what="recovered commits")
+                await asyncio.sleep(1.5)
+        return seen
+
+    seen = run(after())
+    assert seen.bodies() == [b"decided", b"open-0", b"open-1", b"open-2"]
+    assert sorted(set(asked)) == [b"open-0", b"open-1", b"open-2"]  # decided ones never asked
+
+
+def test_parked_after_the_check_maximum(broker_factory):
+    b = broker_factory(*FAST_CHECKS, "transaction_check_max=2").start()
+    topic, group = "TxPark", "tx-park-p"
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-park-c", topic, seen):
+            async with producer(b.addr, group, topic, lambda m, a: TransactionState.UNKNOWN,
+                                lambda m: TransactionState.UNKNOWN) as p:
+                await p.send_in_transaction(Message(topic, b"undecided"))
+                await wait_until(lambda: "TRANS_CHECK_MAX_TIME_TOPIC" in b.log_text(), 15,
+                                 what="parking")
+                await asyncio.sleep(1.0)
+                answered = p.checks_answered
+        assert answered == 2
+        assert seen.msgs == []
+
+    run(main())
+
+
+def test_end_transaction_that_does_not_match_is_refused(broker_factory):
+    b = broker_factory(*FAST_CHECKS).start()
+    topic, group = "TxBadEnd", "tx-bad-p"
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-bad-c", topic, seen):
+            async with producer(b.addr, group, topic, lambda m, a: TransactionState.UNKNOWN,
+                                lambda m: TransactionState.ROLLBACK) as p:
+                r = (await p.send_in_transaction(Message(topic, b"x"))).send_result
+            _, _, phys = decode_offset_msg_id(r.offset_msg_id)
+            inst = ClientInstance(ClientConfig(namesrv_addr=b.addr), lambda: HeartbeatData("x"))
+            try:
+                bad = [("other-group", r.queue_offset, phys, 8), (group, r.queue_offset + 7, phys, 8),
+                       (group, r.queue_offset, phys + 1, 8), (group, r.queue_offset, phys, 5),
+                       (group, r.queue_offset, -1, 8)]
+                for g, qoff, off, decision in bad:
+                    ext = {"producerGroup": g, "tranStateTableOffset": str(qoff),
+                           "commitLogOffset": str(off), "commitOrRollback": str(decision),
+                           "fromTransactionCheck": "false", "msgId": r.msg_id}
+                    resp = await inst.call(b.addr, RequestCode.END_TRANSACTION, ext, ok=(0, 1))
+                    assert resp.code == 1, (g, qoff, off, decision)
+                await asyncio.sleep(1.0)  # no END matched: nothing may appear
+            finally:
+                await inst.close()
+        assert seen.msgs == []
+        assert b.alive
+
+    run(main())

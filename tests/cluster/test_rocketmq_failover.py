@@ -1,0 +1,55 @@
+"""The unmodified `rocketmq` client keeps producing and consuming across a failover, after its
+own route refresh; the test measures how long that takes (README)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.client.test_compat_rocketmq import _REASON
+from tests.support.cluster import ClusterHarness, create_topic
+from tests.support.broker_proc import REPO_ROOT
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rocketmq_failover_script.py")
+DURATION_S = 45.0   # the cpp client polls routes every 30 s
+
+pytestmark = pytest.mark.skipif(_REASON is not None, reason=f"rocketmq unavailable: {_REASON}")
+
+
+def test_rocketmq_client_follows_a_failover(zk_hosts, tmp_path):
+    import asyncio
+    h = ClusterHarness(zk_hosts, tmp_path, {"g1": 3}).start()
+    proc = None
+    try:
+        h.wait_masters()
+        h.wait_in_sync("g1", 3)
+        asyncio.run(create_topic(h, "CppFailover", 4))
+        env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=REPO_ROOT)
+        proc = subprocess.Popen([sys.executable, SCRIPT, h.namesrv_addr, "CppFailover",
+                                 str(DURATION_S)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=env, cwd=str(tmp_path))
+        assert proc.stdout.readline().strip() == "READY"
+        time.sleep(3.0)
+        old, broker = h.master("g1")
+        broker.kill()
+        killed = time.time()
+        h.wait_master("g1", not_node=old)
+        out, err = proc.communicate(timeout=DURATION_S + 60)
+        lines = [x for x in out.splitlines() if x.startswith("RESULT ")]
+        assert proc.returncode == 0 and lines, err[-3000:]
+        result = json.loads(lines[-1][len("RESULT "):])
+        sends = result["sends"]
+        assert any(s[2] == 0 for s in sends if s[0] < killed), "no send before the kill"
+        after = [s for s in sends if s[0] > killed and s[2] == 0]
+        assert after, f"no successful send after the failover: {sends[-5:]}"
+        recovery_s = after[0][0] - killed
+        print(f"rocketmq client: first SEND_OK {recovery_s:.1f} s after SIGKILL of the master")
+        ok_bodies = {s[1] for s in sends if s[2] == 0}
+        missing = ok_bodies - set(result["got"])
+        assert not missing, f"{len(missing)} acknowledged messages not consumed: {sorted(missing)[:5]}"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        h.stop()
