@@ -7,9 +7,9 @@ For ASYNC_MASTER with one slave, SYNC_MASTER with one slave and SYNC_MASTER with
   - batched produce: `send_batch` of 64 messages, 8 batches in flight (msgs/s of SEND_OK)
   - sync send: one `await send` at a time (p50/p99 ms)
 then, on the ASYNC_MASTER group:
-  - replication lag: a pull held on the SLAVE; a message sent to the master; time until the
-    slave answers the pull with it (p50/p99 ms): send -> stored -> streamed -> confirmed ->
-    dispatched on the slave
+  - replication lag: a pull held on the SLAVE (raw remoting client); a message sent to the
+    master; time until the slave answers the pull with it (p50/p99 ms): send -> stored ->
+    streamed -> confirmed -> dispatched on the slave -> pull answered
   - bootstrap: a new, empty slave joins the master holding everything produced so far; MB/s
     until its log end equals the master's (default ha.bootstrap_rate_bytes_per_s applies)
 
@@ -33,10 +33,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from client.admin import Admin  # noqa: E402
 from client.message import Message  # noqa: E402
 from client.producer import Producer  # noqa: E402
-from client.pull_consumer import PullConsumer  # noqa: E402
 from tests.support.broker_proc import (BrokerProcess, ha_master_settings,  # noqa: E402
                                        ha_secret_file, ha_slave_settings)
 from tests.support.ports import free_port  # noqa: E402
+from tests.support.raw_client import RC, RawClient, pull_ext  # noqa: E402
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB
 TOPIC = "HABench"
@@ -100,21 +100,30 @@ async def produce_phase(master, args):
 
 
 async def replication_lag(master, slave, rounds):
+    """Held pulls on the slave through the raw remoting client: the SDK's PullConsumer, given
+    a slave's own route (no master in it), re-fetches that route every 0.5 s, which adds its
+    own stalls to what this measures."""
     async with Admin(master.addr) as admin:
         await admin.create_topic("HALag", 1)
     await asyncio.sleep(0.5)       # the topic reaches the slave with the replicated state
-    async with PullConsumer("ha-lag", slave.addr) as pc, Producer("ha-lag-p", master.addr) as p:
-        (mq,) = await pc.fetch_queues("HALag")
-        offset = await pc.max_offset(mq)
-        lags = []
-        for _ in range(rounds):
-            held = asyncio.ensure_future(pc.pull(mq, offset, 32, suspend_ms=10_000))
-            await asyncio.sleep(0.01)
-            t0 = time.perf_counter()
-            await p.send(Message("HALag", BODY))
-            res = await held
-            lags.append((time.perf_counter() - t0) * 1000)
-            offset = res.next_begin_offset
+    c = await RawClient.connect(slave.addr)
+    try:
+        async with Producer("ha-lag-p", master.addr) as p:
+            r = await c.request(RC.GET_MAX_OFFSET, {"topic": "HALag", "queueId": 0})
+            offset = int(r.ext["offset"])
+            lags = []
+            for _ in range(rounds):
+                held = c.start(RC.PULL_MESSAGE, pull_ext("HALag", 0, offset, sys_flag=0x6,
+                                                         suspend_ms=10_000))
+                await asyncio.sleep(0.01)
+                t0 = time.perf_counter()
+                await p.send(Message("HALag", BODY))
+                res = await held
+                lags.append((time.perf_counter() - t0) * 1000)
+                assert res.code == 0, (res.code, res.remark)
+                offset = int(res.ext["nextBeginOffset"])
+    finally:
+        await c.close()
     return pct(lags, 50), pct(lags, 99)
 
 

@@ -80,7 +80,7 @@ async def orderly_consume(addr, header, body, total):
     await c.start()
     try:
         end = await asyncio.wait_for(done, 120)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         end = time.perf_counter()
     await c.shutdown()
     return state["n"] / (end - (state["first"] or end)) if state["first"] else 0.0

@@ -103,6 +103,39 @@ class Admin:
         return {"group": group, "queues": sorted(rows, key=order),
                 "broadcast": sorted(members, key=lambda r: (str(r["client_id"]),) + order(r))}
 
+    # -- operator commands (node/processors/ops.py) ------------------------------------------
+    async def reset_offsets(self, group, topic, timestamp_ms, *, force=True) -> dict:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222): every queue of `topic` to its first message
+        stored at or after `timestamp_ms` (0 = earliest; a future time = latest). Returns
+        {queue_id: new offset}; live consumers of the group are told by the broker (220)."""
+        ext = {"topic": topic, "group": group, "timestamp": str(int(timestamp_ms)),
+               "isForce": "true" if force else "false"}
+        resp = await self._call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, ext,
+                                what=f"reset {group!r} on {topic!r}")
+        table = _json(resp.body).get("offsetTable") or {}
+        return {int(json.loads(k)["queueId"]): int(v) for k, v in table.items()}
+
+    async def delete_topic(self, topic) -> None:
+        await self._call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
+                         what=f"delete topic {topic!r}")
+
+    async def delete_group(self, group) -> None:
+        await self._call(RequestCode.DELETE_SUBSCRIPTIONGROUP,
+                         {"groupName": group, "cleanOffset": "true"},
+                         what=f"delete group {group!r}")
+
+    async def cluster_info(self) -> dict:
+        """GET_BROKER_CLUSTER_INFO (106) from a name server or a standalone broker:
+        {"brokerAddrTable": {...}, "clusterAddrTable": {...}}."""
+        resp = await self._call(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info")
+        return _json(resp.body)
+
+    async def runtime_info_of(self, addr) -> dict:
+        """GET_BROKER_RUNTIME_INFO (28) of another broker (e.g. one named by cluster_info)."""
+        resp = await self._instance.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO,
+                                         what=f"runtime info of {addr}")
+        return _json(resp.body).get("table") or {}
+
     async def runtime_info(self) -> dict:
         resp = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO, what="runtime info")
         return _json(resp.body).get("table") or {}
@@ -152,7 +185,8 @@ class Admin:
 def _progress_row(topic, broker, queue_id, val):
     top, mine = int(val.get("brokerOffset", 0)), int(val.get("consumerOffset", 0))
     return {"topic": topic, "broker": broker, "queue_id": int(queue_id if queue_id is not None else -1),
-            "broker_offset": top, "consumer_offset": mine, "lag": max(top - mine, 0)}
+            "broker_offset": top, "consumer_offset": mine, "lag": max(top - mine, 0),
+            "last_consume_ms": int(val.get("lastTimestamp", 0))}
 
 
 def _json(body):

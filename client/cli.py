@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from client import cli_messaging, errors, security
+from client import cli_messaging, cli_ops, errors, security
 
 DEFAULT_BROKER = "127.0.0.1:10911"
 
@@ -94,6 +94,8 @@ def build_parser():
     query.add_argument("--topic")
     _broker_arg(query, argparse.SUPPRESS)
     cli_messaging.add_parsers(sub, _broker_arg)
+    cli_ops.add_parsers(sub, _broker_arg)
+    cli_ops.add_topic_parsers(tsub, _broker_arg)
     return top
 
 
@@ -153,6 +155,8 @@ async def _dispatch(args):
         return await _consume(args)
     if args.command in ("dlq", "consumer"):
         return await cli_messaging.dispatch(args)
+    if args.command in cli_ops.COMMANDS:
+        return await cli_ops.dispatch(args)
     return await _message_query(args)
 
 
@@ -170,6 +174,8 @@ async def _topic(args):
         if args.topic_command == "list":
             configs = await admin.topic_configs()
             return {"topics": sorted(configs)}
+        if args.topic_command in ("delete", "update"):
+            return await cli_ops.topic_command(admin, args)
         rows = await admin.topic_stats(args.topic)
         return {"topic": args.topic, "queues": rows,
                 "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}

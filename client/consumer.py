@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import logging
 import time
 
@@ -51,6 +52,7 @@ from client.process_queue import ProcessQueue
 from client.protocol.codes import RequestCode
 from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
 from client.pull_api import PullStatus, TagFilter
+from client.route import MessageQueue
 from client.rebalance import STRATEGIES
 
 log = logging.getLogger(__name__)
@@ -99,7 +101,8 @@ class PushConsumer(AsyncLifecycle):
 
     @property
     def assigned_queues(self):
-        return sorted(self._pqs)
+        """Queues of the subscribed topics this member consumes (its retry queue aside)."""
+        return sorted(mq for mq in self._pqs if not mq.topic.startswith(retry.RETRY_PREFIX))
 
     @property
     def clustering(self):
@@ -118,6 +121,7 @@ class PushConsumer(AsyncLifecycle):
         else:
             self._store = BroadcastOffsetStore(inst, cfg.offset_store_dir, cfg.group)
         inst.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
         for topic in self._filters:
             try:
@@ -177,6 +181,34 @@ class PushConsumer(AsyncLifecycle):
         if cmd.ext.get("consumerGroup") == self.config.group and self._rebalance_event is not None:
             self._rebalance_event.set()
         return None
+
+    def _on_reset_offset(self, conn, cmd):
+        """220 from a broker after an operator reset this group's offsets (`tidemq consumer
+        reset`): restart the listed queues at the new offsets, without committing the old
+        positions over them. Body {"offsetTable": {"<MessageQueue JSON>": offset}}."""
+        if cmd.ext.get("group") != self.config.group or self._closing or not self.clustering:
+            return None
+        try:
+            table = {}
+            for key, offset in json.loads(bytes(cmd.body).decode()).get("offsetTable", {}).items():
+                mq = json.loads(key)
+                table[MessageQueue(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = int(offset)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s: unreadable offset reset ignored: %s", self._instance.client_id, exc)
+            return None
+        self._instance.spawn(self._reset_offsets(table), name="reset-offsets")
+        return None
+
+    async def _reset_offsets(self, table):
+        async with self._rebalance_lock:
+            for mq, offset in table.items():
+                pq = self._pqs.get(mq)
+                if pq is None or self._closing:
+                    continue
+                await self._drop(pq, commit=False)
+                self._store.update(mq, offset, allow_backwards=True)
+                self._add(mq, offset)
+                log.info("%s: %s reset to offset %d", self._instance.client_id, mq.key(), offset)
 
     def _on_connection_lost(self, addr):
         if not self._closing:
@@ -250,8 +282,9 @@ class PushConsumer(AsyncLifecycle):
         pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
         pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
 
-    async def _drop(self, pq):
-        """Stop a queue, let its running listener call finish (bounded), commit, forget."""
+    async def _drop(self, pq, commit=True):
+        """Stop a queue, let its running listener call finish (bounded), commit (unless an
+        offset reset replaced the position), forget."""
         pq.dropped = True
         pq.has_work.set()
         pq.space.set()
@@ -260,11 +293,12 @@ class PushConsumer(AsyncLifecycle):
         if not done:
             pq.consume_task.cancel()
         await asyncio.gather(pq.pull_task, pq.consume_task, return_exceptions=True)
-        self._store.update(pq.mq, pq.commit_offset())
-        try:
-            await self._store.persist([pq.mq])
-        except errors.TideMQError as exc:
-            log.warning("commit of dropped %s failed: %s", pq.mq, exc)
+        if commit:
+            self._store.update(pq.mq, pq.commit_offset())
+            try:
+                await self._store.persist([pq.mq])
+            except errors.TideMQError as exc:
+                log.warning("commit of dropped %s failed: %s", pq.mq, exc)
         self._store.remove(pq.mq)
         self._pqs.pop(pq.mq, None)
 

@@ -81,8 +81,9 @@ class OrderlyPushConsumer(PushConsumer):
                 continue
             self._add(mq, offset)
 
-    async def _lock(self, mqs):
-        """The queues of `mqs` whose lock the broker granted (and note when)."""
+    async def _lock(self, mqs, refused=None):
+        """The queues of `mqs` whose lock the broker granted (and note when); those a broker
+        answered without granting go to `refused` (an unreachable broker refuses nothing)."""
         inst, granted = self._instance, []
         by_broker = {}
         for mq in mqs:
@@ -104,6 +105,8 @@ class OrderlyPushConsumer(PushConsumer):
                 if (mq.topic, mq.queue_id) in ok:
                     self._locked_at[mq] = now
                     granted.append(mq)
+                elif refused is not None:
+                    refused.append(mq)
         return granted
 
     async def _unlock(self, mqs):
@@ -149,8 +152,9 @@ class OrderlyPushConsumer(PushConsumer):
         owned = sorted(self._pqs)
         if not owned:
             return
-        granted = set(await self._lock(owned))
-        lost = [self._pqs[mq] for mq in owned if mq not in granted and mq in self._pqs]
+        refused = []  # while the broker cannot be reached, rule 2's local expiry pauses us
+        await self._lock(owned, refused)
+        lost = [self._pqs[mq] for mq in refused if mq in self._pqs]
         for pq in lost:
             log.warning("%s: lock of %s not renewed; dropping it", self._instance.client_id, pq.mq)
         if lost:

@@ -26,7 +26,6 @@ Rules:
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import inspect
 import logging
@@ -35,7 +34,12 @@ from client import errors
 from client.message import Message, split_records
 from client.producer import Producer, SendResult
 from client.protocol.codes import RequestCode
-from client.protocol.record import PROP_PGROUP, PROP_TRAN_MSG, RecordError, decode_offset_msg_id
+from client.protocol.record import (
+    PROP_PGROUP,
+    PROP_TRAN_MSG,
+    RecordError,
+    decode_offset_msg_id,
+)
 from client.protocol.remoting import RemotingCommand
 
 log = logging.getLogger(__name__)
@@ -152,9 +156,9 @@ class TransactionProducer(Producer):
             phys = int(cmd.ext.get("commitLogOffset"))
         except (errors.TideMQError, IndexError, TypeError, ValueError) as exc:
             log.warning("%s: unusable transaction check: %s", self.config.group, exc)
-            return None
+            return
         if msg.get_property(PROP_PGROUP) not in (None, self.config.group):
-            return None
+            return
         try:
             state = self._check(msg)
             if inspect.isawaitable(state):
@@ -162,7 +166,7 @@ class TransactionProducer(Producer):
             state = _state(state)
         except Exception:
             log.exception("%s: transaction check of %s failed", self.config.group, msg.msg_id)
-            return None
+            return
         ext = _end_ext(self.config.group, half_offset, phys, state, True,
                        cmd.ext.get("transactionId") or msg.msg_id, cmd.ext.get("transactionId"))
         end = RemotingCommand.request(int(RequestCode.END_TRANSACTION), ext, oneway=True,
@@ -171,9 +175,9 @@ class TransactionProducer(Producer):
             conn.send_oneway(end)
         except errors.TideMQError as exc:
             log.warning("%s: answer to a transaction check not sent: %s", self.config.group, exc)
-            return None
+            return
         self.checks_answered += 1
-        return None
+        return
 
 
 def _end_ext(group, half_offset, phys, state, from_check, msg_id, transaction_id):
@@ -183,4 +187,4 @@ def _end_ext(group, half_offset, phys, state, from_check, msg_id, transaction_id
             "msgId": msg_id or "", "transactionId": transaction_id or ""}
 
 
-__all__ = ["TransactionProducer", "TransactionState", "TransactionSendResult"]
+__all__ = ["TransactionProducer", "TransactionSendResult", "TransactionState"]

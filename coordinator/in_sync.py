@@ -8,12 +8,15 @@ Until then the tracker counts the union of the old and new sets, so nothing is a
 on a smaller set before the smaller set is durable in ZooKeeper.
 
 Rules:
-1. One write in flight at a time; a proposal made meanwhile returns False and is asked again.
+1. One write in flight at a time. A proposal is remembered until committed or cancelled (the
+   tracker re-asks removals but not additions): proposals made during a write go into the next
+   one. A removal of a node that is only a pending addition cancels the addition.
 2. A write conditioned on a znode version that moved is re-read: the same epoch and master
    means only the version changed (adopt it and retry on the next proposal); a newer epoch or
    another master means this master is fenced: on_fenced(epoch) is called and nothing more is
    written by this set.
-3. ZooKeeper unreachable: the proposal stays pending (the master is fenced by SUSPENDED anyway).
+3. ZooKeeper unreachable: the proposal stays pending and is retried every RETRY_DELAY_S (the
+   master is fenced by SUSPENDED anyway).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from .layout import GroupState, LayoutError
 from .zk import UNREACHABLE, BadVersionError, NoNodeError, ZkSession
 
 log = logging.getLogger("tidemq.coordinator.in_sync")
+RETRY_DELAY_S = 0.2   # after a failed write (ZooKeeper unreachable), try again this soon
 
 
 class ZkInSyncSet:
@@ -37,6 +41,8 @@ class ZkInSyncSet:
         self._state = state
         self._version = version
         self._inflight: asyncio.Task | None = None
+        self._want_add: set[str] = set()
+        self._want_remove: set[str] = set()
         self.fenced_by: int | None = None
         self.on_fenced = on_fenced
         self.writes = 0   # committed changes (tests and metrics)
@@ -45,36 +51,62 @@ class ZkInSyncSet:
         return self._state.in_sync | {self.master}
 
     def propose_add(self, node: str) -> bool:
-        return self._propose(self._state.in_sync | {node})
+        if node in self.members():
+            self._want_add.discard(node)
+            return True
+        self._want_add.add(node)
+        self._want_remove.discard(node)
+        self._kick()
+        return False
 
     def propose_remove(self, node: str) -> bool:
         if node == self.master:
             return False   # the master leaves its set only by losing the role
-        return self._propose(self._state.in_sync - {node})
-
-    def _propose(self, wanted: frozenset[str]) -> bool:
-        wanted = frozenset(wanted) | {self.master}
-        if wanted == self._state.in_sync | {self.master}:
+        if node not in self.members():
+            self._want_add.discard(node)   # only a pending addition: cancelled
+            self._want_remove.discard(node)
             return True
-        if self.fenced_by is not None or self._inflight is not None:
-            return False
-        self._inflight = asyncio.get_running_loop().create_task(self._write(wanted))
-        self._inflight.add_done_callback(self._written)
+        self._want_remove.add(node)
+        self._want_add.discard(node)
+        self._kick()
         return False
 
-    async def _write(self, wanted: frozenset[str]) -> None:
+    def _target(self) -> frozenset[str]:
+        return (self._state.in_sync | self._want_add | {self.master}) - self._want_remove
+
+    def _kick(self) -> None:
+        if self.fenced_by is None and self._inflight is None:
+            self._inflight = asyncio.get_running_loop().create_task(self._write_loop())
+            self._inflight.add_done_callback(self._written)
+
+    async def _write_loop(self) -> None:
+        """Write the wanted set until it is committed (rule 1: one write at a time; wants that
+        arrive meanwhile are folded into the next write)."""
+        while self.fenced_by is None:
+            wanted = self._target()
+            if wanted == self.members():
+                self._want_add -= wanted
+                self._want_remove -= self._want_remove - wanted
+                return
+            if not await self._write(wanted):
+                await asyncio.sleep(RETRY_DELAY_S)
+
+    async def _write(self, wanted: frozenset[str]) -> bool:
         new = self._state.replace(in_sync=wanted)
         try:
             stat = await self.session.set(self.state_path, new.encode(), self._version)
         except BadVersionError:
             await self._reread()
-            return
+            return True    # adopted the new version (or fenced): try again at once
         except UNREACHABLE + (NoNodeError,) as exc:
             log.warning("in-sync change %s not written (%s); will retry", sorted(wanted), exc)
-            return
+            return False
         self._state, self._version = new, stat.version
+        self._want_add -= wanted
+        self._want_remove -= self._want_remove - wanted
         self.writes += 1
         log.info("in-sync set of epoch %d is now %s", self.epoch, sorted(new.in_sync))
+        return True
 
     async def _reread(self) -> None:
         try:

@@ -13,7 +13,10 @@ Rules:
 1. Slave store steps that fsync (Truncate, ResetLog, SaveEpochs, Flush) run in a worker
    thread and are awaited; AppendRaw and SetConfirmed run inline.
 2. The slave processes each socket read as one batch: its Flush and final ACK are deferred to
-   the batch's end (group acknowledgement, allowed by ha/actions.py).
+   the batch's end (group acknowledgement, allowed by ha/actions.py). With a store that has
+   parse_raw(), parsing the appended records and moving the confirmed offset (dispatch) come
+   after the ACK is written: they make records visible, they add nothing to durability, and
+   the master's SYNC_MASTER wait should not include them. Both run before any cut.
 3. The session is touched under one lock by the reader and the ticker, so a HEARTBEAT can
    never report an acked offset whose flush is still running.
 4. If a store step fails, the connection is dropped and the in-memory epoch history is
@@ -322,11 +325,16 @@ class SlaveClient:
 
     async def _execute(self, actions, writer) -> bool:
         """Run actions in order (rules 1-4); False when the connection must end."""
-        store, flush, ack = self.store, False, None
+        store, flush, ack, confirm, parse = self.store, False, None, None, False
+        deferred_parse = getattr(store, "parse_raw", None)
         try:
             for a in actions:
                 if isinstance(a, AppendRaw):
-                    store.append_raw(a.offset, a.data)
+                    if deferred_parse is not None:
+                        store.append_raw(a.offset, a.data, parse=False)
+                        parse = True
+                    else:
+                        store.append_raw(a.offset, a.data)
                 elif isinstance(a, Flush):
                     flush = True
                 elif isinstance(a, SendFrame):
@@ -335,7 +343,12 @@ class SlaveClient:
                     else:
                         _write(writer, a.frame)
                 elif isinstance(a, SetConfirmed):
-                    store.set_confirmed_offset(a.offset)
+                    if deferred_parse is not None:
+                        confirm = a.offset
+                    else:
+                        store.set_confirmed_offset(a.offset)
+                elif isinstance(a, (Truncate, ResetLog)) and (parse or confirm is not None):
+                    raise RuntimeError(f"{a!r} after appended data in one batch")
                 elif isinstance(a, Truncate):
                     await _blocking(store.truncate, a.offset)
                     self.anchored = True
@@ -360,6 +373,10 @@ class SlaveClient:
                 await _blocking(store.flush_log, 0)
             if ack is not None:
                 _write(writer, ack)
+            if parse:
+                deferred_parse()
+            if confirm is not None:
+                store.set_confirmed_offset(confirm)
             return True
         except Exception as e:  # a failing store step: resynchronise from durable state
             log.exception("HA slave: store step failed")

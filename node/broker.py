@@ -91,8 +91,7 @@ class Broker:
         self.clients = ClientManager(cfg.client_expiry_ms / 1000)
         self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)
         self.schedule = ScheduleService(self, cfg.delay_levels, cfg.max_delivery_delay_ms)
-        self.transactions = TransactionService(self, cfg)
-        self.transactions.load()
+        self.transactions = TransactionService(self, cfg)  # loads its state once writable
         self.hold = PullHoldService(loop, self.bridge, cfg.max_held_pulls, self.metrics,
                                     self.store.max_queue_offset)
         self.store.dispatcher.arrival_listener = self.hold.arrival_listener

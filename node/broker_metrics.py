@@ -156,3 +156,32 @@ class BrokerCollector:
 def _store_time(store, topic: str, queue_id: int, queue_offset: int) -> int | None:
     cq = store.queues.get(topic, queue_id)
     return store._unit_store_time(cq, queue_offset) if cq is not None else None
+
+
+class NameServerCollector:
+    """A name server's view of the cluster (`tidemq namesrv` /metrics): per broker group whether
+    a ready master exists, its epoch and in-sync set size, and the ZooKeeper session state.
+    `broker_group`, not `group`: scrape configs may set a `group` target label."""
+
+    def __init__(self, namesrv):
+        self.ns = namesrv
+
+    def collect(self):
+        g = GaugeMetricFamily("tidemq_zk_session_state", "1 for the ZooKeeper session state.",
+                              labels=["state"])
+        for state in ZK_STATES:
+            g.add_metric([state], 1.0 if self.ns.session.state == state else 0.0)
+        yield g
+        has_master = GaugeMetricFamily("tidemq_namesrv_group_has_master", "1 while the group's "
+                                       "leader names a ready master.", labels=["broker_group"])
+        epoch = GaugeMetricFamily("tidemq_namesrv_group_epoch", "The group's epoch.",
+                                  labels=["broker_group"])
+        in_sync = GaugeMetricFamily("tidemq_namesrv_group_in_sync_replicas", "The group's "
+                                    "recorded in-sync set size.", labels=["broker_group"])
+        for name, view in sorted(self.ns.view.snapshot.items()):
+            has_master.add_metric([name], 0.0 if view.master() is None else 1.0)
+            epoch.add_metric([name], float(view.state.epoch))
+            in_sync.add_metric([name], float(len(view.state.in_sync)))
+        yield has_master
+        yield epoch
+        yield in_sync

@@ -33,6 +33,7 @@ ALWAYS = "always"            # every broker, standalone included
 WITH_HA = "ha"               # brokers with ha.role MASTER, SLAVE or cluster
 CLUSTER = "cluster"          # brokers in cluster mode (zookeeper.hosts set)
 PENDING = "pending"          # nobody exports it yet: the name reserved for the owner above
+# (NAMESRV as `exported`: by every name server)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,13 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("process_resident_memory_bytes", "gauge", [], "Process RSS.", PROCESS),
     _m("process_open_fds", "gauge", [], "Open file descriptors.", PROCESS),
     _m("process_start_time_seconds", "gauge", [], "Process start time.", PROCESS),
+    _m("process_virtual_memory_bytes", "gauge", [], "Process virtual memory.", PROCESS),
+    _m("process_max_fds", "gauge", [], "File descriptor limit.", PROCESS),
     _m("python_gc_collections_total", "counter", ["generation"], "GC runs.", PROCESS),
+    _m("python_gc_objects_collected_total", "counter", ["generation"], "Objects collected.",
+       PROCESS),
+    _m("python_gc_objects_uncollectable_total", "counter", ["generation"], "Uncollectable "
+       "objects found.", PROCESS),
     _m("python_info", "gauge", ["implementation", "major", "minor", "patchlevel", "version"],
        "Python platform information.", PROCESS),
     # -- replication (node/metrics.py HACollector, registered when ha.role is set) ----------
@@ -145,11 +152,14 @@ METRICS: tuple[MetricSpec, ...] = (
        CLUSTER),
     _m("tidemq_unclean_elections_total", "counter", [], "Elections won outside the in-sync set "
        "(possible data loss).", COORDINATOR, CLUSTER),
-    # -- name server (reserved: `tidemq namesrv` has no /metrics yet) ----------------------
+    # -- name server (`tidemq namesrv` /metrics, node/broker_metrics.NameServerCollector;
+    #    it also exports tidemq_zk_session_state, tidemq_requests_total and process_*) ---------
     _m("tidemq_namesrv_group_has_master", "gauge", ["broker_group"], "1 while the group's "
-       "leader znode names a ready master.", NAMESRV, PENDING),
-    _m("tidemq_namesrv_route_requests_total", "counter", [], "Route queries answered.", NAMESRV,
-       PENDING),
+       "leader names a ready master.", NAMESRV, NAMESRV),
+    _m("tidemq_namesrv_group_epoch", "gauge", ["broker_group"], "The group's epoch.", NAMESRV,
+       NAMESRV),
+    _m("tidemq_namesrv_group_in_sync_replicas", "gauge", ["broker_group"], "The group's "
+       "recorded in-sync set size.", NAMESRV, NAMESRV),
     # -- messaging: exported today (node/broker.py gauges) ------------------------------------
     _m("tidemq_delayed_delivered", "gauge", [], "Delayed messages delivered to their topic "
        "(a running count).", MESSAGING),

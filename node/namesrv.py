@@ -10,6 +10,8 @@ protocol, and an HTTP JSON view:
     GET /health          {"status": "ok", "zookeeper": "CONNECTED", "groups": n}
     GET /cluster         every group: epoch, master, in-sync set, members, topics, addresses
     GET /route/<topic>   the route 105 would answer, as JSON (404 if none)
+    GET /metrics         Prometheus: each group's master presence, epoch, in-sync size, the
+                         ZooKeeper session, request counters (node/metric_names.py)
 
 Prints `TIDEMQ_NAMESRV_READY remoting=<host:port> http=<host:port>` once both listen.
 """
@@ -25,6 +27,7 @@ import socket
 import sys
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from client.protocol.codes import RequestCode, ResponseCode
 from client.tls import TlsFiles
@@ -34,6 +37,7 @@ from coordinator.view import ClusterView
 from coordinator.zk import ZkSession
 from node.admin_auth import admin_auth_middleware
 from node.config import BrokerConfig
+from node.broker_metrics import NameServerCollector
 from node.metrics import Metrics
 from node.processors.common import FAQ_SUFFIX, error, ok
 from node.server import RemotingServer
@@ -58,7 +62,9 @@ class NameServer:
         await self.session.start()
         await self.view.start()
         loop = asyncio.get_running_loop()
-        self._server = RemotingServer(BrokerConfig(), loop, Metrics())
+        self.metrics = Metrics()
+        self.metrics.add_collector(NameServerCollector(self))   # node/metric_names.py
+        self._server = RemotingServer(BrokerConfig(), loop, self.metrics)
         self._server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
         self._server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
         sock = socket.create_server(self.listen, backlog=1024)
@@ -69,6 +75,7 @@ class NameServer:
                               middlewares=[admin_auth_middleware(self.admin_token, True)])
         app.router.add_get("/health", self._http_health)
         app.router.add_get("/cluster", self._http_cluster)
+        app.router.add_get("/metrics", self._http_metrics)
         app.router.add_get("/route/{topic}", self._http_route)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -100,6 +107,10 @@ class NameServer:
     async def _http_health(self, request):
         return web.json_response({"status": "ok", "zookeeper": self.session.state,
                                   "groups": len(self.view.snapshot)})
+
+    async def _http_metrics(self, request):
+        return web.Response(body=self.metrics.render(),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _http_cluster(self, request):
         return web.json_response(self.view.to_json())

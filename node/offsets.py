@@ -58,6 +58,28 @@ class ConsumerOffsets:
     def groups_of_topic(self, topic: str) -> list[str]:
         return sorted(g for (g, t) in self.table if t == topic)
 
+    def entry_count(self) -> int:
+        return self._entries
+
+    def remove_group(self, group: str) -> int:
+        """Forget a group's offsets, its broadcast members' ("<group>@<client id>") too
+        (operator command 207). Returns the queue offsets removed. Not replicated to slaves."""
+        return self._remove([k for k in self.table
+                             if k[0] == group or k[0].startswith(group + "@")])
+
+    def remove_topic(self, topic: str) -> int:
+        """Forget every group's offsets on a deleted topic (operator command 215)."""
+        return self._remove([k for k in self.table if k[1] == topic])
+
+    def _remove(self, keys) -> int:
+        removed = 0
+        for key in keys:
+            removed += len(self.table.pop(key))
+        if removed:
+            self._entries -= removed
+            self.dirty = True
+        return removed
+
     # -- replication seam -----------------------------------------------------------------
     def snapshot(self) -> dict:
         """The whole table as JSON-able data (the file's document)."""

@@ -26,7 +26,6 @@ import logging
 import time
 
 from client.protocol import record as rec
-
 from node import delay_plan
 from node.store.consume_queue import PRE_BLANK_SIZE
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
@@ -108,9 +107,15 @@ class ScheduleService:
 
     # -- the delivering side ------------------------------------------------------------------
     async def run(self) -> None:
+        serving = False
         while True:
             delay_ms = TICK_MS
-            if self.broker.role.writable:
+            if not self.broker.role.writable:
+                serving = False
+            elif not serving:  # became master: the replicated offsets are the truth now
+                self.cursor.clear()
+                serving = True
+            if serving:
                 try:
                     delay_ms = self.round(int(time.time() * 1000))
                 except (DiskFull, StoreClosed) as exc:
@@ -151,6 +156,7 @@ class ScheduleService:
         cq = self.store.queues.get(SCHEDULE_TOPIC, qid)
         if cq is None:
             return pos, None
+        pos = max(pos, cq.min_queue_offset)  # retention may have removed what we had not read
         end = min(cq.max_queue_offset, pos + MAX_PER_QUEUE)
         while pos < end:
             units = cq.units(pos, end - pos)

@@ -13,7 +13,6 @@ Rules:
 from __future__ import annotations
 
 from client.protocol import record as rec
-
 from node.schedule import PROP_START_DELIVER_TIME
 from node.store.message import StoreMessage
 
@@ -43,4 +42,4 @@ def build(broker, kind, group, topic, queue_id, flag, body, props, sys_flag, bor
                                     reconsume_times=reconsume)
 
 
-__all__ = ["kind_of", "build", "StoreMessage", "TRANSACTION", "DELAYED"]
+__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "build", "kind_of"]

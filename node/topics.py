@@ -246,6 +246,18 @@ class TopicManager:
             tc = self._create(TopicConfig(name, 1, 1))
         return tc
 
+    def delete(self, topic: str) -> None:
+        """Remove a topic (operator command 215); persisted before it is gone (rule 1): if the
+        store refuses, the topic stays."""
+        old = self.table.pop(topic, None)
+        if old is None:
+            raise TopicError(17, f"topic {topic} does not exist")
+        try:
+            self._persist()
+        except Exception:
+            self.table[topic] = old
+            raise
+
     def _create(self, tc: TopicConfig) -> TopicConfig | None:
         if len(self.table) >= self.max_topics:
             log.warning("topic %s not created: the table holds max_topics=%d", tc.name,

@@ -16,8 +16,9 @@ TRANS_CHECK_MAX_TIME_TOPIC (with an op record, tag "p") and logged.
 
 Rules:
 1. State is the log plus two consumer offsets of group CID_RMQ_SYS_TRANS (half and op progress),
-   so it survives restarts and travels with replication. At start the op records from the op
-   progress and the half entries from the half progress are read back (`load`).
+   so it survives restarts and travels with replication. When the node becomes writable
+   (start, promotion) the op records from the op progress and the half entries from the half
+   progress are read back (`load`) before any END or check is handled.
 2. A transaction is decided once: its id (not only its half offset) is remembered, because a
    check round may have copied the entry forward; a second END for any copy is ignored.
 3. Half progress only passes entries that are decided, copied forward or parked, and is committed
@@ -37,11 +38,14 @@ import time
 from client.protocol import record as rec
 from client.protocol.codes import RequestCode
 from client.protocol.remoting import RemotingCommand
-
 from node.store.consume_queue import PRE_BLANK_SIZE
 from node.store.errors import DiskFull, StoreClosed
 from node.store.message import StoreMessage
-from node.topics import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from node.topics import (
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 
 log = logging.getLogger("tidemq.transactions")
 TRANS_GROUP = "CID_RMQ_SYS_TRANS"
@@ -75,6 +79,7 @@ class TransactionService:
         self._rr = itertools.count()
         self.checks_sent = 0
         self.parked = 0
+        self._serving = False  # state loaded while this node is writable (see _follow_role)
 
     # -- prepare ------------------------------------------------------------------------------
     def half_message(self, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
@@ -101,9 +106,22 @@ class TransactionService:
         self._decide(half_offset, txid)
         return len(msgs)
 
+    def _follow_role(self) -> None:
+        """A node that becomes writable (start, or a slave promoted by failover) rebuilds its
+        state from the replicated log and offsets first: what it had in memory is stale."""
+        writable = self.broker.role.writable
+        if writable and not self._serving:
+            self.decided_ids.clear()
+            self.decided_offsets.clear()
+            self.last_copy.clear()
+            self.ops.clear()
+            self.load()
+        self._serving = writable
+
     def plan_end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule):
         if decision not in (COMMIT, ROLLBACK, UNKNOWN):
             raise EndRefused(f"commitOrRollback {decision} is not 8, 12 or 0")
+        self._follow_role()
         m, props = self._half_record(phys)
         if m is None:
             raise EndRefused(f"no half message at commitLogOffset {phys}")
@@ -232,6 +250,7 @@ class TransactionService:
     def check_round(self, now_ms: int) -> bool:
         """One slice of a round (at most MAX_SCAN_PER_ROUND entries); True when the scan
         stopped at the slice bound, i.e. more may be due now."""
+        self._follow_role()
         self.read_ops()
         start = pos = max(self.half_cursor, self.store.min_queue_offset(TRANS_HALF_TOPIC, 0))
         top = self.store.max_queue_offset(TRANS_HALF_TOPIC, 0)

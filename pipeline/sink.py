@@ -85,7 +85,9 @@ class _Publisher:
 
     def __init__(self, opts, sink_id: str, batch_id: int, partition_id: int):
         self.opts = opts
-        self.prefix = f"{sink_id}\x00{batch_id}\x00{partition_id}\x00".encode()
+        # keys the row hashes: (sink id, batch id, partition), hashed to fit blake2b's key size
+        self.prefix = hashlib.blake2b(f"{sink_id}\x00{batch_id}\x00{partition_id}".encode(),
+                                      digest_size=32).digest()
         self.seen: dict[bytes, int] = {}
 
     def publish(self, batches) -> int:
@@ -140,19 +142,20 @@ class _Publisher:
         keys = batch.column(keys_name).to_pylist() if keys_name else [None] * n
         tags = batch.column("tags").to_pylist() if "tags" in cols else [None] * n
         props = batch.column("properties").to_pylist() if "properties" in cols else [None] * n
-        seen, prefix = self.seen, self.prefix
+        seen, prefix, blake2b = self.seen, self.prefix, hashlib.blake2b
         for b, k, t, p in zip(body, keys, tags, props):
             if b is None:
                 raise ValueError("tidemq sink: a row has a null body")
-            raw = b.encode() if isinstance(b, str) else b
+            raw = b.encode() if b.__class__ is str else b
             user = dict(p) if p else {}
-            content = hashlib.blake2b(raw, digest_size=16)
-            content.update(repr((k, t, sorted(user.items()))).encode())
+            content = blake2b(raw, digest_size=16)
+            if k is not None or t is not None or user:
+                content.update(repr((k, t, sorted(user.items()))).encode())
             digest = content.digest()
             nth = seen.get(digest, 0)
             seen[digest] = nth + 1
-            key = hashlib.blake2b(prefix + digest + nth.to_bytes(8, "big"), digest_size=16)
-            uniq = key.hexdigest().upper()
+            uniq = blake2b(digest + nth.to_bytes(8, "big"), digest_size=16,
+                           key=prefix).hexdigest().upper()
             user[PROP_UNIQ_KEY] = uniq
             yield Message(topic, raw, tags=t, keys=k, properties=user), int(uniq[:8], 16)
 

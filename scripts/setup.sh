@@ -8,6 +8,10 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
 [ -f /usr/share/java/zookeeper.jar ] || need_apt+=(zookeeper)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # `tidemq certs` (TLS tests)
+# deployment checks (tests/ops): promtool + a real Prometheus, docker-compose 1.29 (`config -q`)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 if [ ${#need_apt[@]} -gt 0 ] && [ "${TIDEMQ_SKIP_APT:-0}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]}" >&2

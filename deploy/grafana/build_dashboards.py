@@ -127,6 +127,9 @@ def overview() -> dict:
                 "{{group}}")], "msg/s"),
             panel("Epoch by group", [q(f'max by (group) (tidemq_ha_epoch{{{SEL}}})',
                                        "{{group}}")]),
+            panel("Master present (name servers' view)", [q(
+                'min by (broker_group) (tidemq_namesrv_group_has_master{cluster=~"$cluster"})',
+                "{{broker_group}}")]),
             panel("Total consumer lag by consumer group", [q(
                 f'sum by (consumer_group) (tidemq_consumer_group_lag_messages{{{SEL}}})',
                 "{{consumer_group}}")]),

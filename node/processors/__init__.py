@@ -2,7 +2,8 @@
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
-41/42 queue locks, 105 route, 208 consume stats. Everything else (including 25 and 318, refused on purpose) is answered
+41/42 queue locks, 105 route, 208 consume stats, operator codes 202/207/215/222 (ops.py).
+Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from node.processors.admin import AdminProcessor
 from node.processors.client_manage import ClientManageProcessor
 from node.processors.consume_stats import ConsumeStatsProcessor
 from node.processors.offsets import OffsetProcessor
+from node.processors.ops import OpsProcessor
 from node.processors.pull import PullProcessor
 from node.processors.query import QueryProcessor
 from node.processors.route import RouteProcessor
@@ -46,6 +48,10 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.END_TRANSACTION: EndTransactionProcessor(broker),
         R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
     }
+    ops = OpsProcessor(broker)
+    table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:
+                  ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,
+                  R.DELETE_TOPIC_IN_BROKER: ops.delete_topic})
     for code, fn in table.items():
         server.register(code, fn)
     return clients

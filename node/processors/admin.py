@@ -63,6 +63,7 @@ class AdminProcessor:
             "brokerVersion": "409",
             "tidemqVersion": __version__,
             "brokerName": self.broker.cfg.broker_name,
+            "clusterName": self.broker.cfg.cluster_name,
             "msgPutTotalTodayNow": m.put_total,
             "msgGetTotalTodayNow": m.get_total,
             "commitLogMaxOffset": s.max_offset,
@@ -82,6 +83,7 @@ class AdminProcessor:
             "sendThreadPoolQueueSize": 0,
             "pullThreadPoolQueueSize": 0,
         }
+        table.update(_role_fields(self.broker))
         body = json.dumps({"table": {k: str(v) for k, v in table.items()}}, separators=(",", ":"))
         return ok(cmd, body=body.encode())
 
@@ -101,6 +103,16 @@ class AdminProcessor:
         group, client_id, mqs = _lock_body(cmd)
         self.locks.unlock(group, client_id, mqs)
         return ok(cmd)
+
+
+def _role_fields(broker) -> dict:
+    """Role and epoch for operators (`tidemq cluster list`): the HA role when replicating."""
+    replication = getattr(broker, "replication", None)
+    if replication is None:
+        return {"brokerRole": "MASTER" if broker.role.writable else "SLAVE", "haEpoch": 0}
+    m = replication.service.metrics()
+    return {"brokerRole": str(m["role"]), "haEpoch": m["epoch"],
+            "inSyncReplicas": m["in_sync_size"]}
 
 
 def _lock_body(cmd):

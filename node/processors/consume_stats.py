@@ -2,7 +2,7 @@
 
 ext: consumerGroup, optional topic. Body (standard JSON):
     {"offsetTable": {"<MessageQueue JSON>": {"brokerOffset": n, "consumerOffset": n,
-                                             "lastTimestamp": 0}},
+                                             "lastTimestamp": ms}},
      "consumeTps": 0.0,
      "broadcastOffsetTable": [{"clientId", "topic", "brokerName", "queueId", "brokerOffset",
                                "consumerOffset"}]}
@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 
 from client.protocol.codes import ResponseCode
-
 from node.broadcast_offsets import split_member
 from node.processors.common import error, ok
+from node.processors.ops import store_time_at
 
 
 class ConsumeStatsProcessor:
@@ -39,7 +39,10 @@ class ConsumeStatsProcessor:
                 if client_id is None:
                     mq = json.dumps({"brokerName": name, "queueId": qid, "topic": topic},
                                     separators=(",", ":"), sort_keys=True)
-                    table[mq] = {"brokerOffset": top, "consumerOffset": offset, "lastTimestamp": 0}
+                    # lastTimestamp: store time of the last consumed message (Java's meaning)
+                    last = store_time_at(store, topic, qid, offset - 1) if offset > 0 else 0
+                    table[mq] = {"brokerOffset": top, "consumerOffset": offset,
+                                 "lastTimestamp": last}
                 else:
                     members.append({"clientId": client_id, "topic": topic, "brokerName": name,
                                     "queueId": qid, "brokerOffset": top, "consumerOffset": offset})

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 
 from client.protocol.codes import ResponseCode
-
 from node.processors.common import error, ok
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
 from node.transactions import EndRefused

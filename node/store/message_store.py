@@ -371,12 +371,21 @@ class MessageStore(StoreReader):
     def read_raw(self, offset: int, max_bytes: int) -> bytes:
         return self.commit_log.read_raw(offset, max_bytes)
 
-    def append_raw(self, offset: int, data) -> None:
+    def append_raw(self, offset: int, data, parse: bool = True) -> None:
         """A slave's path: bytes exactly as the master stored them. Complete records are
-        queued for dispatch; they become visible as the confirmed offset passes them."""
+        queued for dispatch; they become visible as the confirmed offset passes them. With
+        parse=False the caller calls parse_raw() later (HA acknowledges first: parsing and
+        dispatch are visibility work, not durability)."""
         with self.put_lock:
             self.commit_log.append_raw(offset, data)
-            self._parse_raw(self.raw_parsed_offset)
+            if parse:
+                self._parse_raw(self.raw_parsed_offset)
+
+    def parse_raw(self) -> None:
+        """Queue the complete records append_raw(parse=False) wrote for dispatch."""
+        with self.put_lock:
+            if self.raw_parsed_offset < self.max_offset:
+                self._parse_raw(self.raw_parsed_offset)
 
     def _parse_raw(self, start: int) -> None:
         end, requests = scan(self.commit_log, start, False, start)
@@ -389,6 +398,9 @@ class MessageStore(StoreReader):
         if self._local_confirm and not self._sync_flush:
             self.dispatcher.advance(end)
             self._raise_confirmed(end)
+        elif not self._local_confirm and self.confirmed > self.dispatcher.dispatched_offset \
+                and self.confirmed - self.dispatcher.dispatched_offset <= INLINE_DISPATCH_BYTES:
+            self.dispatcher.advance(self.confirmed)  # confirmed before it was parsed
 
     def truncate(self, offset: int) -> None:
         """Durably cut the log and everything derived from it back to `offset` (a record

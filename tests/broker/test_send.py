@@ -80,9 +80,11 @@ def test_batch_forms(shared_broker):
             ids = r.ext["msgId"].split(",")
             assert len(ids) == 5 and r.ext["queueOffset"] == "0"
             # Java / Go: 320 with letter keys and a header property merged into every entry
+            # (new UNIQ_KEYs: the same ones would be answered from the duplicate window)
+            again = [(body, properties(tags="T", uniq=f"V{i}")) for i, (body, _) in enumerate(entries[:3])]
             r2 = await c.request(R.SEND_BATCH_MESSAGE,
                                  send_ext_v2("BatchT", 0, properties(HDR="h"), batch=True),
-                                 batch_body(entries[:3]))
+                                 batch_body(again))
             assert r2.code == 0 and r2.ext["queueOffset"] == "5"
             msgs = await _pull_all(c, "BatchT", 0)
             assert [m.body for m in msgs] == [b"b0", b"b1", b"b2", b"b3", b"b4", b"b0", b"b1", b"b2"]

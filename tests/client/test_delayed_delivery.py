@@ -73,8 +73,9 @@ def check_timing(rec, due):
         assert received - earliest < LATE_BOUND_S, f"{m.tags} late by {received - earliest:.3f} s"
 
 
-def test_levels_and_due_times_never_early_only_slightly_late(broker_factory):
-    b = broker_factory(LEVELS).start()
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_levels_and_due_times_never_early_only_slightly_late(broker_factory, flush):
+    b = broker_factory(LEVELS, f"store.flush_mode={flush}").start()
     topic = "DelayT"
 
     async def main():

@@ -2,13 +2,14 @@
 by another member of the group, a broker restart with transactions open, parking after the
 check maximum, and END requests that do not match their half message."""
 import asyncio
+import time
 
 import pytest
 
 from client.admin import Admin
+from client.config import ClientConfig
 from client.consumer import ConsumeResult, PushConsumer
 from client.instance import ClientInstance
-from client.config import ClientConfig
 from client.message import Message
 from client.protocol.codes import RequestCode
 from client.protocol.record import decode_offset_msg_id
@@ -64,15 +65,21 @@ def test_commit_delivers_rollback_never(broker_factory):
                 rolled = [await p.send_in_transaction(Message(topic, b"r%d" % i),
                                                       TransactionState.ROLLBACK)
                           for i in range(5)]
+                committed_at = time.time()
+                late = await p.send_in_transaction(Message(topic, b"later", delay_level=1),
+                                                   TransactionState.COMMIT)
+                await wait_until(lambda: any(m.body == b"later" for m in seen.msgs), 10,
+                                 what="the delayed commit")
+                assert time.time() - committed_at >= 1.0 - 0.002  # level 1 (1 s) after commit
                 await wait_until(lambda: len(seen.msgs) >= 5, 10, what="committed messages")
                 await asyncio.sleep(1.5)  # several check rounds: nothing else may appear
                 assert p.checks_answered == 0  # decided transactions are never checked
         assert all(r.state is TransactionState.COMMIT and r.send_result.ok for r in committed)
         assert all(r.state is TransactionState.ROLLBACK for r in rolled)
-        assert seen.bodies() == [b"c%d" % i for i in range(5)]
-        ids = {r.msg_id for r in committed}
+        assert seen.bodies() == [b"c%d" % i for i in range(5)] + [b"later"]
+        ids = {r.msg_id for r in committed + [late]}
         for m in seen.msgs:
-            assert m.topic == topic and m.tags == "t" and m.msg_id in ids
+            assert m.topic == topic and m.msg_id in ids and m.tags == ("t" if m.body[:1] == b"c" else None)
             assert not [k for k in INTERNAL if k in m.properties], m.properties
             assert m.sys_flag & 0xC == 0x8  # TRANSACTION_COMMIT_TYPE
 
@@ -134,13 +141,16 @@ def test_open_transactions_survive_a_broker_restart(broker_factory):
     async def before():
         await create(b.addr, topic)
         async with producer(b.addr, group, topic, lambda m, a: a) as p:
-            done = await p.send_in_transaction(Message(topic, b"decided"), TransactionState.COMMIT)
-            gone = await p.send_in_transaction(Message(topic, b"dropped"), TransactionState.ROLLBACK)
-            open_ = [await p.send_in_transaction(Message(topic, b"open-%d" % i),
-                                                 TransactionState.UNKNOWN) for i in range(3)]
-        return done, gone, open_
+            states = [(await p.send_in_transaction(Message(topic, body), state)).state
+                      for body, state in ((b"decided", TransactionState.COMMIT),
+                                          (b"dropped", TransactionState.ROLLBACK))]
+            states += [(await p.send_in_transaction(Message(topic, b"open-%d" % i),
+                                                    TransactionState.UNKNOWN)).state
+                       for i in range(3)]
+        return states
 
-    done, gone, open_ = run(before())
+    assert run(before()) == [TransactionState.COMMIT, TransactionState.ROLLBACK] + [
+        TransactionState.UNKNOWN] * 3
     b.restart()  # before the first check is due (1.5 s): the broker must recover them
 
     async def after():

@@ -199,3 +199,64 @@ def test_in_sync_write_of_an_old_epoch_is_refused_and_fences(tmp_path, zk_hosts,
             for n in nodes:
                 await n.close()
     asyncio.run(main())
+
+
+def test_proposals_made_during_a_write_are_committed_without_being_asked_again(zk_hosts, paths):
+    """The tracker asks for an addition once (then counts it pending): ZkInSyncSet must keep
+    it through a write already in flight."""
+    from coordinator.in_sync import ZkInSyncSet
+
+    async def main():
+        s = ZkSession(zk_hosts, 2.0)
+        await s.start()
+        try:
+            st = GroupState(3, "m", frozenset({"m"}))
+            await s.create(paths.state, st.encode(), makepath=True)
+            _, stat = await s.get(paths.state)
+            isr = ZkInSyncSet(s, paths.state, 3, "m", st, stat.version)
+            assert isr.propose_add("b") is False      # write 1 starts
+            assert isr.propose_add("c") is False      # during write 1: asked once only
+            assert isr.propose_remove("zz") is True   # not a member: nothing to do
+            await wait_until(lambda: isr.members() == {"m", "b", "c"}, 10, "both committed")
+            assert (await group_state(s, paths)).in_sync == {"m", "b", "c"}
+            assert isr.propose_add("b") is True
+            assert isr.propose_remove("b") is False
+            await wait_until(lambda: isr.members() == {"m", "c"}, 10, "b removed")
+            assert (await group_state(s, paths)).in_sync == {"m", "c"}
+            assert isr.propose_remove("m") is False and "m" in isr.members()
+        finally:
+            await s.stop()
+    asyncio.run(main())
+
+
+def test_a_master_restarted_before_its_session_expired_takes_over_its_stale_nodes(
+        tmp_path, zk_hosts, paths):
+    """The old process is gone but its session lives on (a restart faster than the session
+    timeout): the new process of the same node removes the stale leader and member nodes
+    (the store lock proves the old one is dead) and the group elects at once."""
+    async def main():
+        nodes = await start_group(tmp_path, zk_hosts, paths)
+        a, b, c = nodes
+        try:
+            await wait_until(lambda: a.member.master_epoch == 1 and b.member.following
+                             and c.member.following, 15, "group up")
+            await wait_until(lambda: len(a.member.isr.members()) == 3, 10, "isr of 3")
+            end = await put_acked(a, range(100))
+            await a.member.stop()
+            await a.ha.stop()
+            a.store.close()                        # the process is gone; its session is not
+            a2 = await Node("a", tmp_path / "a", zk_hosts, paths, broker_id=0).start()
+            nodes.append(a2)
+            started = asyncio.get_running_loop().time()
+            await wait_until(lambda: any(n.member.master_epoch == 2 for n in (a2, b, c)), 10,
+                             "a new epoch")
+            assert asyncio.get_running_loop().time() - started < 1.5   # no session timeout
+            ld = await leader_of(b.session, paths)
+            assert ld.epoch == 2 and ld.node in ("a", "b", "c")
+            new = next(n for n in (a2, b, c) if n.member.master_epoch == 2)
+            assert new.store.max_offset >= end
+        finally:
+            for n in (a2, b, c) if "a2" in locals() else nodes:
+                await n.close()
+            await a.session.stop()
+    asyncio.run(main())

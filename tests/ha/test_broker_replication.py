@@ -228,6 +228,8 @@ def test_consumers_on_a_slave_never_see_past_the_confirmed_offset(broker_factory
     os.kill(s2.proc.pid, signal.SIGSTOP)
     try:
         run(send_many(master.addr, "Vis", 200, first=100, oneway=True, expect=None))
+        wait_for(lambda: metrics(master).get('tidemq_messages_put_total{topic="Vis"}') == 300,
+                 what="the master stored every oneway send")
         end = max_offset(master)
         wait_for(lambda: max_offset(s1) == end, what="s1 holds the new bytes")
         time.sleep(0.5)

@@ -156,9 +156,9 @@ def _rocketmq_missing():
 def test_unmodified_cpp_client_with_session_credentials(acl_broker, tmp_path):
     env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=REPO)
 
-    def cpp(access_key, secret, topic):
+    def cpp(access_key, secret, topic, *extra):
         proc = subprocess.run([sys.executable, SCRIPT, acl_broker.addr, topic, access_key, secret,
-                               "5"], capture_output=True, text=True, timeout=120, env=env,
+                               "5", *extra], capture_output=True, text=True, timeout=120, env=env,
                               cwd=str(tmp_path))
         lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         assert proc.returncode == 0 and lines, f"{proc.stdout}\n{proc.stderr[-2000:]}"
@@ -173,6 +173,8 @@ def test_unmodified_cpp_client_with_session_credentials(acl_broker, tmp_path):
     assert max_offset(acl_broker) == before
     # cpp asks for the route first; the broker refuses that signed-wrong request already.
     assert all("No route info" in e or "ACL" in e for e in bad["errors"]), bad
+    got = cpp("alice", SECRET_ALICE, "AclOrders", "push", "cpp-acl-group")["got"]
+    assert {f"cpp-acl-{i}" for i in range(5)} <= set(got)  # pull, heartbeat, offsets: signed
 
 
 def test_cli_takes_credentials_from_a_file_or_env_never_argv(acl_broker, tmp_path):

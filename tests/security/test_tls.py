@@ -161,3 +161,17 @@ def test_cli_over_tls_with_credentials_from_env(broker_factory, certs, tmp_path)
                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
                            env={k: v for k, v in env.items() if k != "TIDEMQ_TLS_CA"})
     assert plain.returncode == 1 and time.monotonic() - start < 60
+
+
+def test_certs_command_writes_private_keys_and_refuses_to_overwrite(tmp_path):
+    import json
+    import os
+    cmd = [sys.executable, "-m", "client.cli", "certs", str(tmp_path / "c"), "--host", "10.0.0.5"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert first.returncode == 0, first.stderr
+    files = json.loads(first.stdout)
+    assert oct(os.stat(files["server_key"]).st_mode & 0o777) == "0o600"
+    ctx = ssl.create_default_context(cafile=files["ca_cert"])  # the CA loads and is a CA
+    assert ctx.cert_store_stats()["x509_ca"] == 1
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert again.returncode == 1 and "--force" in again.stderr

@@ -1,0 +1,143 @@
+"""Operator codes mqadmin uses: topic stats, offset reset, deleting topics and groups
+(spec remoting.md 7; Java AdminBrokerProcessor).
+
+202 GET_TOPIC_STATS_INFO  ext topic. Body {"offsetTable": {"<MessageQueue JSON>":
+    {"minOffset", "maxOffset", "lastUpdateTimestamp"}}} (keys as in node/processors/
+    consume_stats.py). An unknown topic is 17.
+222 INVOKE_BROKER_TO_RESET_OFFSET  ext topic, group, timestamp (ms), isForce. Every queue of
+    the topic gets the first offset stored at or after `timestamp` (0 = earliest, a time after
+    everything = latest). isForce=false moves an offset only backwards (Java). The new offsets
+    are committed, then every live consumer of the group gets RESET_CONSUMER_CLIENT_OFFSET
+    (220, oneway, ext topic/group/timestamp/isForce, body {"offsetTable": {mq JSON: offset}})
+    so it drops its queues and restarts them there instead of committing its old position.
+    Reply body: the same offset table.
+207 DELETE_SUBSCRIPTIONGROUP  ext groupName: the group's committed offsets (its broadcast
+    members' too) are removed. 1 for a bad name.
+215 DELETE_TOPIC_IN_BROKER  ext topic: the topic leaves the topic table (persisted first,
+    like every topic change), then its consume queues, its consumer offsets and its metric
+    series are removed. The commit-log records stay until retention deletes their files.
+    System topics and TBW102 cannot be deleted (1).
+(106 GET_BROKER_CLUSTER_INFO is the name server's; `tidemq cluster list` against a standalone
+broker uses its runtime info instead.)
+
+Rule: a request that fails a check changes nothing; every check comes before any change.
+"""
+from __future__ import annotations
+
+import json
+import logging
+
+from client.protocol.codes import RequestCode, ResponseCode
+from client.protocol.remoting import RemotingCommand
+
+from node.processors.common import error, ok, topic_not_exist_remark
+from node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError, group_name_ok
+
+log = logging.getLogger("tidemq.ops")
+
+
+def mq_key(topic: str, broker_name: str, queue_id: int) -> str:
+    """A MessageQueue as the JSON-object text Java's clients and our admin parse as a key."""
+    return json.dumps({"brokerName": broker_name, "queueId": queue_id, "topic": topic},
+                      separators=(",", ":"), sort_keys=True)
+
+
+def _body(doc) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+class OpsProcessor:
+    def __init__(self, broker):
+        self.broker = broker
+
+    # -- 202 --------------------------------------------------------------------------------
+    def topic_stats(self, conn, cmd):
+        topic = cmd.require_str("topic")
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        store, name = self.broker.store, self.broker.cfg.broker_name
+        table = {}
+        for qid in range(tc.queue_count):
+            top = store.max_queue_offset(topic, qid)
+            last = store_time_at(store, topic, qid, top - 1) if top > 0 else 0
+            table[mq_key(topic, name, qid)] = {"minOffset": store.min_queue_offset(topic, qid),
+                                               "maxOffset": top, "lastUpdateTimestamp": last}
+        return ok(cmd, body=_body({"offsetTable": table}))
+
+    # -- 222 --------------------------------------------------------------------------------
+    def reset_offset(self, conn, cmd):
+        topic = cmd.require_str("topic")
+        group = cmd.require_str("group")
+        timestamp = cmd.require_int("timestamp")
+        force = (cmd.ext_str("isForce") or "true").lower() != "false"
+        if not group_name_ok(group):
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad consumer group name {group!r}")
+        tc = self.broker.topics.get(topic)
+        if tc is None:
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        store, offsets, name = self.broker.store, self.broker.offsets, self.broker.cfg.broker_name
+        changes = {}
+        for qid in range(tc.read_queue_nums):
+            target = store.offset_by_time(topic, qid, max(timestamp, 0))
+            current = offsets.query(group, topic, qid)
+            if force or current is None or target < current:
+                changes[qid] = target
+        missing = sum(1 for q in changes if offsets.query(group, topic, q) is None)
+        if offsets.entry_count() + missing > offsets.max_entries:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "consumer offset table is full")
+        for qid, target in changes.items():
+            offsets.commit(group, topic, qid, target)
+        table = {mq_key(topic, name, q): o for q, o in sorted(changes.items())}
+        body = _body({"offsetTable": table})
+        notified = 0
+        for member in self.broker.clients.members(group):
+            if not member.closed:
+                member.send_command(RemotingCommand.request(
+                    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                    {"topic": topic, "group": group, "timestamp": str(timestamp),
+                     "isForce": "true" if force else "false"},
+                    body, oneway=True, serialize_type=member.serialize_type))
+                notified += 1
+        log.info("offsets of group %s on topic %s reset to time %d (%d queues, %d consumers "
+                 "told)", group, topic, timestamp, len(changes), notified)
+        return ok(cmd, body=body)
+
+    # -- 207 --------------------------------------------------------------------------------
+    def delete_group(self, conn, cmd):
+        group = cmd.require_str("groupName")
+        if not group_name_ok(group):
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad consumer group name {group!r}")
+        removed = self.broker.offsets.remove_group(group)
+        log.info("consumer group %s deleted (%d offsets)", group, removed)
+        return ok(cmd)
+
+    # -- 215 --------------------------------------------------------------------------------
+    def delete_topic(self, conn, cmd):
+        topic = cmd.require_str("topic")
+        if topic in SYSTEM_TOPICS or topic == AUTO_CREATE_TOPIC:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"the system topic {topic} cannot be "
+                                                          f"deleted")
+        b = self.broker
+        if b.topics.get(topic) is None:
+            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        try:
+            b.topics.delete(topic)
+        except TopicError as exc:
+            return error(cmd, exc.code, str(exc))
+        except Exception as exc:  # the topic store refused (ZooKeeper away): nothing changed
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic {topic} not deleted: {exc}")
+        b.store.queues.remove_topic(topic)
+        removed = b.offsets.remove_topic(topic)
+        b.metrics.forget_topic(topic)
+        log.info("topic %s deleted (%d consumer offsets removed)", topic, removed)
+        return ok(cmd)
+
+
+def store_time_at(store, topic: str, queue_id: int, queue_offset: int) -> int:
+    cq = store.queues.get(topic, queue_id)
+    if cq is None or queue_offset < cq.min_queue_offset:
+        return 0
+    return store._unit_store_time(cq, queue_offset) or 0
+
+
