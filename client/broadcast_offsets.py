@@ -7,6 +7,9 @@ Rules:
    broker has nothing or cannot be asked, the local file answers.
 2. `persist` writes the local file first (always available), then commits what changed to the
    broker; a failed commit is logged and retried at the next persist.
+3. Only a broker that echoes `broadcastClientId` in a query reply keeps member offsets; a broker
+   that does not (RocketMQ's, which ignores the field) would read and write the GROUP's offset,
+   so its answers are not used and nothing is committed to it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
         self._instance = instance
         self._group = group
         self._on_broker = {}  # MessageQueue -> offset the broker has
+        self._keeps_members = {}  # broker address -> it echoed broadcastClientId (rule 3)
 
     def _addr(self, mq):
         return self._instance.routes.master_addr(mq.broker_name) or \
@@ -45,7 +49,10 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
                     addr, RequestCode.QUERY_CONSUMER_OFFSET, self._ext(mq), timeout_s=3.0,
                     ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
                     what=f"broadcast offset of {mq}")
-                if resp.code == ResponseCode.SUCCESS:
+                echoed = resp.ext.get(EXT_CLIENT_ID) == self._instance.client_id
+                if echoed:
+                    self._keeps_members[addr] = True
+                if resp.code == ResponseCode.SUCCESS and echoed:
                     offset = int(resp.ext.get("offset", -1))
                     if offset >= 0:
                         self._on_broker[mq] = offset
@@ -59,7 +66,8 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
     async def persist(self, mqs=None):
         done = await super().persist(mqs)
         changed = {mq: off for mq, off in self._table.offsets.items()
-                   if self._on_broker.get(mq) != off and (mqs is None or mq in mqs)}
+                   if self._on_broker.get(mq) != off and (mqs is None or mq in mqs)
+                   and self._keeps_members.get(self._addr(mq))}
         results = await asyncio.gather(*[self._commit(mq, off) for mq, off in changed.items()],
                                        return_exceptions=True)
         for (mq, off), res in zip(changed.items(), results):

@@ -1,5 +1,5 @@
 """Where a consumer group's progress lives: on the broker (clustering) or in a local file
-(broadcasting, for now; issue 4 moves it to the broker).
+(broadcasting; client/broadcast_offsets.py adds the broker's per-member copy on top).
 
 An offset is the next queue offset to consume. -1 means "none stored".
 

@@ -101,8 +101,6 @@ class TransactionProducer(Producer):
         return self
 
     async def send_in_transaction(self, msg: Message, arg=None, *, timeout_s=None):
-        if msg.delay_level and not isinstance(msg.delay_level, int):
-            raise errors.IllegalArgument("delay_level must be an int")
         props = dict(msg.properties or {})
         props[PROP_TRAN_MSG] = "true"
         props[PROP_PGROUP] = self.config.group

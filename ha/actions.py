@@ -1,9 +1,10 @@
 """The work a pure HA session hands back to its caller (etcd-raft's Ready, in small pieces).
 
 EXECUTION RULE: run a returned list in order; each action finishes (durably, where marked)
-before the next starts. The one freedom: an executor may hold back a Flush and the ACK that
+before the next starts. Two freedoms: an executor may hold back a Flush and the ACK that
 follows it and run them at the end of the batch of frames it is processing, in that order
-(group acknowledgement); nothing else may be reordered.
+(group acknowledgement); and it may run the batch's last SetConfirmed after that ACK (it only
+makes records visible later, never earlier). Nothing else may be reordered.
 
 Slave-side orderings the sessions rely on (each is written where the list is built):
 1. Truncate / ResetLog  ->  SaveEpochs  ->  (Flush)  ->  ACK: a cut is durable, then the epoch

@@ -10,6 +10,8 @@ first unconsumed message, the largest over the topic's queues. Broadcasting memb
 offsets ("<group>@<client id>", node/broadcast_offsets.py) are left out: one series per client
 would be unbounded. Topics no longer in the topic table are left out too. The label is
 `consumer_group`, not `group`: scrape configs put the broker group in a `group` target label.
+Only a writable broker (a master) reports lag: a slave's offsets and queues are replicas of its
+master's, and summing both would count every message twice.
 
 Bounds: at most MAX_LAG_SERIES queues are reported (tidemq_consumer_lag_scrape_truncated says
 when more exist), and at most MAX_AGE_READS message-time lookups (one commit-log read each) are
@@ -50,7 +52,8 @@ class BrokerCollector:
         yield from self._identity()
         if self.b.store is not None:
             yield from self._disk()
-            yield from self._consumer_lag()
+            if self.b.role.writable:   # masters only: a slave's table is a copy (see above)
+                yield from self._consumer_lag()
         yield from self._cluster()
 
     def _identity(self):

@@ -101,7 +101,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "Commit-log files deleted by retention."),
     # -- consumers ---------------------------------------------------------------------------
     _m("tidemq_consumer_lag_messages", "gauge", ["consumer_group", "topic", "queue"],
-       "Queue max offset minus the group's committed offset, per queue."),
+       "Queue max offset minus the group's committed offset, per queue (masters only, so sums "
+       "over a cluster count each queue once; likewise the two below)."),
     _m("tidemq_consumer_group_lag_messages", "gauge", ["consumer_group", "topic"],
        "Sum of tidemq_consumer_lag_messages over a topic's queues."),
     _m("tidemq_consumer_oldest_unconsumed_age_seconds", "gauge", ["consumer_group", "topic"],

@@ -5,9 +5,10 @@ each); at 30,000+ sends/s that is several percent of the broker. So the request 
 plain ints and dicts (single-threaded: they are only touched on the event loop thread), and
 a custom collector in this node's own CollectorRegistry reads them when /metrics is scraped.
 
-Names follow Prometheus conventions (`tidemq_*_total` counters, units in names). Label
-cardinality is bounded: topic labels only for topics that exist (max_topics), request labels
-from a fixed set.
+Names follow Prometheus conventions (`tidemq_*_total` counters, units in names); every name is
+listed in node/metric_names.py. Label cardinality is bounded: topic labels only for topics that
+exist (max_topics; a deleted topic's series are dropped), request labels from a fixed set.
+Scrape-time blocks (store, consumer lag, ZooKeeper) live in node/broker_metrics.py.
 """
 from __future__ import annotations
 

@@ -88,8 +88,10 @@ class TransactionService:
         props[rec.PROP_REAL_TOPIC] = topic
         props[rec.PROP_REAL_QID] = str(queue_id)
         props.setdefault(rec.PROP_PGROUP, group)
-        txid = props.get(rec.PROP_UNIQ_KEY) or f"{born_ts}-{id(body)}"
-        props.setdefault(PROP_TRANSACTION_ID, txid)
+        # The transaction id is the client's message id (what Java uses); a client without one
+        # gets a broker-made id, unique per process lifetime and time.
+        props[PROP_TRANSACTION_ID] = (props.get(rec.PROP_UNIQ_KEY)
+                                      or f"B{time.time_ns():X}-{next(self._rr)}")
         return StoreMessage(TRANS_HALF_TOPIC, 0, body, props, flag=flag,
                             sys_flag=sys_flag & ~rec.SYSFLAG_TX_MASK, born_timestamp=born_ts,
                             born_host=born_host, store_host=store_host, reconsume_times=reconsume)

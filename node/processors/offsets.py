@@ -47,8 +47,13 @@ class OffsetProcessor:
             if member is None and self._offset_zero_is_hot(topic, queue_id):
                 offset = 0
             else:
-                return error(cmd, ResponseCode.QUERY_NOT_FOUND,
-                             "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+                reply = error(cmd, ResponseCode.QUERY_NOT_FOUND,
+                              "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+                if member is not None:  # echoed: this broker keeps member offsets
+                    reply.ext = {broadcast_offsets.EXT_CLIENT_ID: member}
+                return reply
+        if member is not None:  # the echo tells the client this broker keeps member offsets
+            return ok(cmd, {"offset": str(offset), broadcast_offsets.EXT_CLIENT_ID: member})
         return ok(cmd, {"offset": str(offset)})
 
     def _offset_zero_is_hot(self, topic: str, queue_id: int) -> bool:

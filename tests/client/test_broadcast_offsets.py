@@ -74,3 +74,30 @@ def test_broadcast_offsets_live_on_the_broker(broker, tmp_path):
         return later
 
     assert sorted(run(again())) == [b"b0", b"b1", b"b2"]  # nothing consumed twice
+
+
+def test_bad_broadcast_client_ids_are_refused(broker):
+    from client.config import ClientConfig
+    from client.instance import ClientInstance
+    from client.protocol.codes import RequestCode
+    from client.protocol.route_json import HeartbeatData
+
+    async def main():
+        inst = ClientInstance(ClientConfig(namesrv_addr=broker.addr), lambda: HeartbeatData("x"))
+        try:
+            base = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "0"}
+            for bad in ("", "x" * 1025, "tab\there"):
+                r = await inst.call(broker.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                                    {**base, "commitOffset": "5", "broadcastClientId": bad},
+                                    ok=(0, 1))
+                assert r.code == 1 and "broadcastClientId" in r.remark
+                r = await inst.call(broker.addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                                    {**base, "broadcastClientId": bad}, ok=(0, 1, 22))
+                assert r.code == 1
+            r = await inst.call(broker.addr, RequestCode.GET_CONSUME_STATS,
+                                {"consumerGroup": GROUP}, ok=(0, 26))
+            assert r.code == 26  # nothing was stored for the group
+        finally:
+            await inst.close()
+
+    run(main())

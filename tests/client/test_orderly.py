@@ -4,6 +4,11 @@ order, nothing lost, nothing twice (members leave cleanly, so hand-overs are exa
 import asyncio
 import collections
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 from client.admin import Admin
 from client.consumer import ConsumeResult
@@ -108,3 +113,79 @@ def test_a_locked_queue_is_not_consumed_by_another_member(broker):
             await c.shutdown()
 
     run(main())
+
+
+MEMBER = r"""
+import asyncio, sys
+from client.orderly import OrderlyPushConsumer
+
+async def main(group, topic, addr):
+    def on(msgs):
+        print(msgs[0].keys[0], int(msgs[0].body), flush=True)
+    c = OrderlyPushConsumer(group, {topic: "*"}, on, consume_from="FIRST", namesrv_or_broker=addr,
+                            offset_commit_interval_s=0.2, lock_retry_interval_s=0.2,
+                            lock_renew_interval_s=0.5, lock_valid_s=1.5)
+    await c.start()
+    print("READY", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main(*sys.argv[1:4]))
+"""
+
+
+def test_a_crashed_members_queues_wait_for_lock_expiry_and_stay_in_order(broker_factory):
+    b = broker_factory("lock_expiry_ms=2000").start()
+    topic, group = "OrderCrashT", "order-crash-g"
+    member_log, mine = [], []
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    async def produce(start, end):
+        async with Producer("order-crash-p", b.addr) as p:
+            for seq in range(start, end):
+                for k in range(8):
+                    assert (await p.send_ordered(Message(topic, str(seq).encode(), keys=f"k{k}"),
+                                                 f"k{k}")).ok
+
+    def on(msgs):
+        mine.append((time.monotonic(), msgs[0].keys[0], int(msgs[0].body)))
+
+    async def main():
+        async with Admin(b.addr) as admin:
+            await admin.create_topic(topic, 4)
+        member = subprocess.Popen([sys.executable, "-c", MEMBER, group, topic, b.addr],
+                                  stdout=subprocess.PIPE, text=True, cwd=repo)
+        loop = asyncio.get_running_loop()
+        try:
+            assert (await loop.run_in_executor(None, member.stdout.readline)).strip() == "READY"
+            await produce(0, 10)
+            while len(member_log) < 40:  # it consumed about half
+                line = await loop.run_in_executor(None, member.stdout.readline)
+                assert line, "the member exited"
+                member_log.append(line.split())
+            member.send_signal(signal.SIGKILL)  # its locks stay on the broker until they expire
+            member.wait(10)
+            killed = time.monotonic()
+            rest = member.stdout.read().split("\n")
+            member_log.extend(x.split() for x in rest if x.strip())
+        finally:
+            member.kill()
+            member.wait()
+            member.stdout.close()
+        c = orderly(b.addr, group, topic, on)
+        await c.start()
+        await produce(10, 20)
+        await wait_until(lambda: {(k, s) for _, k, s in mine} | {(k, int(s)) for k, s in member_log}
+                         >= {(f"k{k}", s) for k in range(8) for s in range(20)}, 30,
+                         what="every message after the take-over")
+        await c.shutdown()
+        return killed
+
+    killed = run(main(), timeout_s=90)
+    assert min(t for t, _, _ in mine) - killed >= 0.9  # lock expiry, not at once
+    for k in range(8):
+        key = f"k{k}"
+        before = [int(s) for kk, s in member_log if kk == key]
+        after = [s for _, kk, s in mine if kk == key]
+        assert before == list(range(len(before)))
+        # the new owner resumes at or before the first unconsumed one (at least once), in order
+        assert after == list(range(after[0], 20)) and after[0] <= len(before)

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
+from node.metric_names import ALWAYS, BY_NAME, CLUSTER, METRICS, NAMESRV, WITH_HA
 from tests.ops.prometheus_proc import PrometheusProcess
+from tests.ops.test_metric_names import scrape
 from tests.ops.test_operator_e2e import consume_until, produce
 from tests.ops.test_prometheus_e2e import _fast_rules
 from tests.ops.tools import run as run_tool
@@ -51,6 +53,16 @@ def test_cluster_up_prometheus_lag_and_no_master_alert(local_cluster, tmp_path):
     assert all(g["master"] for g in up["groups"].values())
     assert len(up["brokers"]) == 4 and all(b["alive"] for b in up["brokers"])
     run_tool([tool("promtool"), "check", "config", up["prometheus_config"]])
+    # the name table against a cluster broker and a name server (test_metric_names: standalone)
+    master = next(b for b in up["brokers"] if b["role"] == "MASTER")
+    broker_names = scrape(master["admin"])
+    ns_names = scrape(up["namesrvs"][0]["http"])
+    for spec in METRICS:
+        if spec.exported in (CLUSTER, WITH_HA, ALWAYS):
+            assert spec.name in broker_names, spec.name
+        if spec.exported == NAMESRV:
+            assert spec.name in ns_names, spec.name
+    assert not [n for n in list(broker_names) + list(ns_names) if n not in BY_NAME]
     ns = up["namesrv_addr"]
 
     tidemq("topic", "create", TOPIC, "--queues", "2", ns=ns)
@@ -76,8 +88,8 @@ def test_cluster_up_prometheus_lag_and_no_master_alert(local_cluster, tmp_path):
         assert prom.value('count(tidemq_ha_role{role="SLAVE"} == 1)') == 2
         assert prom.value('min(tidemq_ha_in_sync_replicas and on (instance) '
                           '(tidemq_ha_role{role="MASTER"} == 1))') == 2
+        prom.wait_for(lambda: prom.value('up{job="tidemq-namesrv"}') == 1, 20, "name server")
         assert prom.value('count(tidemq_zk_session_state{state="CONNECTED"} == 1)') == 5
-        assert prom.value('up{job="tidemq-namesrv"}') == 1
         has_master = 'tidemq_namesrv_group_has_master{broker_group="%s"}'
         assert prom.value(has_master % "tidemq-a") == prom.value(has_master % "tidemq-b") == 1
 

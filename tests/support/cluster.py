@@ -64,10 +64,15 @@ class ClusterHarness:
         return ";".join(n.addr for n in self.namesrvs)
 
     def start(self) -> "ClusterHarness":
-        for n in self.namesrvs:
-            n.start()
-        for b in self.brokers.values():
-            b.start()
+        """Start everything; if any part fails, stop what started (no stray processes)."""
+        try:
+            for n in self.namesrvs:
+                n.start()
+            for b in self.brokers.values():
+                b.start()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
