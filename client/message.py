@@ -86,6 +86,17 @@ class Message:
                 f"keys={self.keys!r})")
 
 
+PROP_START_DELIVER_TIME = "__STARTDELIVERTIME"  # due time, epoch ms (RocketMQ 5's name)
+
+
+def deliver_at(msg, epoch_ms):
+    """Ask the broker to deliver `msg` at `epoch_ms` (any time up to its
+    max_delivery_delay_ms ahead; a past time means now) instead of a fixed delay level."""
+    msg.properties = dict(msg.properties or {})
+    msg.properties[PROP_START_DELIVER_TIME] = str(int(epoch_ms))
+    return msg
+
+
 @functools.lru_cache(maxsize=4096)
 def check_topic(topic):
     """Java `Validators.checkTopic`; cached, topics repeat on every message."""

@@ -93,8 +93,9 @@ class OrderlyPushConsumer(PushConsumer):
             if addr is None:
                 continue
             try:
-                resp = await inst.call(addr, RequestCode.LOCK_BATCH_MQ, body=self._lock_body(queues),
-                                       timeout_s=1.0, what="lock queues")
+                resp = await inst.call(addr, RequestCode.LOCK_BATCH_MQ,
+                                       body=self._lock_body(queues), timeout_s=1.0,
+                                       what="lock queues")
                 doc = json.loads(bytes(resp.body).decode("utf-8")) if resp.body else {}
                 ok = {(q["topic"], int(q["queueId"])) for q in doc.get("lockOKMQSet") or ()}
             except (errors.TideMQError, ValueError, KeyError, TypeError) as exc:

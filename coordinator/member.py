@@ -32,7 +32,7 @@ import time
 from . import election
 from .in_sync import ZkInSyncSet
 from .layout import GroupPaths, GroupState, LayoutError, Leader, Member
-from .zk import UNREACHABLE, NodeExistsError, NoNodeError, ZkSession
+from .zk import UNREACHABLE, NodeExistsError, NoNodeError, ZkSession, stop_task
 
 log = logging.getLogger("tidemq.coordinator.member")
 
@@ -78,6 +78,7 @@ class GroupMember:
         self._round_published: int | None = None
         self._poke = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._watch = session.loop_watch(lambda _ev: self.poke())
         session.add_listener(self._on_session)
 
@@ -89,12 +90,9 @@ class GroupMember:
         self._task.add_done_callback(self._died)
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await stop_task(self._task)
             self._task = None
         if self.isr is not None:
             self.isr.cancel()
@@ -137,7 +135,7 @@ class GroupMember:
 
     # -- the loop ------------------------------------------------------------------------
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             self._poke.clear()
             try:
                 if self.session.state == "CONNECTED":

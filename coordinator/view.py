@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from client.protocol.route_json import BrokerData, QueueData, TopicRouteData
 
 from .layout import ClusterPaths, GroupState, LayoutError, Leader, Member, decode_topic
-from .zk import UNREACHABLE, NoNodeError, ZkSession
+from .zk import UNREACHABLE, NoNodeError, ZkSession, stop_task
 
 log = logging.getLogger("tidemq.coordinator.view")
 RETRY_PREFIX = "%RETRY%"
@@ -116,6 +116,7 @@ class ClusterView:
         self.reads = 0
         self._poke = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._watch = session.loop_watch(lambda _ev: self._poke.set())
 
     async def start(self) -> None:
@@ -124,15 +125,12 @@ class ClusterView:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="cluster-view")
 
     async def stop(self) -> None:
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await stop_task(self._task)
 
     async def _run(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await asyncio.wait_for(self._poke.wait(), self.refresh_s)
             except TimeoutError:

@@ -28,8 +28,19 @@ log = logging.getLogger("tidemq.coordinator.zk")
 
 # Errors that mean "ZooKeeper cannot be reached right now" (retry later, change nothing).
 UNREACHABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
-__all__ = ["ZkSession", "UNREACHABLE", "BadVersionError", "NodeExistsError", "NoNodeError",
+__all__ = ["ZkSession", "stop_task", "UNREACHABLE", "BadVersionError", "NodeExistsError", "NoNodeError",
            "NotEmptyError"]
+
+
+async def stop_task(task: asyncio.Task) -> None:
+    """Cancel `task` and wait for it. The cancel is repeated: CPython 3.11's wait_for can swallow
+    one that lands as its inner future completes (gh-86296); owners also end their loops on a
+    stopping flag."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.1)
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("stopped task ended with %r", task.exception())
 
 
 class ZkSession:

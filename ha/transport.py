@@ -231,6 +231,7 @@ class SlaveClient:
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._writer: asyncio.StreamWriter | None = None
+        self._closing = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-slave")
@@ -242,16 +243,20 @@ class SlaveClient:
             log.critical("HA slave task died: %r", task.exception())
 
     async def close(self) -> None:
+        # CPython 3.11's wait_for can swallow a cancel that lands as the connect finishes
+        # (gh-86296): the flag ends the reconnect loop, and the cancel is repeated until done.
+        self._closing = True
         if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait([self._task], timeout=0.1)
         if self._writer is not None:
             self._writer.close()
 
     async def _run(self) -> None:
         cfg = self.config
         backoff = cfg.reconnect_min_ms
-        while True:
+        while not self._closing:
             refused = await self._connect_once()
             if self.session is not None and self.session.accepted:
                 backoff = cfg.reconnect_min_ms   # it worked for a while: retry quickly

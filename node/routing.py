@@ -1,9 +1,10 @@
 """Role and routing seams: who this broker is in its group, and who answers route queries.
 
-Standalone mode (no ZooKeeper) is the only mode today: the broker is the master (id 0) of its
-own group, always writable, and answers GET_ROUTEINFO_BY_TOPIC (105) for itself. Cluster mode
-(a later issue) swaps in a role driven by election (writable only while master, fenced by
-epoch) and a routing view fed by ZooKeeper, behind the same two small interfaces.
+Standalone mode (no ZooKeeper): the broker is the master (id 0) of its own group, always
+writable, and answers GET_ROUTEINFO_BY_TOPIC (105) for itself. Cluster mode (node/cluster.py)
+uses node/replication.py's role, driven by the ZooKeeper election (writable only while an
+unfenced master), and the broker does not answer 105: `tidemq namesrv` does, from ZooKeeper
+(coordinator/view.py).
 """
 from __future__ import annotations
 

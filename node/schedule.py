@@ -63,7 +63,8 @@ class ScheduleService:
             try:
                 due = int(due_text)
             except ValueError:
-                raise DelayError(f"{PROP_START_DELIVER_TIME}={due_text[:40]!r} is not epoch ms") from None
+                raise DelayError(f"{PROP_START_DELIVER_TIME}={due_text[:40]!r} is not epoch "
+                                 f"ms") from None
             if due - now_ms > self.horizon_ms:
                 raise DelayError(f"delivery time {due} is more than max_delivery_delay_ms="
                                  f"{self.horizon_ms} ahead")

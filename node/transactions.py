@@ -104,9 +104,15 @@ class TransactionService:
         msgs, half_offset, txid = self.plan_end(group, half_queue_offset, phys, decision, schedule)
         if not msgs:
             return 0
-        self.store.put(msgs)
+        result = self.store.put(msgs)  # the op record is last
         self._decide(half_offset, txid)
+        self._noted_op(result.placed[-1][2], half_offset, txid)
         return len(msgs)
+
+    def _noted_op(self, op_queue_offset: int, half_offset: int, txid: str) -> None:
+        """Ops this node writes are known without reading them back (only `load` reads)."""
+        self.ops.append((op_queue_offset, half_offset, txid))
+        self.op_read = max(self.op_read, op_queue_offset + 1)
 
     def _follow_role(self) -> None:
         """A node that becomes writable (start, or a slave promoted by failover) rebuilds its
@@ -253,7 +259,6 @@ class TransactionService:
         """One slice of a round (at most MAX_SCAN_PER_ROUND entries); True when the scan
         stopped at the slice bound, i.e. more may be due now."""
         self._follow_role()
-        self.read_ops()
         start = pos = max(self.half_cursor, self.store.min_queue_offset(TRANS_HALF_TOPIC, 0))
         top = self.store.max_queue_offset(TRANS_HALF_TOPIC, 0)
         end = min(top, start + MAX_SCAN_PER_ROUND)
@@ -291,6 +296,7 @@ class TransactionService:
                               reconsume_times=m.reconsume_times)
         result = self.store.put([parked, self._op(m, txid, OP_PARKED_TAG)])
         self._decide(m.queue_offset, txid)
+        self._noted_op(result.placed[-1][2], m.queue_offset, txid)
         self.parked += 1
         log.error("transaction %s of group %s (topic %s) undecided after %d checks: parked in %s",
                   txid, props.get(rec.PROP_PGROUP), props.get(rec.PROP_REAL_TOPIC),

@@ -53,9 +53,10 @@ class SendBackProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
         m = rec.decode_record(data)
         props = rec.decode_properties(rec.strip_crc_property(m.properties_raw))
+        origin = props.get(rec.PROP_REAL_TOPIC) or m.topic
         for name in _SCHEDULE_PROPS:  # sent back while still a schedule entry: drop its routing
             props.pop(name, None)
-        props.setdefault(PROP_RETRY_TOPIC, m.topic)
+        props.setdefault(PROP_RETRY_TOPIC, origin)
         props[PROP_ORIGIN_MESSAGE_ID] = (cmd.ext_str("originMsgId") or props.get(PROP_ORIGIN_MESSAGE_ID)
                                          or m.offset_msg_id)
         dead = m.reconsume_times >= max_times or delay_level < 0

@@ -40,5 +40,6 @@ class EndTransactionProcessor:
         except MessageIllegal as exc:
             return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
         except (DiskFull, StoreClosed) as exc:
-            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"service not available now: {exc}")
+            return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                         f"service not available now: {exc}")
         return ok(cmd)

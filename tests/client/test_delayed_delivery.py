@@ -14,7 +14,7 @@ import pytest
 from client import errors
 from client.admin import Admin
 from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
+from client.message import Message, deliver_at
 from client.producer import Producer
 from tests.client.conftest import run, wait_until
 from tests.support.broker_proc import REPO_ROOT
@@ -54,8 +54,7 @@ async def send_delayed(producer, topic, plan):
         t0 = time.time()
         if due_in_s is not None:
             at_ms = int((t0 + due_in_s) * 1000)
-            msg = Message(topic, b"m%d" % i, tags=tag,
-                          properties={"__STARTDELIVERTIME": str(at_ms)})
+            msg = deliver_at(Message(topic, b"m%d" % i, tags=tag), at_ms)
             earliest = max(at_ms / 1000, t0)  # a past due time: delivered at once
         else:
             msg = Message(topic, b"m%d" % i, tags=tag, delay_level=level)
@@ -96,10 +95,14 @@ def test_levels_and_due_times_never_early_only_slightly_late(broker_factory, flu
             m = deliveries[0][1]
             assert m.topic == topic and m.stored_topic == topic
             assert not [k for k in INTERNAL if k in m.properties], m.properties
-        # The level queues keep their progress as consumer offsets of a system group.
         async with Admin(b.addr) as admin:
             stats = await admin.topic_stats(topic)
+            # The schedule queues keep their progress as consumer offsets of a system group.
+            progress = await admin.consumer_progress("CID_RMQ_SYS_SCHEDULE")
         assert sum(r["max_offset"] for r in stats) == len(due) + 1
+        rows = progress["queues"]
+        assert {r["queue_id"] for r in rows} >= {0, 1, 2}  # the three levels
+        assert rows and all(r["topic"] == "SCHEDULE_TOPIC_XXXX" and r["lag"] == 0 for r in rows)
 
     run(main())
 

@@ -217,3 +217,35 @@ def test_end_transaction_that_does_not_match_is_refused(broker_factory):
         assert b.alive
 
     run(main())
+
+
+def test_a_late_end_after_check_copies_decides_once(broker_factory):
+    """The local transaction outlives the timeout: the broker copies the half message forward
+    and asks (UNKNOWN answers), then the original END, naming the first copy, commits. The
+    transaction is decided by its id: delivered once, never asked again."""
+    b = broker_factory(*FAST_CHECKS).start()
+    topic, group = "TxLate", "tx-late-p"
+    asked = []
+
+    async def slow_commit(msg, arg):
+        await asyncio.sleep(2.0)  # several check rounds meanwhile
+        return TransactionState.COMMIT
+
+    def check(msg):
+        asked.append(time.monotonic())
+        return TransactionState.UNKNOWN
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-late-c", topic, seen), \
+                producer(b.addr, group, topic, slow_commit, check) as p:
+            r = await p.send_in_transaction(Message(topic, b"slow"))
+            decided_at = time.monotonic()
+            await wait_until(lambda: len(seen.msgs) >= 1, 10, what="the commit")
+            await asyncio.sleep(1.5)  # rounds after the decision: no more checks
+        assert r.state is TransactionState.COMMIT
+        assert seen.bodies() == [b"slow"]
+        assert asked and all(t < decided_at + 0.1 for t in asked), (asked, decided_at)
+
+    run(main())

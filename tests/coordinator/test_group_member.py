@@ -52,6 +52,12 @@ class Node:
         self.store.close()
 
 
+def log_prefix(root, n: int) -> bytes:
+    data = b"".join(commitlog(root)[name] for name in sorted(commitlog(root)))
+    assert len(data) >= n
+    return data[:n]
+
+
 async def group_state(session, paths) -> GroupState:
     data, _ = await session.get(paths.state)
     return GroupState.decode(data)
@@ -142,7 +148,8 @@ def test_master_loss_elects_an_in_sync_slave_with_every_acked_byte(tmp_path, zk_
         finally:
             for n in nodes:
                 await n.close()
-        assert commitlog(tmp_path / "b") == commitlog(tmp_path / "c")
+        # The same bytes up to what both hold (a preallocated next file may differ).
+        assert log_prefix(tmp_path / "b", end2) == log_prefix(tmp_path / "c", end2)
     asyncio.run(main())
 
 
@@ -182,6 +189,7 @@ def test_in_sync_write_of_an_old_epoch_is_refused_and_fences(tmp_path, zk_hosts,
         try:
             await wait_until(lambda: a.member.master_epoch == 1 and b.member.following, 15, "up")
             isr = a.member.isr
+            await wait_until(lambda: isr.members() == {"a", "b"}, 10, "b in sync")
             # Someone else moves the group to a newer epoch behind a's back.
             data, stat = await s.get(paths.state)
             st = GroupState.decode(data)

@@ -105,13 +105,14 @@ class PrometheusProcess:
     def alerts(self) -> list:
         return self.api("alerts")["data"]["alerts"]
 
-    def wait_for(self, predicate, timeout_s: float, what: str):
+    def wait_for(self, predicate, timeout_s: float, what):
         deadline = time.monotonic() + timeout_s
         while True:
             got = predicate()
             if got:
                 return got
             if time.monotonic() > deadline:
+                what = what() if callable(what) else what   # a description of the state now
                 raise AssertionError(f"timed out after {timeout_s} s waiting for {what}\n"
                                      f"{self.log_text()}")
             time.sleep(0.25)
