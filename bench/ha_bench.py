@@ -30,13 +30,17 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.admin import Admin  # noqa: E402
-from client.message import Message  # noqa: E402
-from client.producer import Producer  # noqa: E402
-from tests.support.broker_proc import (BrokerProcess, ha_master_settings,  # noqa: E402
-                                       ha_secret_file, ha_slave_settings)
-from tests.support.ports import free_port  # noqa: E402
-from tests.support.raw_client import RC, RawClient, pull_ext  # noqa: E402
+from client.admin import Admin
+from client.message import Message
+from client.producer import Producer
+from tests.support.broker_proc import (
+    BrokerProcess,
+    ha_master_settings,
+    ha_secret_file,
+    ha_slave_settings,
+)
+from tests.support.ports import free_port
+from tests.support.raw_client import RC, RawClient, pull_ext
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB
 TOPIC = "HABench"
@@ -49,7 +53,7 @@ def pct(values, q):
     values = sorted(values)
     if not values:
         return None
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
 def scrape(b, name) -> float:

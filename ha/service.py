@@ -52,7 +52,7 @@ class _CallbackWaiter:
     """when_replicated's waiter: the callback runs at once when the confirmed offset passes
     (no future, no extra loop turn on the send path)."""
 
-    __slots__ = ("callback", "timer", "done")
+    __slots__ = ("callback", "done", "timer")
 
     def __init__(self, callback):
         self.callback, self.timer, self.done = callback, None, False

@@ -286,7 +286,8 @@ class SlaveClient:
                      "handshake", parsed, store.max_offset)
             try:
                 await _blocking(store.truncate, parsed)
-            except Exception as e:
+            except Exception as e:  # retried on the next connection
+                log.exception("HA slave: cutting a partial record failed")
                 writer.close()
                 self.last_error = f"cutting a partial record failed: {e!r}"
                 return False

@@ -32,12 +32,12 @@ import logging
 import time
 
 from client.protocol import record as rec
-
 from node.offsets import OffsetTableFull
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
 from node.store.message import StoreMessage
 from node.store.reader import GetStatus
-from node.topics import REPLICATED_STATE_TOPIC as STATE_TOPIC, TopicConfig
+from node.topics import REPLICATED_STATE_TOPIC as STATE_TOPIC
+from node.topics import TopicConfig
 
 log = logging.getLogger("tidemq.state")
 
@@ -84,8 +84,7 @@ class ReplicatedState:
         """The log was cut (a follower agreeing with its master): state records past the cut
         are gone, and the master's records continue from the state queue's new end."""
         end = self.store.queue_table.get(STATE_KEY, 0)
-        if self.offsets.state_offset > end:
-            self.offsets.state_offset = end
+        self.offsets.state_offset = min(self.offsets.state_offset, end)
 
     def on_become_master(self) -> None:
         """Called once this node leads: keep the previous masters' records, write ours after."""

@@ -10,8 +10,12 @@ import urllib.request
 
 from client.protocol import record as rec
 from client.protocol.codes import ResponseCode
-from tests.support.broker_proc import (broker_factory, ha_group, ha_master_settings,  # noqa: F401
-                                       ha_secret_file, ha_slave_settings)
+from tests.support.broker_proc import (
+    ha_group,
+    ha_master_settings,
+    ha_secret_file,
+    ha_slave_settings,
+)
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, decode_records, pull_ext, send_ext
 
