@@ -248,3 +248,32 @@ def test_dead_letter_is_found_and_resent_to_its_group(broker_factory):
     assert seen.count(b"poison") == 1
     assert "no message" in cli(broker, "dlq-resend", group, "--id", "0" * 32,
                                ok=False)["stderr"]
+
+
+def test_bad_operator_requests_get_clear_errors_and_change_nothing(broker):
+    topic, group = "OpsBad", "ops-bad-g"
+    run(create(broker.addr, topic, 2))
+    run(produce(broker.addr, topic, [b"b-%d" % i for i in range(4)]))
+    run(consume_until(broker.addr, topic, group, {b"b-%d" % i for i in range(4)}))
+    before = cli(broker, "consumer", "progress", group)
+
+    async def main():
+        async with Admin(broker.addr) as admin:
+            with pytest.raises(errors.TopicNotExist):
+                await admin.reset_offsets(group, "NoSuchTopic", 0)
+            with pytest.raises(errors.BrokerError, match="bad consumer group"):
+                await admin.reset_offsets("bad group!", topic, 0)
+            with pytest.raises(errors.TopicNotExist):
+                await admin.delete_topic("NoSuchTopic")
+            with pytest.raises(errors.BrokerError, match="cannot be deleted"):
+                await admin.delete_topic("SCHEDULE_TOPIC_XXXX")
+            with pytest.raises(errors.BrokerError, match="bad consumer group"):
+                await admin.delete_group("a@b")
+            with pytest.raises(errors.BrokerError):   # a required header field is missing
+                await admin._call(222, {"topic": topic, "group": group})
+
+    run(main())
+    assert cli(broker, "consumer", "progress", group) == before
+    assert topic in cli(broker, "topic", "list")["topics"]
+    assert "epoch milliseconds or an ISO 8601" in cli(
+        broker, "group", "reset", group, topic, "--timestamp", "yesterday", ok=False)["stderr"]
