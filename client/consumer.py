@@ -25,7 +25,8 @@ Rules:
    NOTIFY_CONSUMER_IDS_CHANGED (40) from the broker; member ids come from code 38.
 2. One long-poll pull loop per owned queue (SUSPEND, `suspend_ms`, request timeout
    `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
-   queue's pulls at `cached_messages_per_queue_max` unconsumed messages.
+   queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
+   broker suggests (a slave of the group for a consumer far behind; client/pull_target.py).
 3. Offsets: the committable offset (client.process_queue rule 2) is committed every
    `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
@@ -43,6 +44,7 @@ import logging
 import time
 
 from client import errors, pull_api, retry
+from client.pull_target import PullTargets
 from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from client.instance import ClientInstance
@@ -114,6 +116,7 @@ class PushConsumer(AsyncLifecycle):
             raise errors.ClientStateError("consumer already started")
         cfg = self.config
         inst = self._instance = ClientInstance(cfg, self._heartbeat_data)
+        self.pull_targets = PullTargets(inst.routes)
         self._rebalance_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         if self.clustering:
@@ -301,6 +304,7 @@ class PushConsumer(AsyncLifecycle):
                 log.warning("commit of dropped %s failed: %s", pq.mq, exc)
         self._store.remove(pq.mq)
         self._pqs.pop(pq.mq, None)
+        self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
     async def _pull_loop(self, pq):
@@ -311,17 +315,21 @@ class PushConsumer(AsyncLifecycle):
             if not pq.space.is_set():
                 await pq.space.wait()
                 continue
-            addr = inst.routes.master_addr(mq.broker_name) or inst.routes.read_addr(mq.broker_name)
+            addr, on_slave = self.pull_targets.choose(mq)
             try:
                 if addr is None:
                     raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
                 result = await pull_api.pull(
                     inst, addr, mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
                     max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
-                    timeout_s=cfg.pull_timeout_s, commit_offset=pq.commit_offset() if commit else None)
+                    timeout_s=cfg.pull_timeout_s,
+                    commit_offset=pq.commit_offset() if commit and not on_slave else None)
             except errors.TideMQError as exc:
                 if pq.dropped:
                     return
+                if on_slave and self.pull_targets.back_to_master(mq):  # pull_target rule 2
+                    log.info("%s: pull %s from slave %s failed: %s", inst.client_id, mq, addr, exc)
+                    continue
                 log.warning("%s: pull %s failed: %s", inst.client_id, mq, exc)
                 if exc.refresh_route:
                     inst.spawn(inst.routes.refresh(mq.topic), name="route-refresh")
@@ -330,6 +338,10 @@ class PushConsumer(AsyncLifecycle):
             if pq.dropped:
                 return
             status = result.status
+            if on_slave and status is PullStatus.OFFSET_ILLEGAL and \
+                    self.pull_targets.back_to_master(mq):  # pull_target rule 2: not applied
+                continue
+            self.pull_targets.follow(mq, result.suggest_broker_id)
             if status is PullStatus.FOUND:
                 if mq.topic.startswith(retry.RETRY_PREFIX):
                     retry.restore_topic(result.messages)

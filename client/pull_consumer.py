@@ -11,7 +11,9 @@ Rules:
 1. `pull` never holds unless `suspend_ms` > 0 is given (then the broker long-polls and the
    request timeout is raised above the suspend time).
 2. Offsets are explicit: nothing is committed unless `commit` is called.
-3. The consumer heartbeats as CONSUME_ACTIVELY with the topics it fetched queues for, so the
+3. Pulls follow the broker's suggestWhichBrokerId (client/pull_target.py); commits and offset
+   queries go to the master.
+4. The consumer heartbeats as CONSUME_ACTIVELY with the topics it fetched queues for, so the
    broker lists it in the group like any member.
 """
 
@@ -23,6 +25,7 @@ from client.config import DEFAULT_ADDR, ConsumerConfig, make_config
 from client.instance import ClientInstance
 from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
 from client.pull_api import PullResult, PullStatus, TagFilter  # noqa: F401 - re-exported
+from client.pull_target import PullTargets
 from client.route import MessageQueue  # noqa: F401 - re-exported
 
 _SUSPEND_MARGIN_S = 5.0  # request timeout beyond a long poll's suspend time
@@ -39,6 +42,7 @@ class PullConsumer(AsyncLifecycle):
         if self._instance is not None:
             raise errors.ClientStateError("consumer already started")
         self._instance = ClientInstance(self.config, self._heartbeat_data)
+        self.pull_targets = PullTargets(self._instance.routes)
         self._instance.start_timers()
         return self
 
@@ -91,9 +95,24 @@ class PullConsumer(AsyncLifecycle):
             timeout_s = self.config.request_timeout_s + suspend_ms / 1000.0
             if suspend_ms:
                 timeout_s += _SUSPEND_MARGIN_S
-        return await pull_api.pull(inst, self._addr(mq), mq, offset, group=self.config.group,
-                                   tag_filter=self._filter(expression), max_nums=max_nums,
-                                   suspend_ms=suspend_ms, timeout_s=timeout_s)
+        while True:
+            addr, on_slave = self.pull_targets.choose(mq)  # client/pull_target.py
+            if addr is None:
+                raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}; fetch_queues first")
+            try:
+                result = await pull_api.pull(inst, addr, mq, offset, group=self.config.group,
+                                             tag_filter=self._filter(expression), max_nums=max_nums,
+                                             suspend_ms=suspend_ms, timeout_s=timeout_s)
+            except errors.TideMQError:
+                if on_slave and self.pull_targets.back_to_master(mq):
+                    continue  # rule 2: the same pull from the master
+                raise
+            if on_slave and result.status is PullStatus.OFFSET_ILLEGAL and \
+                    self.pull_targets.back_to_master(mq):
+                continue
+            break
+        self.pull_targets.follow(mq, result.suggest_broker_id)
+        return result
 
     async def commit(self, mq, offset):
         await pull_api.update_consumer_offset(self._running(), self._addr(mq), self.config.group, mq, offset)

@@ -20,6 +20,8 @@ Rules:
    plain callback `cb(response, exc)` (the producer's fast path; no extra loop hop).
 6. The client never answers a broker request with an exception: a failing handler yields
    SYSTEM_ERROR, an unknown code REQUEST_CODE_NOT_SUPPORTED, oneway requests get no reply.
+7. With `security` (client/security.py) connections use TLS and every request frame written
+   (request_raw / write_raw, so the producer's pre-encoded sends too) is ACL-signed.
 """
 
 from __future__ import annotations

@@ -20,7 +20,6 @@ import ssl
 import struct
 import tomllib
 from dataclasses import dataclass
-
 from json.encoder import encode_basestring_ascii as _json_str  # C-accelerated
 
 try:

@@ -56,6 +56,10 @@ class HAConfig:
     reconnect_min_ms: int = 100
     reconnect_max_ms: int = 5_000
     tick_interval_ms: int = 20
+    # What this node tells clients (handshake and reply carry them, so a static group's
+    # routes name every member): its configured broker id and remoting "ip:port".
+    broker_id: int = -1
+    advertised_addr: str = ""
 
     def __post_init__(self) -> None:
         p = []
@@ -65,6 +69,8 @@ class HAConfig:
                 p.append(f"{name} must be 1-{STRING_MAX_BYTES} bytes of UTF-8")
         if not isinstance(self.secret, bytes) or len(self.secret) < 16:
             p.append("secret must be at least 16 bytes")
+        if len(self.advertised_addr.encode("utf-8")) > STRING_MAX_BYTES:
+            p.append(f"advertised_addr must be at most {STRING_MAX_BYTES} bytes")
         if self.replication_mode not in (SYNC_MASTER, ASYNC_MASTER):
             p.append(f"replication_mode={self.replication_mode!r}: SYNC_MASTER or ASYNC_MASTER")
         if self.min_in_sync_replicas < 1:

@@ -125,6 +125,15 @@ class MasterGroup:
     def in_sync(self) -> frozenset[str]:
         return self.tracker.isr.members() | {self.config.node_id}
 
+    def slave_endpoints(self) -> dict[str, tuple[int, str]]:
+        """node -> (broker id, remoting addr) each streaming slave advertised in its handshake."""
+        out = {}
+        for node, conn in self.by_node.items():
+            s = self.sessions.get(conn)
+            if s is not None:
+                out[node] = (s.broker_id, s.remoting_addr)
+        return out
+
     def slave_stats(self, now_ms: int, master_max: int) -> dict[str, dict]:
         out = {}
         for node, p in self.tracker.progress.items():

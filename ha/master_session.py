@@ -30,6 +30,7 @@ precedes everything else in its list.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from typing import Protocol
 
@@ -122,6 +123,7 @@ class MasterSession:
         self.nonce = server_nonce
         self.state = AWAIT_HANDSHAKE
         self.node_id: str | None = None
+        self.broker_id, self.remoting_addr = -1, ""   # what the slave advertises to clients
         self.next_offset = 0              # next byte to send
         self.acked = 0                    # highest ACK on this connection
         self.last_recv_ms = now_ms
@@ -188,16 +190,16 @@ class MasterSession:
         if why is not None:
             return self._refuse(hs, why)
         self.state, self.node_id = STREAMING, hs.node_id
+        self.broker_id, self.remoting_addr = hs.broker_id, hs.addr   # for routes (node/group_route.py)
         self.next_offset = self.acked = start
         reply = self._reply(hs, True, "", start, reset, log)
         return [SendFrame(reply, self.conn)]
 
     def _reply(self, hs, accepted, reason, start, reset, log) -> p.Reply:
         r = p.Reply(self.epoch, accepted, reason, log.min_offset, log.max_offset, start, start,
-                    self.history.entries if accepted else (), reset)
-        proof = p.master_proof(self.config.secret, hs.client_nonce, r)
-        return p.Reply(r.epoch, r.accepted, r.reason, r.min_offset, r.max_offset,
-                       r.truncate_to, r.stream_from, r.history, r.reset_log, proof)
+                    self.history.entries if accepted else (), reset,
+                    addr=self.config.advertised_addr if accepted else "")
+        return dataclasses.replace(r, proof=p.master_proof(self.config.secret, hs.client_nonce, r))
 
     def _refuse(self, hs, reason: str) -> list:
         self.state = CLOSED

@@ -15,11 +15,13 @@ Bodies by type:
                  [server_nonce 32B][master node id str][cluster str]
     2 HANDSHAKE  slave -> master
                  [node id str][cluster str][client_nonce 32B][min_offset i64][max_offset i64]
-                 [epoch list: the slave's history][proof 32B]
+                 [epoch list: the slave's history][broker id i32][remoting addr str][proof 32B]
     3 REPLY      master -> slave
                  [accepted u8][flags u8: bit 0 RESET_LOG][reason str][min_offset i64]
                  [max_offset i64][truncate_to i64][stream_from i64]
-                 [epoch list: the master's history][proof 32B]
+                 [epoch list: the master's history][remoting addr str][proof 32B]
+                 (broker id and remoting addr: what each end advertises to clients, so a
+                 static group's routes list the whole group; -1 / "" = not known)
     4 TRANSFER   master -> slave
                  [data_epoch i32][data_epoch_start i64][offset i64][confirmed i64][log bytes]
                  (the bytes are the rest of the body; a batch never crosses an epoch boundary)
@@ -97,6 +99,8 @@ class Handshake:
     max_offset: int
     history: tuple[tuple[int, int], ...]
     proof: bytes = b"\0" * PROOF_BYTES
+    broker_id: int = -1               # the slave's configured broker id
+    addr: str = ""                    # the slave's advertised remoting address
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ class Reply:
     history: tuple[tuple[int, int], ...]
     reset_log: bool = False
     proof: bytes = b"\0" * PROOF_BYTES
+    addr: str = ""                    # the master's advertised remoting address
 
 
 @dataclass(frozen=True)
@@ -166,13 +171,14 @@ def _body_before_proof(frame) -> tuple[int, bytes]:
         assert len(frame.client_nonce) == NONCE_BYTES
         return HANDSHAKE, (_string(frame.node_id) + _string(frame.cluster) + frame.client_nonce
                            + _I64x2.pack(frame.min_offset, frame.max_offset)
-                           + _entries(frame.history))
+                           + _entries(frame.history) + _I32.pack(frame.broker_id)
+                           + _string(frame.addr))
     if isinstance(frame, Reply):
         return REPLY, (_U8.pack(1 if frame.accepted else 0)
                        + _U8.pack(RESET_LOG if frame.reset_log else 0) + _string(frame.reason)
                        + _I64x4.pack(frame.min_offset, frame.max_offset, frame.truncate_to,
                                      frame.stream_from)
-                       + _entries(frame.history))
+                       + _entries(frame.history) + _string(frame.addr))
     raise AssertionError(f"no proof for {type(frame).__name__}")
 
 
@@ -277,14 +283,21 @@ def _decode_body(ftype: int, epoch: int, body: bytes):
     if ftype == HELLO:
         frame = Hello(epoch, r.take(NONCE_BYTES), r.string(), r.string())
     elif ftype == HANDSHAKE:
-        frame = Handshake(epoch, r.string(), r.string(), r.take(NONCE_BYTES), r.offset(),
-                          r.offset(), r.entries(), r.take(PROOF_BYTES))
+        node, cluster, nonce, lo, hi, hist = (r.string(), r.string(), r.take(NONCE_BYTES),
+                                              r.offset(), r.offset(), r.entries())
+        (broker_id,) = r.unpack(_I32)
+        addr = r.string()
+        frame = Handshake(epoch, node, cluster, nonce, lo, hi, hist, r.take(PROOF_BYTES),
+                          broker_id, addr)
     elif ftype == REPLY:
         accepted, flags = r.unpack(_U8)[0], r.unpack(_U8)[0]
         if accepted > 1 or flags & ~RESET_LOG:
             raise HAProtocolError("bad REPLY flags")
-        frame = Reply(epoch, bool(accepted), r.string(), r.offset(), r.offset(), r.offset(),
-                      r.offset(), r.entries(), bool(flags & RESET_LOG), r.take(PROOF_BYTES))
+        reason, lo, hi, cut, start, hist = (r.string(), r.offset(), r.offset(), r.offset(),
+                                            r.offset(), r.entries())
+        addr = r.string()
+        frame = Reply(epoch, bool(accepted), reason, lo, hi, cut, start, hist,
+                      bool(flags & RESET_LOG), r.take(PROOF_BYTES), addr)
     elif ftype == TRANSFER:
         data_epoch, data_start, offset, confirmed = r.unpack(TRANSFER_HEAD)
         if data_epoch <= 0 or min(data_start, offset, confirmed) < 0 or data_start > offset:

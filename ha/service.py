@@ -278,6 +278,17 @@ class HAService:
         return self._server.group.slave_stats(now_ms(), self.store.max_offset)
 
     @property
+    def slave_endpoints(self) -> dict[str, tuple[int, str]]:
+        """Master: node -> (broker id, remoting addr) of each connected slave."""
+        return self._server.group.slave_endpoints() if self._server is not None else {}
+
+    @property
+    def master_remoting_addr(self) -> str:
+        """Slave: the remoting address the master sent in its handshake reply ("" = unknown)."""
+        s = self._client.session if self._client is not None else None
+        return s.master_remoting_addr if s is not None and s.accepted else ""
+
+    @property
     def acked_offset(self) -> int:
         s = self._client.session if self._client is not None else None
         return s.acked if s is not None else 0

@@ -22,6 +22,8 @@ Rules:
 """
 from __future__ import annotations
 
+import dataclasses
+
 from . import protocol as p
 from .actions import (
     AppendRaw,
@@ -60,6 +62,7 @@ class SlaveSession:
         self.last_recv_ms = self.last_send_ms = now_ms
         self.refused_reason: str | None = None
         self.accepted = False            # the master accepted our handshake
+        self.master_remoting_addr = ""   # the master's advertised remoting address (REPLY)
 
     # -- inbound -------------------------------------------------------------------------
     def on_frame(self, frame, now_ms: int) -> list:
@@ -92,10 +95,9 @@ class SlaveSession:
                                refused=True)
         # Sent even to a master with an older epoch: its refusal fences it (rule 4).
         hs = p.Handshake(self.epoch, cfg.node_id, cfg.cluster, self.nonce, self.log_min,
-                         self.max_offset, self.history.entries)
-        proof = p.slave_proof(cfg.secret, hello.server_nonce, hs)
-        hs = p.Handshake(hs.epoch, hs.node_id, hs.cluster, hs.client_nonce, hs.min_offset,
-                         hs.max_offset, hs.history, proof)
+                         self.max_offset, self.history.entries, broker_id=cfg.broker_id,
+                         addr=cfg.advertised_addr)
+        hs = dataclasses.replace(hs, proof=p.slave_proof(cfg.secret, hello.server_nonce, hs))
         self.state = AWAIT_REPLY
         self.last_send_ms = now_ms
         return [SendFrame(hs)]
@@ -130,6 +132,7 @@ class SlaveSession:
         self.max_offset = self.acked = start
         self.confirmed = min(self.confirmed, start)
         self.state, self.accepted = STREAMING, True
+        self.master_remoting_addr = r.addr
         acts.append(SaveEpochs(self.history.entries))
         if cfg.slave_flush_before_ack:
             acts.append(Flush())

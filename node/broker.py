@@ -29,6 +29,7 @@ from node.admin_http import AdminHttp
 from node.bridge import LoopBridge
 from node.broker_metrics import BrokerCollector
 from node.clients import ClientManager
+from node.group_route import ReplicatedRouting
 from node.locks import QueueLocks
 from node.longpoll import PullHoldService
 from node.metrics import Metrics
@@ -136,9 +137,13 @@ class Broker:
     async def _start_replication(self) -> None:
         """HA (node/replication.py): replay the replicated state the log holds past the
         offsets file, then take the configured role (issue 6 will drive roles instead)."""
-        self.replication = Replication(self.cfg, self.store)
+        self.replication = Replication(self.cfg, self.store, self.addr)
         if self.cluster is not None:
             self.replication.set_coordinator(self.cluster.isr_factory, self.cluster.on_fenced)
+        else:  # a static group: any member's route names the whole group
+            self.routing = ReplicatedRouting(self.topics, self.cfg.cluster_name,
+                                             self.cfg.broker_name, self.addr, self.cfg.broker_id,
+                                             self.replication)
         self.role = ReplicaRole(self.replication, self.cfg.broker_id)
         self.replicated_state = ReplicatedState(self, self.replication, self.cfg.ha.state_batch_ms)
         self.replication.state = self.replicated_state

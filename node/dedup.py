@@ -15,9 +15,11 @@ Rules:
    is legitimately sent back to its retry topic once per reconsume round with the same key.
 4. After a restart the window is rebuilt from the key index, which holds every stored UNIQ_KEY
    with its record's position: walk entries newest first, read each record back and stop at
-   the time or count bound. Nothing of the window lives only in memory, so a restart (and,
-   once replication exists, a failover: the index is rebuilt from the replicated log) keeps
-   suppressing retries. Without an index (store.index_enable=false) the window starts empty.
+   the time or count bound. Nothing of the window lives only in memory, so a restart keeps
+   suppressing retries. Under HA the send processor rebuilds it when the broker takes its
+   first write as master, so a promoted slave knows the keys the old master stored (those its
+   index covers: up to the confirmed offset). Without an index (store.index_enable=false) the
+   window starts empty.
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
@@ -98,7 +100,9 @@ class DedupWindow:
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:
-        """Fill the window from the store's key index (rule 4); returns the keys found."""
+        """Refill the window from the store's key index (rule 4); returns the keys found.
+        What the window held is dropped first: under HA the log may have been cut back since."""
+        self._entries.clear()
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")

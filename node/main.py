@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import faulthandler
 import gc
 import json
@@ -22,6 +23,7 @@ import sys
 
 from node.broker import Broker
 from node.config import ConfigError, describe, load_config, redacted
+from node.replication import store_config
 
 log = logging.getLogger("tidemq.main")
 READY_PREFIX = "TIDEMQ_BROKER_READY"
@@ -51,6 +53,8 @@ def run_broker(argv: list[str]) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    # What the broker really runs: a replicated store confirms through HA (external).
+    cfg = dataclasses.replace(cfg, store=store_config(cfg))
     log.info("effective config: %s", json.dumps(redacted(cfg), sort_keys=True))
     try:
         return asyncio.run(_serve(cfg))

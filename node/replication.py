@@ -33,6 +33,7 @@ import os
 
 from ha.config import SYNC_MASTER, HAConfig, HAConfigError
 from ha.service import FENCED, MASTER, SLAVE, HAService
+from node.group_route import slave_broker_ids
 from node.security import ha_tls
 
 log = logging.getLogger("tidemq.replication")
@@ -73,10 +74,12 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def build_ha_config(cfg, secret: bytes) -> HAConfig:
-    """HAConfig from the broker config (HAConfigError lists every problem)."""
+def build_ha_config(cfg, secret: bytes, addr: str = "") -> HAConfig:
+    """HAConfig from the broker config (HAConfigError lists every problem); addr is the
+    advertised remoting address the HA handshake carries (node/group_route.py)."""
     s = cfg.ha
-    return HAConfig(node_id=s.node_id or str(cfg.broker_id),
+    return HAConfig(node_id=s.node_id or str(cfg.broker_id), broker_id=cfg.broker_id,
+                    advertised_addr=addr,
                     cluster=s.cluster or f"{cfg.cluster_name}/{cfg.broker_name}",
                     secret=secret, replication_mode=s.replication_mode,
                     min_in_sync_replicas=s.min_in_sync_replicas, max_gap_bytes=s.max_gap_bytes,
@@ -139,11 +142,11 @@ class ReplicaRole:
 
 
 class Replication:
-    def __init__(self, cfg, store):
+    def __init__(self, cfg, store, addr: str = ""):
         self.cfg = cfg
         self.section = cfg.ha
         self.store = store
-        self.config = build_ha_config(cfg, read_secret(cfg.ha))
+        self.config = build_ha_config(cfg, read_secret(cfg.ha), addr)
         self.service = HAService(self.config, store)
         self.service.server_ssl, self.service.client_ssl = ha_tls(cfg)  # issue 9; None = plain
         self.sync_master = self.config.replication_mode == SYNC_MASTER
@@ -237,11 +240,24 @@ class Replication:
         self.service.when_replicated(end_offset, self.slave_timeout_s, callback)
 
     def suggest_broker_id(self, max_phys_offset: int) -> int:
-        """Pull redirection: on a master whose log end is far ahead of what the consumer
-        reads, an in-sync slave's broker id (its node id, when numeric); else 0."""
-        if self.service.role != MASTER or \
-                self.store.max_offset - max_phys_offset <= self.suggest_lag_bytes:
+        """Pull redirection (RocketMQ's rule): while a consumer reads further than
+        suggest_lag_bytes behind the log end, a master points it at an in-sync slave and a
+        static slave that keeps up with its master keeps it (its own id); otherwise 0, back
+        to the master. Static groups number slaves by their configured broker id
+        (node/group_route.py); cluster mode keeps its numeric-node-id rule below."""
+        svc = self.service
+        far = self.store.max_offset - max_phys_offset > self.suggest_lag_bytes
+        if not far or svc.role not in (MASTER, SLAVE):
             return 0
+        static = self.section.role in ("MASTER", "SLAVE")
+        if svc.role == SLAVE:
+            keeps_up = svc.lag_bytes <= self.suggest_lag_bytes
+            return self.cfg.broker_id if static and keeps_up and self.cfg.broker_id > 0 else 0
+        if static:
+            stats = svc.slave_stats
+            ids = [bid for node, (bid, _addr) in slave_broker_ids(svc.slave_endpoints).items()
+                   if stats.get(node, {}).get("in_sync") and stats[node].get("connected")]
+            return min(ids) if ids else 0
         for node, st in sorted(self.service.slave_stats.items()):
             if st["in_sync"] and st["connected"] and node.isdigit() and int(node) > 0:
                 return int(node)

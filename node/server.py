@@ -13,8 +13,8 @@ Rules:
 2. A processor exception becomes 1 SYSTEM_ERROR with the exception text; the connection stays
    up. Bad header fields raise ProtocolError, answered the same way without a traceback.
 3. Overload answers 2 SYSTEM_BUSY "[OVERLOAD]system busy, ..." and changes nothing: past
-   max_connections (then the connection is closed), past max_inflight_per_connection, and
-   (in the pull processor) past max_held_pulls.
+   max_connections (then the connection is closed; a silent one after 1 s), past
+   max_inflight_per_connection, and (in the pull processor) past max_held_pulls.
 4. Oneway requests (flag bit 1) get no reply; cpp's "oneway" requests carry flag 0 and get one,
    which the client drops (spec 1.5).
 5. Responses to server-initiated requests (flag bit 0 set) are dropped: every server request

@@ -24,7 +24,7 @@ import collections
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from client import errors, pull_api
+from client import errors
 from client.protocol.codes import PullSysFlag, RequestCode, ResponseCode
 from client.pull_consumer import PullConsumer
 from client.route import MessageQueue
@@ -217,4 +217,4 @@ class _RangeReader:
         return await inst.remoting.invoke(addr, cmd, self.opts.request_timeout_s)
 
 
-__all__ = ["TopicSession", "ReadError", "LATEST", "EARLIEST"]
+__all__ = ["TopicSession", "ReadError"]

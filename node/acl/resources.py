@@ -22,7 +22,6 @@ from __future__ import annotations
 from client.protocol.codes import RequestCode as R
 from client.protocol.remoting import ProtocolError
 from client.protocol.route_json import decode_heartbeat
-
 from node.acl.accounts import PUB, SUB
 
 TOPIC, GROUP = "topic", "group"

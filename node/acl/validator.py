@@ -34,8 +34,15 @@ import time
 
 from client.acl import SIGNATURE, signature, signature_content
 from client.protocol.codes import RequestCode
-
-from node.acl.accounts import ANY, DENY, PUB, SUB, AclFileError, load_acl_file, perm_name
+from node.acl.accounts import (
+    ANY,
+    DENY,
+    PUB,
+    SUB,
+    AclFileError,
+    load_acl_file,
+    perm_name,
+)
 from node.acl.resources import ADMIN_CODES, GROUP, AclRequestError, needs
 
 log = logging.getLogger("tidemq.acl")

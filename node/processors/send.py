@@ -135,7 +135,11 @@ class SendProcessor:
         self._rr = 0
         self._pending = []  # sends accepted this loop turn, put together (rule 4)
         self.dedup = DedupWindow(broker.cfg.dedup_window_ms, broker.cfg.dedup_window_keys)
-        self.dedup.rebuild(self.store)  # retries sent across a restart (node/dedup.py)
+        # Rebuilt from the key index (node/dedup.py rule 4): at start, or under HA when this
+        # broker takes its first write as master (a promoted slave indexed the replicated log).
+        self._window_current = self.replication is None
+        if self._window_current:
+            self.dedup.rebuild(self.store)
 
     def __call__(self, conn, cmd: RemotingCommand):
         t0 = time.perf_counter()
@@ -156,6 +160,11 @@ class SendProcessor:
 
         if self.replication is not None:
             refusal = self.replication.write_refusal()
+            if refusal is None and not self._window_current:
+                self._window_current = True
+                self.dedup.rebuild(self.store)
+            elif refusal is not None and not self.replication.is_master:
+                self._window_current = False
             if refusal is not None:  # retriable: the SDK refreshes its route and retries
                 return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
         if not self.broker.role.writable:

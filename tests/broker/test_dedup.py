@@ -2,6 +2,7 @@
 with a stored UNIQ_KEY gets the original result and stores nothing; the window survives a
 restart (clean and SIGKILL); its time and count bounds; an SDK send whose reply is lost."""
 import asyncio
+import time
 
 from client.message import Message
 from client.producer import Producer
@@ -175,3 +176,51 @@ def test_sdk_keeps_a_caller_given_uniq_key(broker):
             stored = [m for q in range(8) for m in await _queue(c, "Given", q)]
             assert sorted(m.uniq_key for m in stored) == ["SINK-7-0", "SINK-7-1", "SINK-7-2"]
     run(go())
+
+
+def test_window_follows_the_log_to_a_new_master(broker_factory, tmp_path):
+    """A retry that reaches the slave after it became master is still answered from the
+    window: the new master rebuilds it from its index of the replicated log."""
+    from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
+    secret = ha_secret_file(tmp_path)
+    port_a, port_b = free_port(), free_port()
+    a = broker_factory(*ha_master_settings(secret, port_a), name="a").start()
+    b = broker_factory(*ha_slave_settings(secret, port_a, 1), name="b").start()
+    keys = [f"HA-{i}" for i in range(20)]
+
+    async def send_all(addr):
+        async with await RawClient.connect(addr) as c:
+            out = []
+            for k in keys:
+                r = await c.request(R.SEND_MESSAGE, send_ext("HaDedup", 0, properties(uniq=k)),
+                                    k.encode())
+                out.append((r.code, r.ext.get("queueOffset")))
+            return out
+
+    async def visible_on(addr):
+        async with await RawClient.connect(addr) as c:
+            r = await c.request(R.GET_MAX_OFFSET, {"topic": "HaDedup", "queueId": 0})
+            return int(r.ext.get("offset", 0)) if r.code == 0 else 0
+
+    deadline = time.monotonic() + 30
+    first = []
+    while time.monotonic() < deadline:  # the master takes writes once its slave is in sync
+        first = run(send_all(a.addr))
+        if all(code == 0 for code, _ in first):
+            break
+        time.sleep(0.2)
+    assert [off for _, off in first] == [str(i) for i in range(20)], first
+    while run(visible_on(b.addr)) < 20:
+        assert time.monotonic() < deadline, "the slave did not catch up"
+        time.sleep(0.1)
+    assert a.stop() == 0 and b.stop() == 0
+    b2 = broker_factory(*ha_master_settings(secret, port_b, "ha.min_in_sync_replicas=1"),
+                        name="b").start()
+    again = []
+    while time.monotonic() < deadline + 30:
+        again = run(send_all(b2.addr))
+        if all(code == 0 for code, _ in again):
+            break
+        time.sleep(0.2)
+    assert again == first  # the original results, nothing stored again
+    assert run(visible_on(b2.addr)) == 20

@@ -68,6 +68,10 @@ def test_batch_read_matches_what_was_produced(spark, broker):
     # small partitions: the same rows, split into many ranges
     assert as_expected(read(spark, broker.addr, "PlBatch", maxRecordsPerPartition=97,
                             pullBatchSize=16, arrowBatchRows=50).collect()) == expected
+    # `namesrv` takes the same route queries (a standalone broker answers them itself)
+    via_namesrv = spark.read.format("tidemq").option("namesrv", broker.addr).option(
+        "topic", "PlBatch").load()
+    assert via_namesrv.count() == 2060
     # tag filter
     tagged = read(spark, broker.addr, "PlBatch", tags="t1 || t2").collect()
     assert as_expected(tagged) == {k: v for k, v in expected.items() if v[1] in ("t1", "t2")}

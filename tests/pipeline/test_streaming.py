@@ -48,7 +48,7 @@ def test_stream_stop_restart_loses_and_repeats_nothing(spark, broker, tmp_path):
     first = run(produce(broker.addr, "PlStream", 1200))
     out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
     src = stream(spark, broker.addr, "PlStream", startingOffsets="earliest",
-                 maxRecordsPerTrigger=250, group="pl-stream-g")
+                 maxRecordsPerTrigger=100, group="pl-stream-g")
     q = to_parquet(src, out, ck, processingTime="200 milliseconds")
     try:
         wait_for(lambda: len([p for p in q.recentProgress if p["numInputRows"]]) >= 2,
@@ -56,10 +56,10 @@ def test_stream_stop_restart_loses_and_repeats_nothing(spark, broker, tmp_path):
     finally:
         q.stop()
     rows_so_far = spark.read.parquet(out).count()
-    assert 0 < rows_so_far < 1200 and rows_so_far % 250 == 0  # stopped mid-stream, admission control
+    assert 0 < rows_so_far < 1200 and rows_so_far % 100 == 0  # stopped mid-stream, admission control
     during_stop = run(produce(broker.addr, "PlStream", 300))
     q = to_parquet(stream(spark, broker.addr, "PlStream", startingOffsets="earliest",
-                          maxRecordsPerTrigger=250, group="pl-stream-g"),
+                          maxRecordsPerTrigger=100, group="pl-stream-g"),
                    out, ck, availableNow=True)
     q.awaitTermination(120)
     assert q.exception() is None
@@ -67,11 +67,11 @@ def test_stream_stop_restart_loses_and_repeats_nothing(spark, broker, tmp_path):
     keys = [(r.queue_id, r.queue_offset) for r in got]
     assert len(keys) == len(set(keys)) == 1500  # nothing repeated
     assert {r.msg_id for r in got} == {v[3] for v in first.values()} | {v[3] for v in during_stop.values()}
-    # availableNow kept the limit: batches of at most 250
-    assert all(p["numInputRows"] <= 250 for p in q.recentProgress)
+    # availableNow kept the limit: batches of at most 100
+    assert all(p["numInputRows"] <= 100 for p in q.recentProgress)
     # committed progress is published as the group's offsets (one batch behind, spec 5)
     offsets = run(committed(broker.addr, "pl-stream-g", "PlStream"))
-    assert sum(max(o, 0) for o in offsets.values()) >= 1500 - 250
+    assert sum(max(o, 0) for o in offsets.values()) >= 1500 - 100
 
 
 def test_stream_picks_up_new_queues(spark, broker_factory, tmp_path):

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from client import errors
-from client.acl import Credentials, sign_ext
+from client.acl import Credentials
 from client.admin import Admin
 from client.consumer import PushConsumer
 from client.message import Message

@@ -10,7 +10,12 @@ import pytest
 from client.acl import Credentials, sign_ext, signature_content
 from client.protocol.codes import RequestCode as R
 from client.protocol.remoting import RemotingCommand, decode_frame, encode_frame
-from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData, encode_heartbeat
+from client.protocol.route_json import (
+    ConsumerData,
+    HeartbeatData,
+    SubscriptionData,
+    encode_heartbeat,
+)
 from client.security import load_credentials, sign_head
 from node.acl.accounts import DENY, PUB, SUB, AclFileError, parse_acl
 from node.acl.addresses import AddressPatternError, AddressSet

@@ -8,8 +8,6 @@ import sys
 import urllib.error
 import urllib.request
 
-import pytest
-
 from client import errors
 from client.acl import Credentials
 from client.message import Message

@@ -42,7 +42,7 @@ def test_slave_without_or_with_foreign_certificate_is_refused(broker_factory, tm
         broker_factory, tmp_path, slaves=2, master_extra=_ha_tls(certs),
         slave_extra=(), start_slaves=False)
     bare.settings += list(_ha_tls(certs, with_cert=False))
-    foreign.settings += [f"security.ha_tls_enable=true", f"security.tls_ca_file={certs['ca_cert']}",
+    foreign.settings += ["security.ha_tls_enable=true", f"security.tls_ca_file={certs['ca_cert']}",
                          f"security.tls_cert_file={other_certs['server_cert']}",
                          f"security.tls_key_file={other_certs['server_key']}"]
     bare.start()

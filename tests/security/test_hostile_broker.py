@@ -98,7 +98,7 @@ async def _garbage(host, port):
 
 
 async def _non_reader(host, port):
-    r, w = await asyncio.open_connection(host, port)
+    _, w = await asyncio.open_connection(host, port)
     frame = encode_frame(RemotingCommand.request(R.PULL_MESSAGE,
                                                  pull_ext("GoodTopic", 0, 0, max_nums=64)))
     for _ in range(200):
