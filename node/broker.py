@@ -36,6 +36,7 @@ from node.metrics import Metrics
 from node.offsets import ConsumerOffsets
 from node.processors import register_all
 from node.replicated_state import ReplicatedState
+from node.reset_fence import ResetFence
 from node.replication import ReplicaRole, Replication, store_config
 from node.routing import StandaloneRole, StandaloneRouting
 from node.schedule import ScheduleService
@@ -90,6 +91,7 @@ class Broker:
                                        OS_FILE_SYSTEM, cfg.max_offset_entries)
         self.offsets.load()
         self.clients = ClientManager(cfg.client_expiry_ms / 1000)
+        self.reset_fence = ResetFence()  # stale commits after an offset reset (222)
         self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)
         self.schedule = ScheduleService(self, cfg.delay_levels, cfg.max_delivery_delay_ms)
         self.transactions = TransactionService(self, cfg)  # loads its state once writable
@@ -114,7 +116,8 @@ class Broker:
         client_proc = register_all(self.server, self)
         if self.cluster is not None:   # name servers answer routes in cluster mode
             self.server.processors.pop(int(RequestCode.GET_ROUTEINFO_BY_TOPIC), None)
-        self.server.on_close += [self.hold.connection_closed, client_proc.connection_closed]
+        self.server.on_close += [self.hold.connection_closed, client_proc.connection_closed,
+                                 self.reset_fence.connection_closed]
         self._client_proc = client_proc
         self._gauges()
         await self.server.start_on(sock, security.remoting_ssl(cfg),

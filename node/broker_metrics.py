@@ -5,7 +5,10 @@ Nothing here runs on the request path: every value is read from the broker's tab
 
 Consumer lag (per group, topic and queue) = the queue's max offset minus the group's committed
 offset, where a committed offset below the queue's min offset (retention deleted those
-messages) counts from the min offset. Oldest-unconsumed age = now minus the store time of the
+messages) counts from the min offset. Queues of a topic a live clustering group subscribes to
+but has no committed offset on yet count too, as max offset minus min offset: everything still
+stored is unconsumed (a consumer starting from the last offset would skip it, but the broker
+cannot know where a consumer that has not committed will start). Oldest-unconsumed age = now minus the store time of the
 first unconsumed message, the largest over the topic's queues. Broadcasting members' own
 offsets ("<group>@<client id>", node/broadcast_offsets.py) are left out: one series per client
 would be unbounded. Topics no longer in the topic table are left out too. The label is
@@ -108,7 +111,7 @@ class BrokerCollector:
                                  "oldest message the group has not consumed (0 when caught "
                                  "up).", labels=["consumer_group", "topic"])
         series, reads, truncated = 0, 0, False
-        for (group, topic), queues in sorted(b.offsets.table.items()):
+        for (group, topic), queues in sorted(_lag_table(b).items()):
             if "@" in group or topic not in topics:
                 continue  # broadcast members; deleted topics
             if series + len(queues) > MAX_LAG_SERIES:
@@ -117,7 +120,7 @@ class BrokerCollector:
             total, oldest_ms, age_known = 0, None, True
             for qid, committed in sorted(queues.items()):
                 top = store.max_queue_offset(topic, qid)
-                start = max(committed, store.min_queue_offset(topic, qid))
+                start = max(committed or 0, store.min_queue_offset(topic, qid))
                 lag = max(0, top - start)
                 per_queue.add_metric([group, topic, str(qid)], lag)
                 series += 1
@@ -154,6 +157,24 @@ class BrokerCollector:
                        m.get("elections_won") or 0)
         yield _counter("tidemq_unclean_elections", "Elections won outside the in-sync set.",
                        m.get("unclean_wins") or 0)
+
+
+def _lag_table(b) -> dict:
+    """{(group, topic): {queue id: committed offset or None}}: the committed offsets, plus
+    every readable queue of a topic a live clustering group subscribes to (None: no commit)."""
+    table = {key: dict(queues) for key, queues in b.offsets.table.items()}
+    topics = b.topics.table
+    for group, g in b.clients.consumers.items():
+        if str(g.message_model).upper() in ("BROADCASTING", "0"):
+            continue  # broadcasting members keep offsets of their own
+        for topic in g.subscriptions:
+            tc = topics.get(topic)
+            if tc is None:
+                continue
+            queues = table.setdefault((group, topic), {})
+            for qid in range(tc.read_queue_nums):
+                queues.setdefault(qid, None)
+    return table
 
 
 def _store_time(store, topic: str, queue_id: int, queue_offset: int) -> int | None:

@@ -63,7 +63,7 @@ class ConsumerOffsets:
 
     def remove_group(self, group: str) -> int:
         """Forget a group's offsets, its broadcast members' ("<group>@<client id>") too
-        (operator command 207). Returns the queue offsets removed. Not replicated to slaves."""
+        (operator command 207). Returns the queue offsets removed (node/replicated_state.py replicates it)."""
         return self._remove([k for k in self.table
                              if k[0] == group or k[0].startswith(group + "@")])
 

@@ -9,6 +9,13 @@ Topic STATE_TOPIC, queue 0; each record's body is compact JSON:
     {"k":"o","e":[[group, topic, queue_id, offset], ...]}   consumer offsets (latest values)
     {"k":"t","c":{<TopicConfig JSON>}}                       one topic config
     {"k":"s","e":[...]}                                      a full offsets snapshot (part)
+    {"k":"dg","g":group}                                     group deleted (operator 207)
+    {"k":"dt","t":topic}                                     topic deleted (operator 215)
+
+Operator changes (offset resets 222, deletes 207/215) are written at once, not batched:
+`write_now()` for a reset's offsets, `group_deleted` / `topic_deleted` for deletes, so a
+failover right after them neither loses a reset nor brings a deleted group or topic back.
+A snapshot only adds and overwrites entries, so deletions must travel as records of their own.
 
 Writer (master): offset commits mark their key changed; the changed keys' CURRENT values are
 written as one record every `state_batch_ms` (at once, next loop turn, under SYNC_MASTER);
@@ -87,9 +94,16 @@ class ReplicatedState:
         self.offsets.state_offset = min(self.offsets.state_offset, end)
 
     def on_become_master(self) -> None:
-        """Called once this node leads: keep the previous masters' records, write ours after."""
+        """Called once this node leads: keep the previous masters' records, write ours after.
+        The snapshot waits until the log this node held is dispatched and applied
+        (on_settled): written before, it would carry older values than the records it
+        follows in the log, and replicas would roll back to them."""
         self.catch_up()
         self.own_from = self.store.queue_table.get(STATE_KEY, 0)
+
+    def on_settled(self) -> None:
+        """The log held at promotion is dispatched (Replication.state_settled)."""
+        self.catch_up()
         self.write_snapshot()
 
     def on_follow(self) -> None:
@@ -125,6 +139,19 @@ class ReplicatedState:
         if not self._put(docs) and self.replication.is_master:
             self.changed.update(keys)  # refused for now (e.g. in-sync set too small): retry
             self._flush_handle = self.loop.call_later(max(self.batch_s, 0.1), self.flush)
+
+    def write_now(self) -> bool:
+        """Write the changed offsets now (an operator's reset must not wait for the batch)."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self.flush()
+        return not self.changed
+
+    def group_deleted(self, group: str) -> bool:
+        return self._put([{"k": "dg", "g": group}])
+
+    def topic_deleted(self, topic: str) -> bool:
+        return self._put([{"k": "dt", "t": topic}])
 
     def maybe_snapshot(self) -> None:
         if self.replication.is_master and \
@@ -210,7 +237,20 @@ class ReplicatedState:
                         log.error("replicated offset dropped: the offset table is full")
             elif kind == "t":
                 self.topics.put_replicated(TopicConfig.from_json(doc["c"]))
+            elif kind == "dg":
+                self.offsets.remove_group(str(doc["g"]))
+            elif kind == "dt":
+                self._delete_topic(str(doc["t"]))
         except Exception:  # one bad record must not stop the stream of the others
             log.exception("replicated state record could not be applied")
         finally:
             self._applying = False
+
+    def _delete_topic(self, topic: str) -> None:
+        """What operator 215 removes on the master (node/processors/ops.py), here."""
+        b = self.broker
+        if b.topics.get(topic) is not None:
+            b.topics.delete(topic)
+        b.store.queues.remove_topic(topic)
+        self.offsets.remove_topic(topic)
+        b.metrics.forget_topic(topic)

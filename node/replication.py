@@ -22,7 +22,12 @@ Rules:
 4. Roles from static config: a MASTER leads history.last_epoch + 1 (a restart is a new epoch,
    so a slave that holds bytes this node lost in a crash is cut back to agree), a SLAVE follows
    with its own last epoch (it learns newer ones from the master's frames).
-5. The secret is read from ha.secret_file or the ha.secret_env variable and never logged;
+6. A new master's tail (bytes it held but had not seen confirmed) is dispatched only once it
+   confirms them, so the consumer offsets (delayed-delivery and transaction progress among
+   them) that the tail's state records carry arrive after the promotion. Delayed delivery and
+   transaction checks start (ReplicaRole.state_ready) only once the log held at promotion is
+   dispatched and applied; before that they would start from older progress (repeats).
+7. The secret is read from ha.secret_file or the ha.secret_env variable and never logged;
    HAConfig's repr leaves it out.
 """
 from __future__ import annotations
@@ -140,6 +145,11 @@ class ReplicaRole:
     def writable(self) -> bool:
         return self.replication.is_master
 
+    @property
+    def state_ready(self) -> bool:
+        """Writable and settled (rule 6): delayed delivery and transactions may serve."""
+        return self.replication.is_master and self.replication.state_settled()
+
 
 class Replication:
     def __init__(self, cfg, store, addr: str = ""):
@@ -154,6 +164,7 @@ class Replication:
         self.suggest_lag_bytes = self.section.suggest_slave_lag_bytes or HOT_BYTES
         self.master_addr: tuple[str, int] | None = None
         self.state = None              # node/replicated_state.py, set by the broker
+        self._settle_at: int | None = None  # log end when this node became master (rule 6)
         self._coordinator_on_fenced = None
         self.service.on_fenced_callback = self._fenced
         store.put_refusal = "this broker has no replication role yet"
@@ -177,6 +188,7 @@ class Replication:
         await self.service.become_master(epoch)
         self.master_addr = None
         self.store.put_refusal = None                       # rule 2
+        self._settle_at = self.store.max_offset             # rule 6
         if self.state is not None:
             self.state.on_become_master()
         log.info("replication: master of epoch %d", epoch)
@@ -232,6 +244,19 @@ class Replication:
         if svc.role == FENCED:
             return "this master was fenced by a newer epoch; it takes no more writes"
         return "this broker has no replication role yet (not master)"
+
+    def state_settled(self) -> bool:
+        """Rule 6: a master whose log, as held when it became master, is dispatched and its
+        replicated state applied (the replicated snapshot is written then)."""
+        if self._settle_at is None:
+            return True
+        if self.store.dispatcher.dispatched_offset < self._settle_at:
+            return False
+        self._settle_at = None
+        if self.state is not None:
+            self.state.on_settled()
+        log.info("replication: the log held at promotion is dispatched; state settled")
+        return True
 
     def notify_appended(self) -> None:
         self.service.notify_appended()

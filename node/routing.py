@@ -18,11 +18,13 @@ MASTER_ID = 0
 class Role(Protocol):
     broker_id: int
     writable: bool  # may accept sends (a master that is not fenced)
+    state_ready: bool  # writable, and delayed delivery / transactions may run (replication rule 6)
 
 
 class StandaloneRole:
     broker_id = MASTER_ID
     writable = True
+    state_ready = True
 
 
 class Routing(Protocol):

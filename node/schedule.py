@@ -111,7 +111,7 @@ class ScheduleService:
         serving = False
         while True:
             delay_ms = TICK_MS
-            if not self.broker.role.writable:
+            if not self.broker.role.state_ready:   # a master whose replicated state is applied
                 serving = False
             elif not serving:  # became master: the replicated offsets are the truth now
                 self.cursor.clear()

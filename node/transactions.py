@@ -117,7 +117,7 @@ class TransactionService:
     def _follow_role(self) -> None:
         """A node that becomes writable (start, or a slave promoted by failover) rebuilds its
         state from the replicated log and offsets first: what it had in memory is stale."""
-        writable = self.broker.role.writable
+        writable = self.broker.role.state_ready   # settled: replication.py rule 6
         if writable and not self._serving:
             self.decided_ids.clear()
             self.decided_offsets.clear()
@@ -247,7 +247,7 @@ class TransactionService:
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
             more = True
-            while more and self.broker.role.writable:
+            while more and self.broker.role.state_ready:
                 try:
                     more = self.check_round(int(time.time() * 1000))
                 except (DiskFull, StoreClosed) as exc:

@@ -33,6 +33,7 @@ class OffsetProcessor:
         self.store = broker.store
         self.offsets = broker.offsets
         self.replication = getattr(broker, "replication", None)
+        self.reset_fence = getattr(broker, "reset_fence", None)
 
     def query_consumer_offset(self, conn, cmd):
         group = cmd.require_str("consumerGroup")
@@ -78,6 +79,9 @@ class OffsetProcessor:
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); commit consumer "
                          f"offsets to the master (broker id 0)")
+        fence = self.reset_fence
+        if fence is not None and not fence.allow_commit(conn, group, topic, queue_id, offset):
+            return ok(cmd)  # older than an offset reset this client has not handled yet
         try:
             key = broadcast_offsets.member_key(group, cmd.ext_str(broadcast_offsets.EXT_CLIENT_ID))
             self.offsets.commit(key, topic, queue_id, offset)

@@ -21,6 +21,11 @@
 broker uses its runtime info instead.)
 
 Rule: a request that fails a check changes nothing; every check comes before any change.
+Replication: 222, 207 and 215 change state only on a writable master (a slave or a master
+short of in-sync replicas answers SERVICE_NOT_AVAILABLE before changing anything); each change
+goes into the replicated state at once (node/replicated_state.py), so slaves apply it in log
+order and a failover neither undoes a reset nor brings a deleted group or topic back.
+A reset also fences the group's live connections against stale commits (node/reset_fence.py).
 """
 from __future__ import annotations
 
@@ -50,6 +55,19 @@ class OpsProcessor:
     def __init__(self, broker):
         self.broker = broker
 
+    def _not_writable(self, cmd):
+        """An error reply when this broker may not change replicated state, else None."""
+        repl = self.broker.replication
+        if repl is None:
+            return None
+        refusal = repl.write_refusal()
+        if refusal is None:
+            return None
+        return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"nothing changed: {refusal}")
+
+    def _state(self):
+        return self.broker.replicated_state
+
     # -- 202 --------------------------------------------------------------------------------
     def topic_stats(self, conn, cmd):
         topic = cmd.require_str("topic")
@@ -76,6 +94,9 @@ class OpsProcessor:
         tc = self.broker.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        refused = self._not_writable(cmd)
+        if refused is not None:
+            return refused
         store, offsets, name = self.broker.store, self.broker.offsets, self.broker.cfg.broker_name
         changes = {}
         for qid in range(tc.read_queue_nums):
@@ -88,10 +109,15 @@ class OpsProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "consumer offset table is full")
         for qid, target in changes.items():
             offsets.commit(group, topic, qid, target)
+        if self._state() is not None and not self._state().write_now():
+            log.warning("offset reset of %s/%s not yet in the replicated state; retrying",
+                        group, topic)
         table = {mq_key(topic, name, q): o for q, o in sorted(changes.items())}
         body = _body({"offsetTable": table})
+        members = self.broker.clients.members(group)
+        self.broker.reset_fence.reset(group, topic, members, changes)
         notified = 0
-        for member in self.broker.clients.members(group):
+        for member in members:
             if not member.closed:
                 member.send_command(RemotingCommand.request(
                     RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
@@ -108,7 +134,12 @@ class OpsProcessor:
         group = cmd.require_str("groupName")
         if not group_name_ok(group):
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad consumer group name {group!r}")
+        refused = self._not_writable(cmd)
+        if refused is not None:
+            return refused
         removed = self.broker.offsets.remove_group(group)
+        if self._state() is not None:
+            self._state().group_deleted(group)
         log.info("consumer group %s deleted (%d offsets)", group, removed)
         return ok(cmd)
 
@@ -121,6 +152,9 @@ class OpsProcessor:
         b = self.broker
         if b.topics.get(topic) is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        refused = self._not_writable(cmd)
+        if refused is not None:
+            return refused
         try:
             b.topics.delete(topic)
         except TopicError as exc:
@@ -130,6 +164,8 @@ class OpsProcessor:
         b.store.queues.remove_topic(topic)
         removed = b.offsets.remove_topic(topic)
         b.metrics.forget_topic(topic)
+        if self._state() is not None:
+            self._state().topic_deleted(topic)
         log.info("topic %s deleted (%d consumer offsets removed)", topic, removed)
         return ok(cmd)
 

@@ -62,6 +62,7 @@ class PullProcessor:
         self.hold = broker.hold
         self.hold.execute = self._execute_held
         self.replication = getattr(broker, "replication", None)
+        self.reset_fence = getattr(broker, "reset_fence", None)
         self.max_msgs = cfg.pull_max_msgs
         self.max_bytes = cfg.pull_max_bytes
         self.long_polling = cfg.long_polling_enable
@@ -97,11 +98,17 @@ class PullProcessor:
         codes = self._filter(cmd, group, topic, sys_flag)
         if sys_flag & _COMMIT and (self.replication is None or self.replication.is_master):
             commit = cmd.ext_int("commitOffset", -1)
+            fence = self.reset_fence
+            if commit >= 0 and fence is not None and \
+                    not fence.allow_commit(conn, group, topic, queue_id, commit):
+                commit = -1  # older than an offset reset this client has not handled yet
             if commit >= 0 and group_name_ok(group):
                 try:
                     self.offsets.commit(group, topic, queue_id, commit)
                 except OffsetTableFull:
                     pass  # the pull itself still works; an explicit commit gets the error
+        if self.reset_fence is not None:  # a pull at the reset offset: the reset was handled
+            self.reset_fence.saw_pull(conn, group, topic, queue_id, offset)
         limit = max(1, min(max_nums, self.max_msgs))
         args = (codes, limit)
         res, code = self._read(topic, queue_id, offset, args)

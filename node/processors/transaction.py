@@ -28,7 +28,7 @@ class EndTransactionProcessor:
         half_offset = cmd.require_int("tranStateTableOffset")
         phys = cmd.require_int("commitLogOffset")
         decision = cmd.require_int("commitOrRollback")
-        if not self.broker.role.writable:
+        if not self.broker.role.state_ready:  # a new master decides once its state is applied
             return error(cmd, ResponseCode.NO_PERMISSION,
                          f"the broker[{self.broker.cfg.broker_name}] is not a master; "
                          f"END_TRANSACTION is forbidden")

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from client.producer import Producer
 from client.message import Message
@@ -18,6 +19,13 @@ def run_cli(*args, timeout=60) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
     return subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO_ROOT, env=env)
+
+
+async def until(pred, what, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        await asyncio.sleep(0.1)
 
 
 def test_handoff_moves_the_master_with_only_retriable_failures(zk_hosts, tmp_path):
@@ -40,7 +48,7 @@ def test_handoff_moves_the_master_with_only_retriable_failures(zk_hosts, tmp_pat
                 assert done.returncode == 0, done.stderr
                 result = json.loads(done.stdout)
                 assert result["from"] == old and result["to"] != old
-                assert h.master("g1")[0] == result["to"]
+                await until(lambda: h.master("g1")[0] == result["to"], "the view shows it")
                 await asyncio.sleep(1.0)
             finally:
                 stop.set()
@@ -50,9 +58,9 @@ def test_handoff_moves_the_master_with_only_retriable_failures(zk_hosts, tmp_pat
             await read_all(h.namesrv_addr, TOPIC, history)
             history.assert_valid()
             assert history.counts().get("ok", 0) > 100
-            # the old master follows the new one
-            g = h.view()["groups"]["g1"]
-            assert g["members"][old]["role"] == "SLAVE"
+            # the old master follows the new one (the view re-reads members every second)
+            await until(lambda: h.view()["groups"]["g1"]["members"][old]["role"] == "SLAVE",
+                        "the old master is a slave")
             bad = run_cli("handoff", "--zk", h.zk_hosts, "--cluster", h.cluster, "--group",
                           "g1", "--to", "nobody")
             assert bad.returncode == 1 and "not a live in-sync member" in bad.stderr
