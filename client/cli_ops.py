@@ -12,6 +12,12 @@
                       look a dead letter up in %DLQ%G and send a copy to %RETRY%G (only G
                       consumes it again), or to T
 
+Cluster mode (-b is a name server): `group reset`, `group delete`, `topic delete` and
+`topic update` run on every broker group's master, as `topic create` does (each master writes
+its own state and replicates it to its slaves); every group needs a master at the time, and a
+group that does not have the topic is skipped (an error only when none has it). The output
+then lists each broker group's result under "broker_groups".
+
 TS is epoch milliseconds or an ISO 8601 time ("2026-11-22T08:00:00Z"; no zone = UTC).
 `topic update` keeps the topic's permission and order flag. Output is JSON on stdout, as for
 the other subcommands. Consumer progress and listing dead letters: client/cli_messaging.py.
@@ -94,13 +100,26 @@ async def dispatch(args):
     async with Admin(args.broker) as admin:
         if args.command == "group":
             if args.group_command == "delete":
-                await admin.delete_group(args.group)
-                return {"deleted_group": args.group}
+                async def delete(a):
+                    await a.delete_group(args.group)
+                    return True
+                per_group = await on_masters(admin, delete, f"delete group {args.group!r}")
+                out = {"deleted_group": args.group}
+                if per_group is None:
+                    await delete(admin)
+                    return out
+                return dict(out, broker_groups=sorted(per_group))
             ts = 0 if args.earliest else LATEST_MS if args.latest else parse_time(args.timestamp)
-            offsets = await admin.reset_offsets(args.group, args.topic, ts,
+
+            async def reset(a):
+                offsets = await a.reset_offsets(args.group, args.topic, ts,
                                                 force=not args.no_force)
-            return {"group": args.group, "topic": args.topic, "timestamp": ts,
-                    "offsets": {str(q): o for q, o in sorted(offsets.items())}}
+                return {str(q): o for q, o in sorted(offsets.items())}
+            out = {"group": args.group, "topic": args.topic, "timestamp": ts}
+            per_group = await on_masters(admin, reset, f"reset {args.group!r}", args.topic)
+            if per_group is None:
+                return dict(out, offsets=await reset(admin))
+            return dict(out, broker_groups=per_group)
         if args.command == "cluster":
             return await cluster_list(admin)
         return await resend_dead_letter(admin, args.broker, args.group, args.id, args.to_topic)
@@ -120,10 +139,53 @@ def launch(args) -> dict:
         raise ValueError(str(exc)) from None
 
 
+async def on_masters(admin, fn, what: str, topic: str | None = None):
+    """Cluster mode (admin talks to a name server): {broker group: await fn(Admin(master))}
+    over every group's master, skipping groups where `topic` does not exist (TopicNotExist);
+    None when admin talks to a broker (the caller then acts on it alone)."""
+    from client.admin import Admin
+    masters = await admin.cluster_masters()
+    if masters is None:
+        return None
+    missing = sorted(g for g, addr in masters.items() if not addr)
+    if not masters or missing:
+        raise ValueError(f"cannot {what}: groups without a master now: "
+                         f"{missing or 'no groups'}; retry after the election")
+    done, absent = {}, []
+    for group, addr in sorted(masters.items()):
+        async with Admin(addr) as a:
+            try:
+                done[group] = await fn(a)
+            except errors.TopicNotExist:
+                if topic is None:
+                    raise
+                absent.append(group)
+    if not done:
+        raise errors.TopicNotExist(f"topic {topic!r} does not exist in any broker group "
+                                   f"({', '.join(absent)})")
+    return done
+
+
 async def topic_command(admin, args):
     if args.topic_command == "delete":
-        await admin.delete_topic(args.topic)
-        return {"deleted_topic": args.topic}
+        async def delete(a):
+            await a.delete_topic(args.topic)
+            return True
+        per_group = await on_masters(admin, delete, f"delete topic {args.topic!r}", args.topic)
+        if per_group is None:
+            await admin.delete_topic(args.topic)
+            return {"deleted_topic": args.topic}
+        return {"deleted_topic": args.topic, "broker_groups": sorted(per_group)}
+
+    async def update(a):
+        return await _update_topic(a, args)
+    per_group = await on_masters(admin, update, f"update topic {args.topic!r}", args.topic)
+    if per_group is None:
+        return await _update_topic(admin, args)
+    return dict(next(iter(per_group.values())), broker_groups=sorted(per_group))
+
+
+async def _update_topic(admin, args):
     current = (await admin.topic_configs()).get(args.topic)
     if current is None:
         raise errors.TopicNotExist(f"topic {args.topic!r} does not exist")

@@ -44,7 +44,6 @@ import logging
 import time
 
 from client import errors, pull_api, retry
-from client.pull_target import PullTargets
 from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from client.instance import ClientInstance
@@ -54,6 +53,7 @@ from client.process_queue import ProcessQueue
 from client.protocol.codes import RequestCode
 from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
 from client.pull_api import PullStatus, TagFilter
+from client.pull_target import PullTargets
 from client.route import MessageQueue
 from client.rebalance import STRATEGIES
 

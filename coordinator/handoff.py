@@ -17,7 +17,8 @@ import sys
 import time
 
 from .layout import ClusterPaths, GroupState, LayoutError, Leader, Member
-from .zk import NodeExistsError, NoNodeError, ZkSession
+from .zk import NoAuthError, NodeExistsError, NoNodeError, ZkSession
+from .zk_security import ZkSecurityError, add_cli_options, from_cli
 
 
 class HandoffError(RuntimeError):
@@ -80,11 +81,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--to", default=None, help="the member to lead (default: best in-sync slave)")
     p.add_argument("--root", default="/tidemq")
     p.add_argument("--timeout-s", type=float, default=30.0)
+    add_cli_options(p)
     args = p.parse_args(argv)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
+    try:
+        security = from_cli(args)
+    except ZkSecurityError as exc:
+        print(f"tidemq handoff: {exc}", file=sys.stderr)
+        return 2
 
     async def run():
-        s = ZkSession(args.zk, 4.0)
+        s = ZkSession(args.zk, 4.0, security=security)
         await s.start()
         try:
             return await handoff(s, ClusterPaths(args.cluster, args.root).group(args.group),
@@ -93,6 +100,10 @@ def main(argv: list[str]) -> int:
             await s.stop()
     try:
         result = asyncio.run(run())
+    except NoAuthError:
+        print("tidemq handoff: ZooKeeper refused the change (NoAuth): give the cluster's "
+              "credentials with --zk-auth-file or $TIDEMQ_ZK_AUTH", file=sys.stderr)
+        return 1
     except (HandoffError, LayoutError, NoNodeError) as exc:
         print(f"tidemq handoff: {exc}", file=sys.stderr)
         return 1

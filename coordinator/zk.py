@@ -9,6 +9,8 @@ kazoo runs its own thread and has no asyncio handler (shared/infra.md section 2)
 Settings from measurement (infra.md 2): a bounded reconnect backoff (max_delay 1 s; kazoo's
 default grows to 3600 s and let sessions expire after the server came back), the session
 timeout from config, and the same session kept across a reconnect to another ensemble node.
+TLS and digest ACLs come from coordinator/zk_security.py (kazoo's default_acl covers every
+create, transactions and parents included).
 
 States reported to listeners (on the loop): "CONNECTED", "SUSPENDED", "LOST" (kazoo's
 KazooState names). Rule: SUSPENDED = stop acting on leadership now; LOST = the session and its
@@ -21,15 +23,18 @@ import logging
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
-                              NodeExistsError, NoNodeError, NotEmptyError, SessionExpiredError)
+                              NoAuthError, NodeExistsError, NoNodeError, NotEmptyError,
+                              SessionExpiredError)
 from kazoo.retry import KazooRetry
+
+from .zk_security import ZkSecurity
 
 log = logging.getLogger("tidemq.coordinator.zk")
 
 # Errors that mean "ZooKeeper cannot be reached right now" (retry later, change nothing).
 UNREACHABLE = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 __all__ = ["ZkSession", "stop_task", "UNREACHABLE", "BadVersionError", "NodeExistsError", "NoNodeError",
-           "NotEmptyError"]
+           "NotEmptyError", "NoAuthError", "ZkSecurity"]
 
 
 async def stop_task(task: asyncio.Task) -> None:
@@ -45,16 +50,20 @@ async def stop_task(task: asyncio.Task) -> None:
 
 class ZkSession:
     def __init__(self, hosts: str, session_timeout_s: float, *, auth: str = "",
-                 reconnect_max_delay_s: float = 1.0):
+                 reconnect_max_delay_s: float = 1.0, security: ZkSecurity | None = None):
+        """security: TLS and digest ACLs (coordinator/zk_security.py); `auth` alone is the
+        same as ZkSecurity(auth=auth)."""
         self.hosts = hosts
         self.session_timeout_s = session_timeout_s
+        if security is None:
+            security = ZkSecurity(auth=auth)
+        self.security = security
         self.client = KazooClient(
             hosts=hosts, timeout=session_timeout_s,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, backoff=2,
                                         max_delay=reconnect_max_delay_s),
-            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=reconnect_max_delay_s))
-        if auth:
-            self.client.add_auth("digest", auth)
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=reconnect_max_delay_s),
+            **security.kazoo_kwargs())
         self._listeners: list = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self.state = "LOST"
@@ -133,6 +142,9 @@ class ZkSession:
             if watch is not None:
                 await self.exists(path, watch)
             return None, None
+
+    async def get_acls(self, path: str):
+        return await self._await(self.client.get_acls_async(path))
 
     async def exists(self, path: str, watch=None):
         return await self._await(self.client.exists_async(path, watch=watch))

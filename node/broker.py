@@ -132,7 +132,8 @@ class Broker:
         if self.cluster is not None:   # from here on the coordinator drives the role
             await self.cluster.start(self.replication, self.addr,
                                      self.replication.config.node_id,
-                                     before_master=lambda: self.topics.load(self.store.topics()))
+                                     before_master=lambda: self.topics.load(self.store.topics()),
+                                     on_topics=self.topics.adopt)
         log.info("broker %s serving on %s:%d (advertised %s), admin HTTP on %s:%d",
                  cfg.broker_name, cfg.listen_host, self.remoting_port, self.addr, cfg.admin_host,
                  self.admin_port)
@@ -246,12 +247,7 @@ class Broker:
         m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))
         m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
                 lambda: len(self.clients.consumers))
-        m.gauge("tidemq_delayed_delivered", "Delayed messages delivered to their topic.",
-                lambda: self.schedule.delivered)
-        m.gauge("tidemq_transaction_checks_sent", "CHECK_TRANSACTION_STATE requests sent.",
-                lambda: self.transactions.checks_sent)
-        m.gauge("tidemq_transactions_parked", "Half messages parked after the check maximum.",
-                lambda: self.transactions.parked)
+        # delay / transaction / retry / DLQ series: node/broker_metrics.py (_messaging)
 
 
 def _family(host: str) -> int:

@@ -28,6 +28,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from node import __version__
+from node.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
 
 MAX_LAG_SERIES = 20_000
 MAX_AGE_READS = 2_000
@@ -55,6 +56,7 @@ class BrokerCollector:
         yield from self._identity()
         if self.b.store is not None:
             yield from self._disk()
+            yield from self._messaging()
             if self.b.role.writable:   # masters only: a slave's table is a copy (see above)
                 yield from self._consumer_lag()
         yield from self._cluster()
@@ -97,6 +99,32 @@ class BrokerCollector:
                      1 if store.retention.disk_full else 0)
         yield _counter("tidemq_store_commitlog_files_deleted", "Commit-log files deleted by "
                        "retention.", store.retention.deleted_files)
+
+    def _messaging(self):
+        """Delayed delivery, transactions, retry and DLQ (node/schedule.py, node/transactions.py,
+        node/processors/send_back.py). Counters count since this process started; gauges are
+        read from the log: a slave's copy of the system queues reads the same as its master's."""
+        b = self.b
+        sched, tx, m = b.schedule, b.transactions, b.metrics
+        yield _counter("tidemq_delayed_delivered", "Delayed messages delivered to their topic.",
+                       sched.delivered)
+        yield _gauge("tidemq_delay_messages_pending", "Delayed messages stored and not yet "
+                     "delivered (schedule queues' end minus the delivery progress).",
+                     _delay_pending(b))
+        yield _counter("tidemq_transaction_checks_sent", "CHECK_TRANSACTION_STATE requests "
+                       "sent.", tx.checks_sent)
+        yield _counter("tidemq_transactions_parked", "Half messages parked after the check "
+                       "maximum.", tx.parked)
+        yield _gauge("tidemq_transaction_half_messages", "Half messages past the check "
+                     "progress awaiting commit or rollback (check-back copies included).",
+                     tx.open_count())
+        for name, counts, what in (("tidemq_retry_messages", m.retried, "%RETRY%<group>"),
+                                   ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
+            c = CounterMetricFamily(name, f"Messages sent back to {what}.",
+                                    labels=["consumer_group"])
+            for group, n in sorted(counts.items()):
+                c.add_metric([group], float(n))
+            yield c
 
     def _consumer_lag(self):
         b = self.b
@@ -157,6 +185,20 @@ class BrokerCollector:
                        m.get("elections_won") or 0)
         yield _counter("tidemq_unclean_elections", "Elections won outside the in-sync set.",
                        m.get("unclean_wins") or 0)
+
+
+def _delay_pending(b) -> int:
+    """Entries of the schedule topic's queues past the delivery progress (committed, or the
+    running cursor when newer). An entry waiting for a later hop counts once: its earlier
+    hops' entries lie behind the progress."""
+    store, sched, total = b.store, b.schedule, 0
+    for qid in sched.queues():
+        done = sched.cursor.get(qid)
+        if done is None:
+            done = b.offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid) or 0
+        done = max(done, store.min_queue_offset(SCHEDULE_TOPIC, qid))
+        total += max(0, store.max_queue_offset(SCHEDULE_TOPIC, qid) - done)
+    return total
 
 
 def _lag_table(b) -> dict:

@@ -16,6 +16,8 @@ Rules:
    (`tidemq namesrv`), from what brokers publish in ZooKeeper.
 3. Writes are refused by node/replication.py unless this node is an unfenced master of its
    epoch; a send to any other node gets an error the SDK treats as "refresh the route".
+4. While not master, the broker's topic table follows the group's topics in ZooKeeper
+   (coordinator/topics.py TopicWatch); from become_master on, it is what this node writes.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ import logging
 
 from coordinator.layout import ClusterPaths
 from coordinator.member import GroupMember
-from coordinator.topics import ZkTopicConfigStore
+from coordinator.topics import TopicWatch, ZkTopicConfigStore
 from coordinator.zk import ZkSession
+from node.security import zk_security
 from node.topics import TopicConfig
 
 log = logging.getLogger("tidemq.cluster")
@@ -34,9 +37,12 @@ class ClusterNode:
     def __init__(self, cfg):
         zk = cfg.zookeeper
         self.cfg = cfg
-        self.session = ZkSession(zk.hosts, zk.session_timeout_ms / 1000, auth=zk.auth)
+        self.session = ZkSession(zk.hosts, zk.session_timeout_ms / 1000,
+                                 security=zk_security(cfg))   # TLS and znode ACLs
         self.paths = ClusterPaths(cfg.cluster_name, zk.root).group(cfg.broker_name)
         self.member: GroupMember | None = None
+        self.topics_store: ZkTopicConfigStore | None = None
+        self.topic_watch: TopicWatch | None = None   # while not master (rule 4)
 
     async def connect(self) -> None:
         await self.session.start()
@@ -44,7 +50,8 @@ class ClusterNode:
                  self.session.hosts, self.session.session_timeout_s, self.paths.base)
 
     def topic_store(self) -> ZkTopicConfigStore:
-        return ZkTopicConfigStore(self.session, self.paths, TopicConfig.from_json)
+        self.topics_store = ZkTopicConfigStore(self.session, self.paths, TopicConfig.from_json)
+        return self.topics_store
 
     # HAService callbacks (the member exists by the time the coordinator makes it lead).
     def isr_factory(self, epoch: int):
@@ -54,13 +61,18 @@ class ClusterNode:
         if self.member is not None:
             self.member.on_replica_fenced(epoch)
 
-    async def start(self, replica, addr: str, node_id: str, before_master=None) -> None:
+    async def start(self, replica, addr: str, node_id: str, before_master=None,
+                    on_topics=None) -> None:
         """replica: coordinator/replica.py's shape (node/replication.py's Replication);
         before_master(): run before each become_master (reload the topic table from
-        ZooKeeper: topics created while this node was a slave)."""
+        ZooKeeper: topics created while this node was a slave); on_topics(table): the group's
+        topic table from ZooKeeper while this node is not master (rule 4)."""
         zk = self.cfg.zookeeper
-        if before_master is not None:
-            replica = _BeforeMaster(replica, before_master)
+        if False:
+            self.topic_watch = TopicWatch(self.topics_store, on_topics)
+            self.topic_watch.start()
+        if before_master is not None or self.topic_watch is not None:
+            replica = _RoleHooks(replica, before_master, self.topic_watch)
         self.member = GroupMember(self.session, self.paths, node_id, replica,
                                   broker_id=self.cfg.broker_id, addr=addr,
                                   unclean_election=zk.unclean_election,
@@ -70,6 +82,8 @@ class ClusterNode:
     async def stop(self) -> None:
         if self.member is not None:
             await self.member.stop()
+        if self.topic_watch is not None:
+            await self.topic_watch.stop()
         await self.session.stop()
 
     def metrics(self) -> dict:
@@ -80,16 +94,31 @@ class ClusterNode:
                 "unclean_wins": m.unclean_wins if m else 0}
 
 
-class _BeforeMaster:
-    """A Replica that runs a hook before become_master, and is the wrapped one otherwise."""
+class _RoleHooks:
+    """A Replica that stops following ZooKeeper's topics and runs a hook before
+    become_master, follows them again on follow / step_down, and is the wrapped one otherwise."""
 
-    def __init__(self, replica, hook):
+    def __init__(self, replica, hook, topic_watch):
         self._replica = replica
         self._hook = hook
+        self._watch = topic_watch
 
     async def become_master(self, epoch: int) -> str:
-        self._hook()
+        if self._watch is not None:
+            self._watch.set_active(False)
+        if self._hook is not None:
+            self._hook()
         return await self._replica.become_master(epoch)
+
+    async def follow(self, ha_addr, epoch: int) -> None:
+        if self._watch is not None:
+            self._watch.set_active(True)
+        await self._replica.follow(ha_addr, epoch)
+
+    async def step_down(self) -> None:
+        await self._replica.step_down()
+        if self._watch is not None:
+            self._watch.set_active(True)
 
     def __getattr__(self, name):
         return getattr(self._replica, name)

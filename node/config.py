@@ -75,6 +75,18 @@ class ZooKeeperConfig:
                                        "no in-sync member is alive (logged as data loss).")
     election_settle_ms: int = _f(300, "After the master's node vanishes, members publish their "
                                       "log end and wait this long before the winner is picked.")
+    auth_file: str = _f("", "File holding the ZooKeeper digest credentials 'user:password' "
+                            "(instead of auth). With credentials, TideMQ's znodes get digest ACLs.")
+    acl_world_read: bool = _f(True, "With credentials: anyone may read TideMQ's znodes (name "
+                                    "servers need no credential); false = only the identity.")
+    tls_enable: bool = _f(False, "TLS to ZooKeeper (its secureClientPort); brokers and name "
+                                 "servers verify the server and its host name.")
+    tls_ca_file: str = _f("", "PEM CA verifying the ZooKeeper servers; empty = "
+                              "security.tls_ca_file.")
+    tls_cert_file: str = _f("", "PEM client certificate for ZooKeeper (ssl.clientAuth=need); "
+                                "empty = security.tls_cert_file.")
+    tls_key_file: str = _f("", "PEM key of zookeeper.tls_cert_file; empty = "
+                               "security.tls_key_file.")
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,9 @@ class HASection:
     secret_env: str = _f("TIDEMQ_HA_SECRET", "Environment variable holding the HA secret when "
                                              "secret_file is empty.")
     listen_host: str = _f("127.0.0.1", "HA listen address (masters).")
+    advertised_host: str = _f("", "Host slaves are told to reach this node's HA port at (cluster "
+                                  "mode publishes it; e.g. a Kubernetes pod DNS name); empty = "
+                                  "listen_host.")
     listen_port: int = _f(10912, "HA port; 0 = pick a free one (printed on READY as ha=).")
     master_addr: str = _f("", "SLAVE: the master's HA address host:port.")
     replication_mode: str = _f("SYNC_MASTER", "SYNC_MASTER (acknowledge once every in-sync slave "

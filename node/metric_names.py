@@ -161,22 +161,22 @@ METRICS: tuple[MetricSpec, ...] = (
        NAMESRV),
     _m("tidemq_namesrv_group_in_sync_replicas", "gauge", ["broker_group"], "The group's "
        "recorded in-sync set size.", NAMESRV, NAMESRV),
-    # -- messaging: exported today (node/broker.py gauges) ------------------------------------
-    _m("tidemq_delayed_delivered", "gauge", [], "Delayed messages delivered to their topic "
-       "(a running count).", MESSAGING),
-    _m("tidemq_transaction_checks_sent", "gauge", [], "CHECK_TRANSACTION_STATE requests sent "
-       "(a running count).", MESSAGING),
-    _m("tidemq_transactions_parked", "gauge", [], "Half messages parked after the check "
-       "maximum.", MESSAGING),
-    # -- messaging: reserved ------------------------------------------------------------------
+    # -- messaging (node/broker_metrics.py _messaging, from node/schedule.py,
+    #    node/transactions.py, node/processors/send_back.py) ----------------------------------
+    _m("tidemq_delayed_delivered_total", "counter", [], "Delayed messages delivered to their "
+       "topic.", MESSAGING),
+    _m("tidemq_delay_messages_pending", "gauge", [], "Delayed messages stored and not yet "
+       "delivered.", MESSAGING),
+    _m("tidemq_transaction_checks_sent_total", "counter", [], "CHECK_TRANSACTION_STATE "
+       "requests sent.", MESSAGING),
+    _m("tidemq_transactions_parked_total", "counter", [], "Half messages parked after the "
+       "check maximum.", MESSAGING),
     _m("tidemq_transaction_half_messages", "gauge", [], "Half messages awaiting commit or "
-       "rollback.", MESSAGING, PENDING),
+       "rollback.", MESSAGING),
     _m("tidemq_retry_messages_total", "counter", ["consumer_group"], "Messages sent back to "
-       "%RETRY%<group> for a later retry.", MESSAGING, PENDING),
+       "%RETRY%<group> for a later retry.", MESSAGING),
     _m("tidemq_dlq_messages_total", "counter", ["consumer_group"], "Messages moved to "
-       "%DLQ%<group>.", MESSAGING, PENDING),
-    _m("tidemq_delay_messages_pending", "gauge", [], "Delayed messages not yet delivered.",
-       MESSAGING, PENDING),
+       "%DLQ%<group>.", MESSAGING),
 )
 
 BY_NAME = {m.name: m for m in METRICS}

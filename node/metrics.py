@@ -51,6 +51,10 @@ class Metrics:
         self.get_bytes = collections.Counter()   # topic -> record bytes served
         self.requests = collections.Counter()    # request code name -> requests handled
         self.busy = collections.Counter()        # reason -> SYSTEM_BUSY replies
+        # consumer group -> messages sent back (node/processors/send_back.py); groups are
+        # bounded by max_topics: a copy is stored only once %RETRY%/%DLQ%<group> exists
+        self.retried = collections.Counter()
+        self.dead_lettered = collections.Counter()
         self.protocol_errors = 0
         self.slow_consumer_cutoffs = 0
         self.flush_timeouts = 0

@@ -35,6 +35,7 @@ from client.protocol.route_json import encode_topic_route
 from coordinator.layout import ClusterPaths
 from coordinator.view import ClusterView
 from coordinator.zk import ZkSession
+from coordinator.zk_security import ZkSecurity, ZkSecurityError, add_cli_options, from_cli
 from node.admin_auth import admin_auth_middleware
 from node.config import BrokerConfig
 from node.broker_metrics import NameServerCollector
@@ -49,10 +50,12 @@ READY_PREFIX = "TIDEMQ_NAMESRV_READY"
 class NameServer:
     def __init__(self, zk_hosts: str, cluster: str, *, listen=("127.0.0.1", 9876),
                  http=("127.0.0.1", 9877), session_timeout_ms: int = 6000,
-                 zk_root: str = "/tidemq", tls=None, admin_token: str = ""):
+                 zk_root: str = "/tidemq", tls=None, admin_token: str = "",
+                 zk_security: ZkSecurity | None = None):
         self.tls = tls  # client.tls.TlsFiles: TLS on both ports (issue 9), None = plaintext
         self.admin_token = admin_token
-        self.session = ZkSession(zk_hosts, session_timeout_ms / 1000)
+        # TLS to ZooKeeper and the credential, when reads need one (coordinator/zk_security.py)
+        self.session = ZkSession(zk_hosts, session_timeout_ms / 1000, security=zk_security)
         self.view = ClusterView(self.session, ClusterPaths(cluster, zk_root))
         self.listen, self.http = listen, http
         self.remoting_port = self.http_port = 0
@@ -140,6 +143,7 @@ def run_namesrv(argv: list[str]) -> int:
     p.add_argument("--tls-key", default="", help="PEM key of --tls-cert")
     p.add_argument("--tls-ca", default="", help="CA that verifies client certificates")
     p.add_argument("--tls-require-client-cert", action="store_true", help="mutual TLS")
+    add_cli_options(p)
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -151,8 +155,9 @@ def run_namesrv(argv: list[str]) -> int:
             tls.server()  # a bad file fails here, with exit 2
         ns = NameServer(args.zk, args.cluster, listen=_addr(args.listen), http=_addr(args.http),
                         session_timeout_ms=args.session_timeout_ms, tls=tls,
-                        admin_token=os.environ.get("TIDEMQ_ADMIN_TOKEN", ""))
-    except ValueError as exc:
+                        admin_token=os.environ.get("TIDEMQ_ADMIN_TOKEN", ""),
+                        zk_security=from_cli(args))
+    except (ValueError, ZkSecurityError) as exc:
         print(f"tidemq namesrv: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(_serve(ns))

@@ -112,6 +112,11 @@ def config_problems(cfg) -> list[str]:
             parse_addr(s.master_addr)
         except ValueError as exc:
             p.append(f"ha.master_addr: {exc}")
+    if s.listen_host in ("0.0.0.0", "::", "") and not s.advertised_host:
+        p.append("ha.advertised_host is required when ha.listen_host is a wildcard address")
+    if s.advertised_host and (len(s.advertised_host) > 253 or
+                              any(ch in s.advertised_host for ch in " /[]@")):
+        p.append(f"ha.advertised_host={s.advertised_host[:60]!r} is not a host name or address")
     if s.slave_timeout_ms <= 0 or s.state_batch_ms < 0 or s.suggest_slave_lag_bytes < 0:
         p.append("ha.slave_timeout_ms must be > 0, ha.state_batch_ms and "
                  "ha.suggest_slave_lag_bytes >= 0")
@@ -192,7 +197,16 @@ class Replication:
         if self.state is not None:
             self.state.on_become_master()
         log.info("replication: master of epoch %d", epoch)
-        return f"{self.config.listen_host}:{self.service.listen_port}"
+        return self.ha_addr
+
+    @property
+    def ha_addr(self) -> str:
+        """host:port slaves should dial: ha.advertised_host, else the listen host (a wildcard
+        listen host is refused without an advertised one, config_problems)."""
+        host = self.cfg.ha.advertised_host or self.config.listen_host
+        if ":" in host:
+            host = f"[{host}]"  # IPv6 literal: parse_addr strips the brackets
+        return f"{host}:{self.service.listen_port}"
 
     async def follow(self, master_addr: tuple[str, int], epoch: int) -> None:
         self.store.put_refusal = (f"this broker is a slave of {master_addr[0]}:{master_addr[1]}; "

@@ -17,6 +17,9 @@ Rules:
    admin_token_env variable, ACL secrets from the ACL file (or files / variables it names).
 2. `security_problems` checks files exist and settings fit together, with the others in
    load_config's single report; contexts are built once at start.
+3. A cluster-mode broker with HA TLS must have a certificate: any member may be promoted.
+4. ZooKeeper TLS and credentials (`zookeeper.*`) are checked here too; `zk_security` turns them
+   into coordinator/zk_security.py's ZkSecurity.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import os
 from dataclasses import dataclass, field
 
 from client.tls import TlsConfigError, TlsFiles
+from coordinator.zk_security import ZkSecurity, ZkSecurityError, read_auth_file
 
 
 def _f(default, doc, **meta):
@@ -74,6 +78,11 @@ def security_problems(cfg) -> list[str]:
         p.append("security.acl_reload_interval_ms and tls_handshake_timeout_ms must be > 0")
     if s.ha_tls_enable and not s.tls_ca_file:
         p.append("security.ha_tls_enable needs security.tls_ca_file (peers verify each other)")
+    if s.ha_tls_enable and cfg.ha.role == "cluster" and not (s.tls_cert_file and s.tls_key_file):
+        # Rule 3: any cluster member may be elected and must then serve HA over TLS.
+        p.append("security.ha_tls_enable in cluster mode needs security.tls_cert_file and "
+                 "security.tls_key_file on every member: any member may be promoted to master "
+                 "and must then serve TLS on its HA port")
     ha_serves = s.ha_tls_enable and cfg.ha.role != "SLAVE"  # a slave may go without a cert
     if s.tls_enable or s.admin_tls_enable or ha_serves:
         try:
@@ -84,7 +93,33 @@ def security_problems(cfg) -> list[str]:
         p.append("security.tls_require_client_cert needs security.tls_enable")
     if s.admin_token_file and not os.path.isfile(s.admin_token_file):
         p.append(f"security.admin_token_file {s.admin_token_file!r} does not exist")
+    p.extend(zookeeper_problems(cfg))
     return p
+
+
+def zookeeper_problems(cfg) -> list[str]:
+    z = cfg.zookeeper
+    if z.auth and z.auth_file:
+        return ["zookeeper.auth and zookeeper.auth_file: set one of them"]
+    if z.auth_file and not os.path.isfile(z.auth_file):
+        return [f"zookeeper.auth_file {z.auth_file!r} does not exist"]
+    if z.auth_file or z.auth or z.tls_enable:
+        try:
+            return [f"zookeeper: {e}" for e in zk_security(cfg).problems()]
+        except ZkSecurityError as exc:
+            return [f"zookeeper: {exc}"]
+    return []
+
+
+def zk_security(cfg) -> ZkSecurity:
+    """How this broker reaches ZooKeeper (coordinator/zk_security.py): the zookeeper.tls_*
+    files fall back to the security.tls_* ones; credentials from auth_file or auth."""
+    z, s = cfg.zookeeper, cfg.security
+    auth = read_auth_file(z.auth_file) if z.auth_file else z.auth
+    return ZkSecurity(auth=auth, world_read=z.acl_world_read, tls=z.tls_enable,
+                      ca_file=z.tls_ca_file or s.tls_ca_file,
+                      cert_file=z.tls_cert_file or s.tls_cert_file,
+                      key_file=z.tls_key_file or s.tls_key_file)
 
 
 def remoting_ssl(cfg):

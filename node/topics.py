@@ -216,6 +216,14 @@ class TopicManager:
         if self.table.get(tc.name) != tc:
             self._put(tc)
 
+    def adopt(self, table: dict[str, TopicConfig]) -> None:
+        """The table as the group's master keeps it (a cluster slave following ZooKeeper,
+        coordinator/topics.py rule 4): taken as is, already persisted there; no listeners."""
+        if table != self.table:
+            self.table = dict(table)
+            self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
+                                 "timestamp": int(time.time() * 1000)}
+
     def create_in_send(self, topic: str, default_topic: str | None,
                        default_queue_nums: int) -> TopicConfig | None:
         """Spec 3.5 (rule 3); None when the topic may not be created this way."""

@@ -267,6 +267,28 @@ def consumer_lag() -> dict:
             panel("Consumer groups online", [q(f'tidemq_consumer_groups{{{SEL}}}',
                                                "{{instance}}")], width=18),
         ]),
+        ("Retries, dead letters, delays, transactions", [
+            panel("Sent back for retry / s by consumer group", [q(
+                f'sum by (consumer_group) (rate(tidemq_retry_messages_total{{{csel}}}[{RI}]))',
+                "{{consumer_group}}")], "msg/s"),
+            panel("Dead-lettered / h by consumer group", [q(
+                f'sum by (consumer_group) (increase(tidemq_dlq_messages_total{{{csel}}}[1h]))',
+                "{{consumer_group}}")]),
+            panel("Delayed messages pending", [q(
+                f'tidemq_delay_messages_pending{{{SEL}}} and on (instance) '
+                f'tidemq_broker_writable{{{SEL}}} == 1', "{{instance}}")]),
+            panel("Delayed messages delivered / s", [q(
+                f'rate(tidemq_delayed_delivered_total{{{SEL}}}[{RI}])', "{{instance}}")],
+                "msg/s"),
+            panel("Transaction half messages pending", [q(
+                f'tidemq_transaction_half_messages{{{SEL}}} and on (instance) '
+                f'tidemq_broker_writable{{{SEL}}} == 1', "{{instance}}")]),
+            panel("Transaction check-backs / s, parked / h", [
+                q(f'rate(tidemq_transaction_checks_sent_total{{{SEL}}}[{RI}])',
+                  "checks {{instance}}"),
+                q(f'increase(tidemq_transactions_parked_total{{{SEL}}}[1h])',
+                  "parked {{instance}}")]),
+        ]),
     ], extra_vars=[CG_VAR])
 
 

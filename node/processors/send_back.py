@@ -75,6 +75,12 @@ class SendBackProcessor:
                             born_timestamp=m.born_timestamp, born_host=m.born_host,
                             store_host=self.broker.store_host,
                             reconsume_times=m.reconsume_times + 1)
-        # Java answers SUCCESS whenever the copy is stored, FLUSH_DISK_TIMEOUT included.
-        return self.send.submit(conn, cmd, [copy], lambda code: RemotingCommand.make_response(
-            cmd, 0 if code in (0, ResponseCode.FLUSH_DISK_TIMEOUT) else int(code)))
+        counts = self.broker.metrics.dead_lettered if dead else self.broker.metrics.retried
+
+        def answer(code):
+            # Java answers SUCCESS whenever the copy is stored, FLUSH_DISK_TIMEOUT included.
+            stored = code in (0, ResponseCode.FLUSH_DISK_TIMEOUT)
+            if stored:
+                counts[group] += 1
+            return RemotingCommand.make_response(cmd, 0 if stored else int(code))
+        return self.send.submit(conn, cmd, [copy], answer)

@@ -105,8 +105,10 @@ def scan(commit_log, start: int, verify_crc: bool, collect_from: int, require_cr
                         p = topic_at + buf[p]
                         if p + 2 <= end and i16(buf, p)[0] == end - p - 2 and (
                                 not verify_crc  # check_record_layout's CRC checks:
-                                or ((tr[19] == 2 and tr.endswith((b"%010d" % (  # == crc_digits()
-                                        crc32(mv[rel:end - 20]) & 0x7FFFFFFF))[::-1], 9, 19))
+                                # digits least significant first, exactly 10 ASCII digits
+                                # (isdigit: int() alone would also take " ", "_" or "+")
+                                or ((tr[19] == 2 and tr[9:19].isdigit() and int(tr[18:8:-1])
+                                     == crc32(mv[rel:end - 20]) & 0x7FFFFFFF)
                                     if end - p - 2 >= 20
                                     and (tr := buf[end - 20:end]).startswith(crc_prefix)
                                     else not require_crc and crc32(

@@ -17,7 +17,11 @@ from client.message import Message
 from client.producer import Producer
 from client.transaction import TransactionProducer, TransactionState
 from tests.ha.test_broker_replication import in_sync, wait_for
-from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
+from tests.support.broker_proc import (
+    ha_master_settings,
+    ha_secret_file,
+    ha_slave_settings,
+)
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, decode_records, pull_ext
 
@@ -27,7 +31,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support",
                       "promotable_broker.py")
 SETTINGS = (f"delay_levels={DELAY_MS}ms", "transaction_timeout_ms=2000",
             "transaction_check_interval_ms=300", "ha.state_batch_ms=50")
-FAST = dict(heartbeat_interval_s=0.5, route_refresh_interval_s=0.5)
+FAST = {"heartbeat_interval_s": 0.5, "route_refresh_interval_s": 0.5}
 
 
 async def log_of_topic(addr) -> list:

@@ -2,6 +2,7 @@
 (node/group_route.py) and consumers that follow suggestWhichBrokerId (client/pull_target.py)."""
 import asyncio
 import collections
+import json
 
 from client.admin import Admin
 from client.consumer import ConsumeResult, PushConsumer
@@ -71,6 +72,11 @@ def test_static_group_routes_name_master_and_slaves(broker_factory, tmp_path):
     run(create_and_fill(master.addr, "Grp", 1, 10))
     wait_for(lambda: confirmed(slave) == confirmed(third) == max_offset(master),
              what="slaves confirmed")
+    # The logged effective config is what runs: a replicated store confirms externally.
+    for b in (master, slave):
+        line = next(x for x in b.log_text().splitlines() if "effective config:" in x)
+        store = json.loads(line.split("effective config: ", 1)[1])["store"]
+        assert store["confirm_mode"] == "external", store
     want = {0: master.addr, 1: slave.addr, 3: third.addr}
     r = run(route_of(master.addr, "Grp"))
     assert [b.broker_addrs for b in r.broker_datas] == [want]
@@ -123,7 +129,7 @@ def test_far_behind_consumer_moves_to_the_slave_in_order_and_commits_to_the_mast
     assert {q: v for q, v in got.items()} == {q: list(range(per_queue)) for q in range(queues)}
     assert moves >= 2 * queues                # to the slave and back, per queue
     on_slave, on_master = served(slave, topic), served(master, topic)
-    assert on_slave >= queues * (per_queue - 100), (on_slave, on_master)   # most came from the slave
+    assert on_slave >= queues * (per_queue - 100), (on_slave, on_master)  # most from the slave
     assert on_slave + on_master == queues * per_queue
     # Offsets were committed to the master (slaves refuse commits) and replicated to the slave.
     for q in range(queues):

@@ -106,7 +106,7 @@ def test_k8s_brokers_load_as_valid_configs(tmp_path):
         pod = sts["spec"]["template"]
         container = pod["spec"]["containers"][0]
         script = container["args"][0]
-        env = {"POD_NAME": f"broker-{group}-1", "POD_IP": "10.0.0.7"}
+        env = {"POD_NAME": f"broker-{group}-1", "POD_IP": "10.0.0.7", "POD_NAMESPACE": "mq"}
         script = re.sub(r"\$\{POD_NAME##\*-\}", "1", script)
         script = re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], script)
         args = shlex.split(script)
@@ -115,6 +115,10 @@ def test_k8s_brokers_load_as_valid_configs(tmp_path):
         cfg = load_config(str(conf), overrides)
         assert (cfg.broker_name, cfg.broker_id, cfg.ha.node_id) == (
             f"broker-{group}", 1, f"broker-{group}-1")
+        # slaves dial the master's stable pod DNS name (headless Service), not a pod IP
+        assert cfg.ha.advertised_host == f"broker-{group}-1.broker-{group}-hs.mq.svc.cluster.local"
+        assert f"broker-{group}-hs" in {d["metadata"]["name"] for d in docs
+                                         if d["kind"] == "Service"}
         # probes and scrape annotations point at the admin port the config opens
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["admin"] == cfg.admin_port and ports["remoting"] == cfg.listen_port

@@ -42,6 +42,7 @@ class ClusterHarness:
                                            os.path.join(self.base, f"namesrv{i}.log"))
                          for i in range(namesrvs)]
         self.brokers: dict[str, BrokerProcess] = {}   # node id -> process
+        self.http_context = None   # an ssl.SSLContext when the name servers serve HTTPS
         env = dict(os.environ, TIDEMQ_HA_SECRET=HA_SECRET)
         for group, size in groups.items():
             for i in range(size):
@@ -89,7 +90,8 @@ class ClusterHarness:
     def view(self) -> dict:
         for n in self.namesrvs:
             try:
-                with urllib.request.urlopen(n.http_url + "/cluster", timeout=5) as r:
+                with urllib.request.urlopen(n.http_url + "/cluster", timeout=5,
+                                            context=self.http_context) as r:
                     return json.loads(r.read())
             except OSError:
                 continue

@@ -9,8 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from node import broker as broker_module  # noqa: E402
-from node.main import run_broker  # noqa: E402
+from node import broker as broker_module
+from node.main import run_broker
 
 _start = broker_module.Broker.start
 

@@ -5,6 +5,11 @@ where a Docker engine answers, or Debian's `zookeeper` package started as a java
 Settings from measurement (infra.md section 2): tickTime 200 ms and minSessionTimeout 1000 ms,
 so a 2 s client session really is 2 s (Debian's tickTime 2000 silently raises it to 4 s), and
 no AdminServer (it would grab port 8080).
+
+TLS (`ZkCluster(1, tls=certs)`, certs from node/dev_certs.py): a secureClientPort beside the
+plaintext one (kept for the `srvr` readiness probe), served by Netty with PEM files and
+`ssl.clientAuth=need`. Debian's zookeeper.jar manifest leaves netty-codec off its Class-Path
+(the TLS handshake then fails with NoClassDefFoundError ByteToMessageDecoder), so it is added.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from tests.support.ports import free_port
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
+NETTY_CODEC_JAR = "/usr/share/java/netty-codec.jar"
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 
@@ -46,9 +52,12 @@ def serving_mode(port: int) -> str | None:
 
 
 class ZkNode:
-    def __init__(self, base: str, myid: int, client_port: int, servers: list[str]):
+    def __init__(self, base: str, myid: int, client_port: int, servers: list[str],
+                 tls: dict | None = None):
         self.myid = myid
         self.client_port = client_port
+        self.tls = tls
+        self.secure_port = free_port() if tls else 0
         self.dir = os.path.join(base, f"zk{myid}")
         os.makedirs(os.path.join(self.dir, "data"), exist_ok=True)
         with open(os.path.join(self.dir, "data", "myid"), "w") as f:
@@ -59,6 +68,17 @@ class ZkNode:
                  "4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons",
                  "minSessionTimeout=1000", "maxSessionTimeout=20000", "maxClientCnxns=0"]
         lines += servers
+        if tls:
+            bundle = os.path.join(self.dir, "server-bundle.pem")   # ZooKeeper's PEM keystore
+            with open(bundle, "w") as out:
+                for name in ("server_cert", "server_key"):
+                    with open(tls[name]) as f:
+                        out.write(f.read())
+            lines += [f"secureClientPort={self.secure_port}", "secureClientPortAddress=127.0.0.1",
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                      f"ssl.keyStore.location={bundle}", "ssl.keyStore.type=PEM",
+                      f"ssl.trustStore.location={tls['ca_cert']}", "ssl.trustStore.type=PEM",
+                      "ssl.clientAuth=need"]
         self.cfg = os.path.join(self.dir, "zoo.cfg")
         with open(self.cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
@@ -66,6 +86,8 @@ class ZkNode:
 
     def start(self) -> None:
         cp = ZK_JAR + (":" + SLF4J_JAR if os.path.exists(SLF4J_JAR) else "")
+        if self.tls:
+            cp += ":" + NETTY_CODEC_JAR
         log = open(os.path.join(self.dir, "server.log"), "ab")
         self.proc = subprocess.Popen(
             ["java", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
@@ -97,7 +119,8 @@ class ZkNode:
 class ZkCluster:
     """`size` ZooKeeper nodes on 127.0.0.1 (1 = standalone)."""
 
-    def __init__(self, size: int = 1):
+    def __init__(self, size: int = 1, tls: dict | None = None):
+        self.tls = tls
         self._build(size)
 
     def _build(self, size: int) -> None:
@@ -105,11 +128,18 @@ class ZkCluster:
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
         servers = [] if size == 1 else [
             f"server.{i + 1}=127.0.0.1:{p[1]}:{p[2]}" for i, p in enumerate(ports)]
-        self.nodes = [ZkNode(self.base, i + 1, p[0], servers) for i, p in enumerate(ports)]
+        self.nodes = [ZkNode(self.base, i + 1, p[0], servers, self.tls)
+                      for i, p in enumerate(ports)]
 
     @property
     def hosts(self) -> str:
         return ",".join(f"127.0.0.1:{n.client_port}" for n in self.nodes)
+
+    @property
+    def secure_hosts(self) -> str:
+        """The TLS ports (only with tls=...)."""
+        assert self.tls, "ZkCluster started without tls"
+        return ",".join(f"127.0.0.1:{n.secure_port}" for n in self.nodes)
 
     def start(self, timeout: float = 60.0, attempts: int = 3) -> "ZkCluster":
         """Start every node and wait until all serve; on a stall start over on fresh ports."""
