@@ -37,7 +37,8 @@ from client.protocol.record import (
 _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
 _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spec SH 1.1)
 TOPIC_MAX_CHARS = 127  # a V1 record's topic length is a signed byte
-DELAY_LEVEL_MAX = 18  # messageDelayLevel has 18 levels (spec SH 7.5)
+DELAY_LEVEL_MAX = 18  # levels of the default messageDelayLevel (spec SH 7.5); not a cap: a
+# broker may configure more levels, and it caps a level past its last one itself
 _TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator (spec remoting.md 3.3)
 
 
@@ -78,8 +79,10 @@ class Message:
             raise errors.IllegalArgument("body is empty")
         if len(self.body) > max_body_bytes:
             raise errors.IllegalArgument(f"body of {len(self.body)} bytes exceeds {max_body_bytes}")
-        if not 0 <= self.delay_level <= DELAY_LEVEL_MAX:
-            raise errors.IllegalArgument(f"delay_level must be in 0..{DELAY_LEVEL_MAX}")
+        if isinstance(self.delay_level, bool) or not isinstance(self.delay_level, int) \
+                or self.delay_level < 0:
+            raise errors.IllegalArgument("delay_level must be an int >= 0 (the broker caps it at "
+                                         "its last level)")
 
     def __repr__(self):
         return (f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, tags={self.tags!r}, "

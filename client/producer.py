@@ -37,7 +37,7 @@ from client import errors
 from client.lifecycle import AsyncLifecycle
 from client.config import DEFAULT_ADDR, ProducerConfig, make_config
 from client.instance import ClientInstance
-from client.message import Message, compress_body, encode_properties_str, uniq_keys
+from client.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
 from client.protocol.codes import FLAG_ONEWAY
 from client.protocol.record import PROP_UNIQ_KEY
 from client.protocol.route_json import HeartbeatData
@@ -319,6 +319,25 @@ class Producer(AsyncLifecycle):
         fut = self._loop.create_future()
         self._start(self._prepare_batch(msgs), timeout_s,
                     None if queue is None else (lambda info: queue), fut)
+        return await fut
+
+    async def send_encoded_batch(self, topic, body: bytes, uniq_keys_csv: str, *, queue,
+                                 timeout_s=None) -> SendResult:
+        """send_batch for a writer that encoded the batch body itself (send_codec.
+        encode_batch_body layout; every entry's properties text carries its UNIQ_KEY, the
+        keys joined by commas in `uniq_keys_csv`): no Message objects, so a writer with many
+        rows does its per-row work once, in bulk. Pinned to `queue` like send_batch."""
+        self._check_running()
+        check_topic(topic)
+        if topic.startswith("%RETRY%"):
+            raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        if not body or len(body) > self.config.max_message_bytes:
+            raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
+                                         f"{self.config.max_message_bytes}")
+        fut = self._loop.create_future()
+        prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
+                         uniq_keys_csv, True)
+        self._start(prep, timeout_s, lambda info: queue, fut)
         return await fut
 
     async def publish_queues(self, topic) -> list:

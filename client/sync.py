@@ -17,6 +17,7 @@ import asyncio
 import threading
 
 from client.consumer import PushConsumer
+from client.orderly import OrderlyPushConsumer
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 
@@ -124,6 +125,16 @@ class SyncPushConsumer(_Facade):
 
     def commit_offsets(self):
         return self._run(self._client.commit_offsets(), 30)
+
+
+class SyncOrderlyPushConsumer(SyncPushConsumer):
+    """OrderlyPushConsumer(...): queues locked on the broker, one message per listener call,
+    in queue order; the listener runs in the facade's loop thread (rule 2), and a slow one
+    holds up only its own queue."""
+
+    def __init__(self, group, subscription, listener, **options):
+        _Facade.__init__(self, OrderlyPushConsumer(group, subscription, listener, **options),
+                         "tidemq-orderly")
 
 
 class SyncPullConsumer(_Facade):

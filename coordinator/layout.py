@@ -26,6 +26,8 @@ Rules:
 6. `handoff` asks the master to pass its role to an in-sync member: the master stops writes,
    waits (bounded) until that member holds its whole log, and deletes `leader`; the election
    then prefers the named member, which deletes `handoff` once it leads.
+7. With credentials configured every znode above carries a digest ACL for that identity
+   (coordinator/zk_security.py): no other identity can change any of it.
 """
 from __future__ import annotations
 

@@ -146,6 +146,29 @@ class ZkSession:
     async def get_acls(self, path: str):
         return await self._await(self.client.get_acls_async(path))
 
+    async def tighten_acls(self, paths) -> list[str]:
+        """Give existing znodes among `paths` this session's ACL (zk_security.py rule 2) when
+        they carry another one: nodes made before credentials were configured. Returns the
+        paths changed; a node whose ACL this identity may not change is left (and logged)."""
+        wanted = self.security.acl()
+        changed = []
+        if wanted is None:
+            return changed
+        for path in paths:
+            try:
+                acl, stat = await self.get_acls(path)
+                if set(acl) == set(wanted):
+                    continue
+                await self._await(self.client.set_acls_async(path, wanted, stat.aversion))
+                changed.append(path)
+            except NoNodeError:
+                continue
+            except (NoAuthError, BadVersionError) as exc:
+                log.warning("ACL of %s left as it is: %s", path, exc.__class__.__name__)
+        if changed:
+            log.info("digest ACL set on %d existing znodes", len(changed))
+        return changed
+
     async def exists(self, path: str, watch=None):
         return await self._await(self.client.exists_async(path, watch=watch))
 

@@ -48,6 +48,16 @@ class ClusterNode:
         await self.session.start()
         log.info("ZooKeeper session 0x%x to %s (timeout %.1f s), group %s", self.session.session_id or 0,
                  self.session.hosts, self.session.session_timeout_s, self.paths.base)
+        await self._tighten_acls()
+
+    async def _tighten_acls(self) -> None:
+        """Znodes of this group made before credentials were configured get the digest ACL.
+        The root is left alone: other clusters may share it."""
+        p, root = self.paths, self.cfg.zookeeper.root.rstrip("/")
+        cluster = f"{root}/{self.cfg.cluster_name}"
+        paths = [cluster, f"{cluster}/groups", p.base, p.state, p.members, p.topics, p.handoff]
+        paths += [p.topic(t) for t in await self.session.children(p.topics)]
+        await self.session.tighten_acls(paths)
 
     def topic_store(self) -> ZkTopicConfigStore:
         self.topics_store = ZkTopicConfigStore(self.session, self.paths, TopicConfig.from_json)
@@ -68,7 +78,7 @@ class ClusterNode:
         ZooKeeper: topics created while this node was a slave); on_topics(table): the group's
         topic table from ZooKeeper while this node is not master (rule 4)."""
         zk = self.cfg.zookeeper
-        if False:
+        if on_topics is not None and self.topics_store is not None:
             self.topic_watch = TopicWatch(self.topics_store, on_topics)
             self.topic_watch.start()
         if before_master is not None or self.topic_watch is not None:

@@ -11,8 +11,11 @@ Rules:
    oldest past `dedup_window_keys` are forgotten. Either bound 0 turns suppression off.
 2. Keys are remembered when the put returns (before durability), so a retry that arrives while
    the original still waits for its fsync finds it; its reply then waits for the same fsync.
-3. System topics ('%'-prefixed: %RETRY%, %DLQ%) are neither remembered nor checked: a message
-   is legitimately sent back to its retry topic once per reconsume round with the same key.
+3. System topics (is_system_topic: %RETRY%, %DLQ%, SCHEDULE_TOPIC_XXXX, the transaction half
+   and op topics, TRANS_CHECK_MAX_TIME_TOPIC, TIDEMQ_SYS_*) are neither remembered nor checked:
+   they legitimately hold the same UNIQ_KEY again and again (a message is sent back, or sent
+   to %RETRY% by a client whose send-back failed, once per reconsume round, each copy stored
+   in the schedule topic first; half and op records repeat a transaction's key).
 4. After a restart the window is rebuilt from the key index, which holds every stored UNIQ_KEY
    with its record's position: walk entries newest first, read each record back and stop at
    the time or count bound. Nothing of the window lives only in memory, so a restart keeps
@@ -33,12 +36,24 @@ from collections import OrderedDict
 
 from node.store import index_file
 from node.store.message import parse_dispatch
+from node.topics import (SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
+                         TRANS_OP_HALF_TOPIC)
 
 log = logging.getLogger("tidemq.dedup")
 _ENTRY_PHYS_TS = struct.Struct(">4xqi4x")  # an index entry's phyOffset and timeDiffSec
 # Index entries per remembered message the rebuild may walk: one per KEYS word plus UNIQ_KEY;
 # past this many a message's keys are unusually many and the walk stops (bounded start-up).
 _ENTRIES_PER_KEY_MAX = 8
+
+_SYSTEM_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
+                            TRANS_CHECK_MAX_TIME_TOPIC))
+_SYSTEM_PREFIXES = ("%", "TIDEMQ_SYS_")  # %RETRY%, %DLQ%; TideMQ's own internal topics
+
+
+def is_system_topic(topic: str) -> bool:
+    """Rule 3 (the send hot path inlines the same two checks)."""
+    return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_PREFIXES)
+
 
 # entry fields
 E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = 0, 1, 2, 3, 4
@@ -61,10 +76,10 @@ class DedupWindow:
         """Record a put's messages (dispatch requests, node/store/message.py DR_* fields)."""
         if not self.enabled:
             return
-        entries = self._entries
+        entries, system, prefixes = self._entries, _SYSTEM_TOPICS, _SYSTEM_PREFIXES
         for r in requests:
             uniq = r[8]
-            if uniq and r[0][0] != "%":
+            if uniq and not (r[0] in system or r[0].startswith(prefixes)):
                 key = (r[0], uniq)
                 entries[key] = (r[3], r[4], r[1], r[2], r[6])
                 entries.move_to_end(key)  # a key re-stored (past the window) is young again
@@ -77,8 +92,11 @@ class DedupWindow:
             return msgs, []
         cutoff = int(self.clock() * 1000) - self.window_ms
         fresh, dups = [], []
+        system, prefixes = _SYSTEM_TOPICS, _SYSTEM_PREFIXES
         for m in msgs:
-            e = entries.get((m.topic, m.uniq_key)) if m.uniq_key and m.topic[0] != "%" else None
+            t = m.topic
+            e = entries.get((t, m.uniq_key)) if m.uniq_key and not (
+                t in system or t.startswith(prefixes)) else None
             if e is not None and e[E_STORE_MS] >= cutoff:
                 dups.append(e)
             else:
@@ -130,7 +148,7 @@ class DedupWindow:
                 if not data:
                     continue
                 r = parse_dispatch(data, 0, len(data))
-                if r[8] and r[0][0] != "%" and r[6] >= cutoff:
+                if r[8] and not is_system_topic(r[0]) and r[6] >= cutoff:
                     found.append(r)
             if budget <= 0 or len(found) >= self.max_keys:
                 break

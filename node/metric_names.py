@@ -77,6 +77,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "Connections cut off for not reading their replies."),
     _m("tidemq_flush_disk_timeouts_total", "counter", [], "Sends answered FLUSH_DISK_TIMEOUT."),
     _m("tidemq_flush_slave_timeouts_total", "counter", [], "Sends answered FLUSH_SLAVE_TIMEOUT."),
+    _m("tidemq_duplicates_suppressed_total", "counter", [], "Messages whose UNIQ_KEY was in the "
+       "duplicate window: answered with the original result, not stored again (node/dedup.py)."),
     _m("tidemq_held_pulls", "gauge", [], "Long-poll pulls held waiting for messages."),
     _m("tidemq_pull_hold_seconds", "histogram", [], "How long held pulls waited."),
     _m("tidemq_connections", "gauge", [], "Open remoting connections."),

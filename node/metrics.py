@@ -58,6 +58,7 @@ class Metrics:
         self.protocol_errors = 0
         self.slow_consumer_cutoffs = 0
         self.flush_timeouts = 0
+        self.duplicates_suppressed = 0  # sends answered from the dedup window (node/dedup.py)
         self.latency = collections.defaultdict(LatencyHistogram)  # request kind -> histogram
         # Sends and pulls by topic; the kind histograms (send, send_batch, pull) are summed
         # from these at scrape time, so the hot path observes ONE histogram per request.
@@ -120,7 +121,9 @@ class _Collector:
                 ("tidemq_flush_disk_timeouts", "Sends answered FLUSH_DISK_TIMEOUT.",
                  m.flush_timeouts),
                 ("tidemq_flush_slave_timeouts", "Sends answered FLUSH_SLAVE_TIMEOUT.",
-                 m.flush_slave_timeouts)):
+                 m.flush_slave_timeouts),
+                ("tidemq_duplicates_suppressed", "Messages answered from the duplicate window, "
+                 "not stored again.", m.duplicates_suppressed)):
             c = CounterMetricFamily(name, help_text)
             c.add_metric([], value)
             yield c

@@ -34,7 +34,7 @@ from client.tls import TlsFiles
 from client.protocol.route_json import encode_topic_route
 from coordinator.layout import ClusterPaths
 from coordinator.view import ClusterView
-from coordinator.zk import ZkSession
+from coordinator.zk import NoAuthError, ZkSession
 from coordinator.zk_security import ZkSecurity, ZkSecurityError, add_cli_options, from_cli
 from node.admin_auth import admin_auth_middleware
 from node.config import BrokerConfig
@@ -170,6 +170,12 @@ async def _serve(ns: NameServer) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await ns.start()
+    except NoAuthError:
+        log.error("ZooKeeper refused this name server's reads (NoAuth): the cluster's znodes "
+                  "are not world-readable (zookeeper.acl_world_read=false); give the name server "
+                  "the credentials with --zk-auth-file or $TIDEMQ_ZK_AUTH")
+        await ns.stop()
+        return 1
     except Exception:
         log.exception("name server failed to start")
         await ns.stop()

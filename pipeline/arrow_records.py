@@ -104,8 +104,8 @@ class RecordColumns:
             if sysflag & rec.SYSFLAG_COMPRESSED:
                 self._compressed.append(self.rows + n)
             offsets.append(qoff)
-            born_col.append(born * 1000)
-            stored_col.append(store_ts * 1000)
+            born_col.append(born)  # ms; batch() scales the whole column to us
+            stored_col.append(store_ts)
             starts.append(base + pos)
             n += 1
             pos += total
@@ -124,25 +124,26 @@ class RecordColumns:
         segments = pa.BinaryArray.from_buffers(pa.binary(), len(self._bounds) - 1,
                                                [None, pa.py_buffer(self._bounds),
                                                 pa.py_buffer(joined)])
-        body_col = segments.take(pa.array(range(1, 4 * n, 4), pa.int32()))
+        body_col = segments.take(_every_4th(1, n))
         if self._compressed:
             body_col = _inflate(body_col, self._compressed)
         prop_map, (uniq, tags, keys) = _properties(
-            segments.take(pa.array(range(3, 4 * n, 4), pa.int32())))
+            segments.take(_every_4th(3, n)))
         if uniq.null_count:
             uniq = pc.coalesce(uniq, pa.array(self._offset_ids(joined), pa.string()))
+        # no per-row Python below: constants repeated in C, typed arrays wrapped in place
         cols = [
-            pa.array([self.topic] * n, pa.string()),
-            pa.array([self.broker] * n, pa.string()),
-            pa.array([self.queue_id] * n, pa.int32()),
-            pa.array(self.offsets, pa.int64()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), n),
+            pa.repeat(pa.scalar(self.broker, pa.string()), n),
+            pa.repeat(pa.scalar(self.queue_id, pa.int32()), n),
+            _int64s(self.offsets),
             uniq,
             tags,
             keys,
             body_col,
             prop_map,
-            pa.array(self.born, pa.int64()).cast(_TS_TYPE),
-            pa.array(self.stored, pa.int64()).cast(_TS_TYPE),
+            pc.multiply(_int64s(self.born), 1000).cast(_TS_TYPE),
+            pc.multiply(_int64s(self.stored), 1000).cast(_TS_TYPE),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
 
@@ -155,6 +156,25 @@ class RecordColumns:
             host = buf[at:at + (20 if sysflag & rec.SYSFLAG_STOREHOST_V6 else 8)]
             out.append(rec.offset_msg_id(host, phys))
         return out
+
+
+def _int64s(values: array.array) -> pa.Array:
+    """An array('q') as an Arrow int64 array without a per-element conversion. The buffer is
+    shared: the caller never appends to `values` again (RecordColumns is done)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+_EVERY_4TH: dict[int, pa.Array] = {}
+
+
+def _every_4th(first: int, n: int) -> pa.Array:
+    """[first, first + 4, ..., first + 4(n-1)] as int32 (segment indices), sliced from a cached
+    array so a batch does not build it element by element in Python."""
+    cached = _EVERY_4TH.get(first)
+    if cached is None or len(cached) < n:
+        size = max(n, 2 * len(cached) if cached is not None else 16384)
+        cached = _EVERY_4TH[first] = pa.array(array.array("i", range(first, 4 * size, 4)))
+    return cached.slice(0, n)
 
 
 def _inflate(bodies: pa.BinaryArray, positions) -> pa.BinaryArray:

@@ -12,9 +12,10 @@ the same queue (so the same broker group) as the first time; the broker's duplic
 (node/dedup.py) answers the copy with the original result and stores nothing.
 
 Rules:
-1. UNIQ_KEY = 32 hex chars of blake2b(sink id, batch id, partition id, the row's content, how
-   many identical rows came before it in the partition). Content rather than position: a
-   shuffle may hand a replayed partition its rows in another order.
+1. UNIQ_KEY = 32 hex chars of blake2b keyed by (sink id, batch id, partition id) over the
+   row's content, re-hashed with n for the n-th (n > 0) identical row of the partition.
+   Content rather than position: a shuffle may hand a replayed partition its rows in another
+   order.
 2. Sink id: the `sinkId` option, else the streaming query's id (stable across restarts from
    one checkpoint), else (batch writes) an id made when the write is planned, which covers
    task retries of that write.
@@ -38,8 +39,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType
 
-from client.message import Message
 from client.producer import Producer
+from client.send_codec import _ENTRY_HEAD, _I16, _PROPS_BYTES_MAX
 from client.protocol.record import PROP_UNIQ_KEY
 from client.sync import LoopThread
 from pipeline.options import OptionsError, parse_source_options
@@ -105,19 +106,20 @@ class _Publisher:
         try:
             queues = sorted(await producer.publish_queues(o.topic),
                             key=lambda q: (q.broker_name, q.queue_id))
+            chunks = _QueueChunks(len(queues), o.sink_batch_size)
             rows = 0
             slots = asyncio.Semaphore(_SENDS_IN_FLIGHT)
             sends = []
+
+            async def dispatch(ready):
+                for qi, body, uniq_csv in ready:
+                    await slots.acquire()
+                    sends.append(asyncio.ensure_future(
+                        self._send(producer, o.topic, body, uniq_csv, queues[qi], slots)))
             for batch in batches:
-                by_queue: dict[int, list] = {}
-                for msg, h in self._messages(batch):
-                    by_queue.setdefault(h % len(queues), []).append(msg)
-                    rows += 1
-                for qi, msgs in sorted(by_queue.items()):
-                    for chunk in _chunks(msgs, o.sink_batch_size):
-                        await slots.acquire()
-                        sends.append(asyncio.ensure_future(
-                            self._send(producer, chunk, queues[qi], slots)))
+                rows += self._encode(batch, chunks)
+                await dispatch(chunks.take_full())
+            await dispatch(chunks.take_all())
             for r in await asyncio.gather(*sends):
                 if not r.ok:  # rule 5
                     raise RuntimeError(f"tidemq sink: a batch send was not confirmed ({r.status.name})")
@@ -126,16 +128,17 @@ class _Publisher:
             await producer.shutdown()
 
     @staticmethod
-    async def _send(producer, chunk, queue, slots):
+    async def _send(producer, topic, body, uniq_csv, queue, slots):
         try:
-            return await producer.send_batch(chunk, queue=queue)
+            return await producer.send_encoded_batch(topic, body, uniq_csv, queue=queue)
         finally:
             slots.release()
 
-    def _messages(self, batch):
-        """(Message with its deterministic UNIQ_KEY, key hash) per row (rule 1)."""
+    def _encode(self, batch, chunks) -> int:
+        """Encode every row straight into its queue's batch body, with its deterministic
+        UNIQ_KEY (rule 1): no Message objects, and the properties text of the usual rows
+        (no user properties) is one f-string."""
         cols = batch.schema.names
-        topic = self.opts.topic
         n = batch.num_rows
         body = batch.column("body").to_pylist()
         keys_name = "keys" if "keys" in cols else "key" if "key" in cols else None
@@ -143,33 +146,75 @@ class _Publisher:
         tags = batch.column("tags").to_pylist() if "tags" in cols else [None] * n
         props = batch.column("properties").to_pylist() if "properties" in cols else [None] * n
         seen, prefix, blake2b = self.seen, self.prefix, hashlib.blake2b
+        add = chunks.add
         for b, k, t, p in zip(body, keys, tags, props):
             if b is None:
                 raise ValueError("tidemq sink: a row has a null body")
             raw = b.encode() if b.__class__ is str else b
-            user = dict(p) if p else {}
-            content = blake2b(raw, digest_size=16)
-            if k is not None or t is not None or user:
+            if not raw:
+                raise ValueError("tidemq sink: a row has an empty body")
+            content = blake2b(raw, digest_size=16, key=prefix)
+            if p:
+                user = dict(p)
                 content.update(repr((k, t, sorted(user.items()))).encode())
+                user.pop(PROP_UNIQ_KEY, None)
+                text = "".join([f"{pk}\x01{pv}\x02" for pk, pv in user.items() if pv is not None])
+            else:
+                if k is not None or t is not None:
+                    content.update(repr((k, t, [])).encode())
+                text = ""
+            if t:
+                text += f"TAGS\x01{t}\x02"
+            if k:
+                text += f"KEYS\x01{k}\x02"
             digest = content.digest()
             nth = seen.get(digest, 0)
             seen[digest] = nth + 1
-            uniq = blake2b(digest + nth.to_bytes(8, "big"), digest_size=16,
-                           key=prefix).hexdigest().upper()
-            user[PROP_UNIQ_KEY] = uniq
-            yield Message(topic, raw, tags=t, keys=k, properties=user), int(uniq[:8], 16)
+            # the first copy of a content uses its keyed digest as is (one hash per usual row)
+            uniq = (digest if not nth else blake2b(digest + nth.to_bytes(8, "big"),
+                                                   digest_size=16, key=prefix).digest()).hex().upper()
+            add(int(uniq[:8], 16), raw, f"{text}WAIT\x01true\x02UNIQ_KEY\x01{uniq}\x02".encode(),
+                uniq)
+        return n
 
 
-def _chunks(msgs, max_count: int):
-    chunk, size = [], 0
-    for m in msgs:
-        if chunk and (len(chunk) >= max_count or size + len(m.body) > _BATCH_BYTES_MAX):
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(m)
-        size += len(m.body) + 200
-    if chunk:
-        yield chunk
+class _QueueChunks:
+    """Per queue, the batch body being filled (send_codec.encode_batch_body's layout, written
+    entry by entry); a body is ready at `max_count` entries or _BATCH_BYTES_MAX bytes."""
+
+    def __init__(self, queues: int, max_count: int):
+        self.queues, self.max_count = queues, max_count
+        self._parts = [[] for _ in range(queues)]
+        self._uniq = [[] for _ in range(queues)]
+        self._bytes = [0] * queues
+        self._full = []
+
+    def add(self, key_hash: int, body: bytes, props: bytes, uniq: str) -> None:
+        if len(props) > _PROPS_BYTES_MAX:
+            raise ValueError(f"tidemq sink: properties of {len(props)} bytes exceed {_PROPS_BYTES_MAX}")
+        qi = key_hash % self.queues  # rule 3
+        size = 20 + len(body) + 2 + len(props)
+        if self._uniq[qi] and (len(self._uniq[qi]) >= self.max_count
+                               or self._bytes[qi] + size > _BATCH_BYTES_MAX):
+            self._close(qi)
+        self._parts[qi] += (_ENTRY_HEAD.pack(size, 0, 0, 0, len(body)), body,
+                            _I16.pack(len(props)), props)
+        self._uniq[qi].append(uniq)
+        self._bytes[qi] += size
+
+    def _close(self, qi: int) -> None:
+        self._full.append((qi, b"".join(self._parts[qi]), ",".join(self._uniq[qi])))
+        self._parts[qi], self._uniq[qi], self._bytes[qi] = [], [], 0
+
+    def take_full(self) -> list:
+        full, self._full = self._full, []
+        return full
+
+    def take_all(self) -> list:
+        for qi in range(self.queues):
+            if self._uniq[qi]:
+                self._close(qi)
+        return self.take_full()
 
 
 def _sink_options(options):

@@ -234,6 +234,8 @@ class SendProcessor:
             batch or props.get(rec.PROP_WAIT) != "false")
         if self.dedup.enabled:
             msgs, dups = self.dedup.split(msgs)
+            if dups:
+                self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
                 return self._answer_duplicate(conn, cmd, dups, (topic, batch), wait, t0)
         conn.defer()

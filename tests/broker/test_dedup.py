@@ -224,3 +224,50 @@ def test_window_follows_the_log_to_a_new_master(broker_factory, tmp_path):
         time.sleep(0.2)
     assert again == first  # the original results, nothing stored again
     assert run(visible_on(b2.addr)) == 20
+
+
+def test_send_back_rounds_through_the_delay_levels_are_never_suppressed(broker_factory):
+    """Each reconsume round stores a copy with the same UNIQ_KEY in SCHEDULE_TOPIC_XXXX before
+    %RETRY%<group>: by send-back (36), or, when that fails, by the client sending to %RETRY%
+    itself with a delay level (Java's fallback). Every round is delivered (node/dedup.py rule
+    3); the user topic keeps suppressing, and the metric counts only that."""
+    b = broker_factory("delay_levels=50ms 50ms 80ms 80ms 80ms 80ms 80ms").start()
+    retry = "%RETRY%DelayRoundsG"
+
+    async def wait_retry_copies(c, n):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            got = await _queue(c, retry, 0)
+            if len(got) >= n:
+                return got
+            await asyncio.sleep(0.02)
+        raise AssertionError(f"{len(await _queue(c, retry, 0))} of {n} retry copies arrived")
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            _, _, _ = await _send(c, "DelayRounds", "RND-1", b"work")
+            [orig] = await _queue(c, "DelayRounds", 0)
+            back = {"group": "DelayRoundsG", "delayLevel": 0, "maxReconsumeTimes": "10"}
+            r = await c.request(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(orig.physical_offset)})
+            assert r.code == 0, r.remark
+            copies = await wait_retry_copies(c, 1)
+            for round_no in (1, 2):  # the client-side fallback, twice, each through a delay level
+                ext = send_ext(retry, 0, properties(uniq="RND-1", DELAY="1", RETRY_TOPIC="DelayRounds"))
+                ext["reconsumeTimes"] = str(round_no)
+                r = await c.request(R.SEND_MESSAGE, ext, b"work")
+                assert r.code == 0, r.remark
+                copies = await wait_retry_copies(c, 1 + round_no)
+            r = await c.request(R.CONSUMER_SEND_MSG_BACK,
+                                {**back, "offset": str(copies[-1].physical_offset)})
+            assert r.code == 0, r.remark
+            copies = await wait_retry_copies(c, 4)
+            assert [m.uniq_key for m in copies] == ["RND-1"] * 4
+            assert all(m.body == b"work" for m in copies)
+            # the user topic still suppresses a retried send of the original
+            assert (await _send(c, "DelayRounds", "RND-1", b"work"))[2] == "0"
+            assert len(await _queue(c, "DelayRounds", 0)) == 1
+    run(go())
+    import urllib.request
+    with urllib.request.urlopen(b.admin_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    assert "tidemq_duplicates_suppressed_total 1.0" in text.splitlines()

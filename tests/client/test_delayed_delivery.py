@@ -200,3 +200,34 @@ def test_retry_with_growing_delay_then_dead_letter_and_the_cli_shows_it(broker_f
     dead = doc["messages"][0]
     assert dead["body"] == "poison" and dead["original_topic"] == topic
     assert dead["msg_id"] == sent.msg_id and dead["reconsume_times"] == 4
+
+
+def test_sdk_lets_the_broker_judge_levels_past_18(broker_factory):
+    """A 20-level broker: level 20 (and 25, capped by the broker at its last) waits level 20's
+    1.5 s, not the 18th's 100 ms; the SDK only refuses what no broker accepts (< 0)."""
+    levels = " ".join(["100ms"] * 19 + ["1500ms"])
+    b = broker_factory(f"delay_levels={levels}").start()
+    topic = "Level20T"
+    rec = Recorder()
+
+    async def main():
+        await create(b.addr, topic, 2)
+        async with consumer(b.addr, "level20-g", topic, rec):
+            async with Producer("level20-p", b.addr) as p:
+                with pytest.raises(errors.IllegalArgument):
+                    await p.send(Message(topic, b"neg", delay_level=-1))
+                sent = {}
+                for level in (18, 20, 25):
+                    t0 = time.time()
+                    result = await p.send(Message(topic, b"l%d" % level, delay_level=level))
+                    assert result.ok
+                    sent[level] = (result.msg_id, t0)
+            await wait_until(lambda: len(rec.got) >= 3, 20, what="three delayed messages")
+        return sent
+
+    sent = run(main())
+    for level, (msg_id, t0) in sent.items():
+        received = rec.got[msg_id][0][0]
+        wait_s = 0.1 if level == 18 else 1.5
+        assert received - t0 >= wait_s - CLOCK_SLACK_S, (level, received - t0)
+        assert received - t0 < wait_s + LATE_BOUND_S, (level, received - t0)

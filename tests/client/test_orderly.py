@@ -189,3 +189,42 @@ def test_a_crashed_members_queues_wait_for_lock_expiry_and_stay_in_order(broker_
         assert before == list(range(len(before)))
         # the new owner resumes at or before the first unconsumed one (at least once), in order
         assert after == list(range(after[0], 20)) and after[0] <= len(before)
+
+
+def test_sync_orderly_consumer_keeps_key_order_without_an_event_loop(broker):
+    """client.sync.SyncOrderlyPushConsumer: plain threads, no asyncio in the caller; a failed
+    message is retried at its queue's head before anything after it."""
+    from client.sync import SyncOrderlyPushConsumer, SyncProducer
+    topic, group = "SyncOrderT", "sync-order-g"
+    got, failed = [], set()
+
+    def on(msgs):
+        assert len(msgs) == 1
+        key, seq = msgs[0].keys[0], int(msgs[0].body)
+        if seq == 2 and key not in failed:
+            failed.add(key)
+            return ConsumeResult.RECONSUME_LATER
+        got.append((key, seq))
+        return None  # success
+
+    run(_create(broker.addr, topic))
+    with SyncProducer("sync-order-p", broker.addr) as p:
+        for seq in range(10):
+            for k in range(4):
+                assert p.send_ordered(Message(topic, str(seq).encode(), keys=f"k{k}"), f"k{k}").ok
+    with SyncOrderlyPushConsumer(group, {topic: "*"}, on, consume_from="FIRST",
+                                 namesrv_or_broker=broker.addr, suspend_s=0.05,
+                                 lock_retry_interval_s=0.2) as c:
+        deadline = time.time() + 30
+        while len(got) < 40 and time.time() < deadline:
+            time.sleep(0.05)
+        assert c.consumed_count == 40
+    assert len(got) == 40, got
+    for k in range(4):
+        assert [s for key, s in got if key == f"k{k}"] == list(range(10))
+    assert failed == {f"k{k}" for k in range(4)}
+
+
+async def _create(addr, topic):
+    async with Admin(addr) as admin:
+        await admin.create_topic(topic, 4)

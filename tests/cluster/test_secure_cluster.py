@@ -25,6 +25,7 @@ from coordinator.layout import ClusterPaths, GroupState
 from node.dev_certs import make_dev_certs
 from tests.support.cluster import ClusterHarness, produce
 from tests.support.history import History
+from tests.support.namesrv_proc import NameServerProcess
 from tests.support.zookeeper import ZkCluster, debian_zookeeper_available
 
 ZK_AUTH = "tidemq:zk-pass-Wq81"
@@ -147,6 +148,12 @@ def test_secure_cluster_fails_over_without_losing_acknowledged_sends(tls_zk, cer
         h.wait_masters()
         h.wait_in_sync("g1", 3)
         _assert_znodes_protected(h, tls_zk)
+        # World reads are off: a name server without the credential refuses to start, clearly.
+        blind = NameServerProcess(tls_zk.secure_hosts, h.cluster, str(tmp_path / "blind.log"))
+        blind.cmd += ["--zk-tls-ca", certs["ca_cert"], "--zk-tls-cert", certs["client_cert"],
+                      "--zk-tls-key", certs["client_key"]]
+        with pytest.raises(RuntimeError, match="NoAuth"):
+            blind.start()
 
         async def main():
             _, master = h.wait_master("g1")

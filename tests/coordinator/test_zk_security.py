@@ -25,7 +25,9 @@ def _stranger(hosts, auth=""):
 
 @pytest.mark.parametrize("world_read", [True, False])
 def test_created_znodes_carry_digest_acl(zk_hosts, world_read):
-    gp = ClusterPaths(f"sec{uuid.uuid4().hex[:6]}").group("g1")
+    # A root of its own: under the shared /tidemq, a digest ACL on the root would keep the
+    # other tests' unauthenticated sessions from creating their clusters.
+    gp = ClusterPaths("c1", f"/sec-{uuid.uuid4().hex[:8]}").group("g1")
 
     async def main():
         s = ZkSession(zk_hosts, 2.0, security=ZkSecurity(auth=AUTH, world_read=world_read))
@@ -71,3 +73,25 @@ def test_bad_settings_are_reported():
     p = ZkSecurity(tls=True, cert_file="/nope.pem").problems()
     assert any("CA" in x for x in p) and any("together" in x for x in p)
     assert "s3cret" not in repr(ZkSecurity(auth=AUTH))
+
+
+def test_znodes_made_before_credentials_are_tightened(zk_hosts):
+    gp = ClusterPaths("c1", f"/old-{uuid.uuid4().hex[:8]}").group("g1")
+
+    async def main():
+        open_s = ZkSession(zk_hosts, 2.0)
+        await open_s.start()
+        secured = ZkSession(zk_hosts, 2.0, security=ZkSecurity(auth=AUTH))
+        await secured.start()
+        try:
+            await open_s.create(gp.state, b"{}", makepath=True)     # world:anyone ALL
+            changed = await secured.tighten_acls([gp.base, gp.state, gp.leader])
+            assert changed == [gp.base, gp.state]                    # leader does not exist
+            assert await secured.tighten_acls([gp.base, gp.state]) == []   # idempotent
+            with pytest.raises(NoAuthError):
+                await open_s.set(gp.state, b"forged")
+            await secured.set(gp.state, b"{}")
+        finally:
+            await open_s.stop()
+            await secured.stop()
+    asyncio.run(main())

@@ -58,7 +58,10 @@ def test_reset_and_deletes_hold_after_failover(broker_factory, tmp_path):
     secret = ha_secret_file(tmp_path)
     port = free_port()
     master = broker_factory(*ha_master_settings(secret, port, *STATE), name="master").start()
-    slave = broker_factory(*ha_slave_settings(secret, port, 1, *STATE), name="slave")
+    # ha.listen_port=0: the promoted slave must not take the default HA port, which a test
+    # running at the same time may hold
+    slave = broker_factory(*ha_slave_settings(secret, port, 1, *STATE, "ha.listen_port=0"),
+                           name="slave")
     slave.command = lambda base=slave.command: [sys.executable, SCRIPT] + base()[3:]
     slave.start()
     wait_for(lambda: in_sync(master), what="in sync")
