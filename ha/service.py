@@ -113,6 +113,12 @@ class HAService:
         await self._stop_roles()
         store = self.store
         if self._anchored:
+            parse = getattr(store, "parse_raw", None)
+            if parse is not None:
+                # The slave acknowledges before it parses (append_raw(parse=False)): complete
+                # records past raw_parsed_offset may be acknowledged, so parse them first and
+                # cut only what is left, the partial record.
+                await asyncio.to_thread(parse)
             end = getattr(store, "raw_parsed_offset", store.max_offset)
             if end < store.max_offset:                           # rule 2
                 log.info("cutting a partial replicated record at %d (log end %d)", end,

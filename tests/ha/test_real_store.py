@@ -255,3 +255,32 @@ def test_sync_flush_stores_ack_after_fsync_and_fence_stops_writes(tmp_path):
             s.close()
             m.close()
     run(main())
+
+
+def test_promotion_keeps_acknowledged_records_not_yet_parsed(tmp_path):
+    """A slave acknowledges raw bytes before parsing them (append_raw(parse=False)); a promotion
+    in that window must keep every complete record and cut only the partial one after them."""
+    async def main():
+        m, s = open_store(tmp_path / "m"), open_store(tmp_path / "s")
+        try:
+            for i in range(40):
+                m.put([message(i, 300)])
+            whole = m.max_offset
+            data = m.read_raw(0, whole)
+            s.append_raw(0, data[:whole - 100], parse=True)   # parsed up to the torn record
+            torn_at = s.raw_parsed_offset
+            assert 0 < torn_at < whole - 100
+            s.append_raw(whole - 100, data[whole - 100:], parse=False)  # the rest: acked, unparsed
+            m.put([message(99, 300)])
+            tail = m.read_raw(whole, 150)                     # half of the next record
+            s.append_raw(whole, tail, parse=False)
+            hs = HAService(ha_cfg("s"), s)
+            hs._anchored = True                              # as a slave that replicated bytes
+            await hs.become_master(1)
+            assert s.max_offset == whole                      # complete records kept, half cut
+            assert s.read_raw(0, whole) == data
+            await hs.stop()
+        finally:
+            s.close()
+            m.close()
+    run(main())
