@@ -200,7 +200,9 @@ def ha_master_settings(secret_file: str, ha_port: int, *extra) -> tuple:
 def ha_slave_settings(secret_file: str, master_ha_port: int, broker_id: int = 1,
                       *extra) -> tuple:
     return ("ha.role=SLAVE", f"broker_id={broker_id}", f"ha.secret_file={secret_file}",
-            f"ha.master_addr=127.0.0.1:{master_ha_port}", *HA_FAST, *extra)
+            f"ha.master_addr=127.0.0.1:{master_ha_port}", *HA_FAST,
+            "ha.listen_port=0",  # if promoted: never the default port another test may hold
+            *extra)
 
 
 def ha_group(broker_factory, directory, slaves: int = 1, master_extra=(), slave_extra=(),
