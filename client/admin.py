@@ -168,6 +168,16 @@ class Admin:
             raise errors.ProtocolViolation(f"view of {msg_id} returned {len(msgs)} records")
         return msgs[0]
 
+    async def parked_transactions(self, begin_offset=0, max_num=32):
+        """Half messages parked after the check maximum (TideMQ's code 9001):
+        (messages, next offset, min offset, max offset)."""
+        resp = await self._call(RequestCode.GET_PARKED_TRANSACTIONS,
+                                {"beginOffset": str(begin_offset), "maxNum": str(max_num)},
+                                what="list parked transactions")
+        ext = resp.ext or {}
+        return (split_records(resp.body) if resp.body else [], int(ext.get("nextBeginOffset", 0)),
+                int(ext.get("minOffset", 0)), int(ext.get("maxOffset", 0)))
+
     async def query_by_id(self, msg_id, topic=None) -> list:
         """Rule 2: offsetMsgId first, then UNIQ_KEY within `topic`."""
         found = []

@@ -153,7 +153,7 @@ async def _dispatch(args):
         return await _produce(args)
     if args.command == "consume":
         return await _consume(args)
-    if args.command in ("dlq", "consumer"):
+    if args.command in ("dlq", "consumer", "txn"):
         return await cli_messaging.dispatch(args)
     if args.command in cli_ops.COMMANDS:
         return await cli_ops.dispatch(args)

@@ -3,6 +3,8 @@
     tidemq [-b HOST:PORT] dlq GROUP [--count N]       messages in %DLQ%GROUP, oldest first
     tidemq [-b HOST:PORT] consumer progress GROUP     per queue: broker and consumer offsets,
                                                       broadcast members' offsets included
+    tidemq [-b HOST:PORT] txn parked [--count N]      half messages parked after the check
+                                                      maximum (TRANS_CHECK_MAX_TIME_TOPIC)
 
 Both only read: the dead-letter listing pulls without committing anything, under a group of
 its own ("tidemq-cli-dlq"), so it never moves anyone's progress.
@@ -29,6 +31,13 @@ def add_parsers(sub, broker_arg) -> None:
     progress.add_argument("group")
     progress.add_argument("--topic", help="only this topic")
     broker_arg(progress, argparse.SUPPRESS)
+    txn = sub.add_parser("txn", help="transactions")
+    tsub = txn.add_subparsers(dest="txn_command", required=True)
+    parked = tsub.add_parser("parked", help="half messages parked after the check maximum")
+    parked.add_argument("--count", type=int, default=100, help="show at most N (default 100)")
+    parked.add_argument("--from", dest="begin", type=int, default=0,
+                        help="first queue offset (default 0)")
+    broker_arg(parked, argparse.SUPPRESS)
 
 
 async def dispatch(args):
@@ -36,7 +45,34 @@ async def dispatch(args):
         return await dead_letters(args.broker, args.group, args.count)
     from client.admin import Admin
     async with Admin(args.broker) as admin:
+        if args.command == "txn":
+            return await parked_transactions(admin, args.begin, args.count)
         return await admin.consumer_progress(args.group, args.topic)
+
+
+async def parked_transactions(admin, begin, count):
+    if count <= 0 or begin < 0:
+        raise ValueError("--count must be positive and --from >= 0")
+    found, offset = [], begin
+    while len(found) < count:
+        msgs, nxt, lo, hi = await admin.parked_transactions(offset, min(_PULL_MAX, count - len(found)))
+        found.extend(msgs)
+        if not msgs or nxt <= offset:
+            break
+        offset = nxt
+    return {"topic": "TRANS_CHECK_MAX_TIME_TOPIC", "total": max(0, hi - lo), "found": len(found),
+            "next_offset": offset, "messages": [describe_parked(m) for m in found[:count]]}
+
+
+def describe_parked(m, body_chars=200):
+    body = m.body
+    return {"queue_offset": m.queue_offset, "offset_msg_id": m.offset_msg_id,
+            "transaction_id": m.get_property("__transactionId__"), "msg_id": m.msg_id,
+            "producer_group": m.get_property("PGROUP"), "topic": m.get_property("REAL_TOPIC"),
+            "check_times": int(m.get_property("TRANSACTION_CHECK_TIMES") or 0),
+            "keys": m.keys, "tags": m.tags, "born_timestamp": m.born_timestamp,
+            "store_timestamp": m.store_timestamp, "body_bytes": len(body),
+            "body": body[:body_chars].decode("utf-8", "replace")}
 
 
 async def dead_letters(broker, group, count):

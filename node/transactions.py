@@ -26,6 +26,12 @@ Rules:
    their half offset and every copy of their transaction lie below the half progress.
 4. An END is checked against the record: it must be a half record at commitLogOffset, with the
    same PGROUP and half queue offset; anything else is refused and changes nothing.
+5. Check immunity (spec 6.5): a half message carrying CHECK_IMMUNITY_TIME_IN_SECONDS is first
+   checked max(transaction_timeout_ms, that many s) after its birth. While immune it is copied
+   forward unchecked (its check count unchanged) rather than stopping the scan, so it never
+   holds up older-timeout entries behind it; a round scans only what existed at its start, so
+   copies are not rescanned in the same round. Past its immunity, an END that is not a check
+   reply is refused with 604 ILLEGAL_OPERATION (EndIllegal): the check-back decides.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ log = logging.getLogger("tidemq.transactions")
 TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 PROP_TRANSACTION_ID = "__transactionId__"
 PROP_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROP_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"  # set by the producer (rule 5)
 OP_DONE_TAG, OP_PARKED_TAG = "d", "p"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0  # commitOrRollback values (spec remoting.md 5)
 MAX_SCAN_PER_ROUND = 10_000
@@ -60,6 +67,10 @@ _HOSTS_V6 = rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6
 
 class EndRefused(ValueError):
     """An END_TRANSACTION that does not match its half record (rule 4)."""
+
+
+class EndIllegal(EndRefused):
+    """A producer's own END arriving after the half message's check immunity (rule 5)."""
 
 
 class TransactionService:
@@ -97,11 +108,13 @@ class TransactionService:
                             born_host=born_host, store_host=store_host, reconsume_times=reconsume)
 
     # -- end ----------------------------------------------------------------------------------
-    def end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule):
+    def end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule,
+            from_check: bool = True):
         """Store what one END decides (nothing when already decided or UNKNOWN); returns the
         number of records stored. Raises EndRefused (rule 4), or the store's error (then
         nothing was stored and the transaction stays open)."""
-        msgs, half_offset, txid = self.plan_end(group, half_queue_offset, phys, decision, schedule)
+        msgs, half_offset, txid = self.plan_end(group, half_queue_offset, phys, decision, schedule,
+                                                from_check)
         if not msgs:
             return 0
         result = self.store.put(msgs)  # the op record is last
@@ -126,7 +139,8 @@ class TransactionService:
             self.load()
         self._serving = writable
 
-    def plan_end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule):
+    def plan_end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule,
+                 from_check: bool = True):
         if decision not in (COMMIT, ROLLBACK, UNKNOWN):
             raise EndRefused(f"commitOrRollback {decision} is not 8, 12 or 0")
         self._follow_role()
@@ -142,6 +156,10 @@ class TransactionService:
         nothing = ([], m.queue_offset, txid)
         if decision == UNKNOWN or self.is_decided(m.queue_offset, txid):
             return nothing
+        if not from_check and PROP_CHECK_IMMUNITY in props and \
+                int(time.time() * 1000) - m.born_timestamp > self.immunity_ms(props):
+            raise EndIllegal(f"transaction {txid}: commit or rollback after its check immunity "
+                             f"({props[PROP_CHECK_IMMUNITY]!r} s) is left to the check-back")
         if m.queue_offset < self.half_cursor and txid not in self.last_copy:
             return nothing  # behind the progress with no copy ahead: decided or parked long ago
         out = []
@@ -149,6 +167,12 @@ class TransactionService:
             out.append(self._committed(m, props, schedule))
         out.append(self._op(m, txid, OP_DONE_TAG))
         return out, m.queue_offset, txid
+
+    def immunity_ms(self, props: dict) -> int:
+        """When a half message's first check is due, from its birth (rule 5); a property that
+        is not a non-negative number counts as absent, as in Java."""
+        seconds = _int_or(props.get(PROP_CHECK_IMMUNITY), -1)
+        return self.timeout_ms if seconds < 0 else max(self.timeout_ms, seconds * 1000)
 
     def is_decided(self, half_offset: int, txid: str) -> bool:
         return txid in self.decided_ids or half_offset in self.decided_offsets
@@ -247,20 +271,23 @@ class TransactionService:
         while True:
             await asyncio.sleep(self.interval_ms / 1000)
             more = True
+            round_top = self.store.max_queue_offset(TRANS_HALF_TOPIC, 0)  # rule 5
             while more and self.broker.role.state_ready:
                 try:
-                    more = self.check_round(int(time.time() * 1000))
+                    more = self.check_round(int(time.time() * 1000), round_top)
                 except (DiskFull, StoreClosed) as exc:
                     log.warning("transaction check round skipped: %s", exc)
                     break
                 await asyncio.sleep(0)  # long windows go in slices; the loop serves between
 
-    def check_round(self, now_ms: int) -> bool:
-        """One slice of a round (at most MAX_SCAN_PER_ROUND entries); True when the scan
-        stopped at the slice bound, i.e. more may be due now."""
+    def check_round(self, now_ms: int, round_top: int | None = None) -> bool:
+        """One slice of a round (at most MAX_SCAN_PER_ROUND entries, none at or past
+        `round_top`); True when the scan stopped at the slice bound, i.e. more may be due now."""
         self._follow_role()
         start = pos = max(self.half_cursor, self.store.min_queue_offset(TRANS_HALF_TOPIC, 0))
         top = self.store.max_queue_offset(TRANS_HALF_TOPIC, 0)
+        if round_top is not None:
+            top = min(top, round_top)
         end = min(top, start + MAX_SCAN_PER_ROUND)
         last_end = None
         stopped = False
@@ -280,7 +307,9 @@ class TransactionService:
                 stopped = True
                 break  # the rest are younger (copies keep their born time: checked next round)
             checks = _int_or(props.get(PROP_CHECK_TIMES), 0)
-            if checks >= self.check_max:
+            if now_ms - m.born_timestamp < self.immunity_ms(props):  # rule 5
+                last_end = self._copy_forward(m, props, txid, checks)[0].end_offset
+            elif checks >= self.check_max:
                 last_end = self._park(m, props, txid)
             else:
                 last_end = self._check(m, props, txid, checks + 1)
@@ -303,16 +332,23 @@ class TransactionService:
                   self.check_max, TRANS_CHECK_MAX_TIME_TOPIC)
         return result.end_offset
 
-    def _check(self, m, props, txid, checks) -> int:
+    def _copy_forward(self, m, props, txid, checks):
+        """Re-append the half entry with `checks` as its check count: (put result, copy,
+        its properties)."""
         props = dict(props)
-        props[PROP_CHECK_TIMES] = str(checks)
+        if checks:
+            props[PROP_CHECK_TIMES] = str(checks)
         copy = StoreMessage(TRANS_HALF_TOPIC, 0, m.body, props, flag=m.flag,
                             sys_flag=m.sys_flag & ~_HOSTS_V6, born_timestamp=m.born_timestamp,
                             born_host=m.born_host, store_host=self.broker.store_host,
                             reconsume_times=m.reconsume_times)
         result = self.store.put([copy])
+        self.last_copy[txid] = max(self.last_copy.get(txid, -1), result.placed[0][2])
+        return result, copy, props
+
+    def _check(self, m, props, txid, checks) -> int:
+        result, copy, props = self._copy_forward(m, props, txid, checks)
         phys, _, qoff = result.placed[0]
-        self.last_copy[txid] = max(self.last_copy.get(txid, -1), qoff)
         conn = self._producer_conn(props.get(rec.PROP_PGROUP))
         if conn is None:
             log.warning("transaction %s: no live producer of group %s to check",

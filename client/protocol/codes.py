@@ -68,6 +68,8 @@ class RequestCode(IntEnum):
     UPDATE_NAMESRV_CONFIG = 318
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
+    # TideMQ's own (no Java client sends it; Java has no code 9001)
+    GET_PARKED_TRANSACTIONS = 9001  # `tidemq txn parked` (node/processors/transaction.py)
 
 
 class ResponseCode(IntEnum):
@@ -114,6 +116,7 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
+    ILLEGAL_OPERATION = 604  # END after a half message's check immunity (spec SH 6.5)
 
 
 class LanguageCode(IntEnum):

@@ -30,7 +30,8 @@ RETRY_PREFIX = "%RETRY%"
 # changes broker-wide configuration or other groups' progress.
 ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG,
                          R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
-                         R.DELETE_TOPIC_IN_BROKER, R.INVOKE_BROKER_TO_RESET_OFFSET})
+                         R.DELETE_TOPIC_IN_BROKER, R.INVOKE_BROKER_TO_RESET_OFFSET,
+                         R.GET_PARKED_TRANSACTIONS})  # TideMQ's: any group's messages
 
 
 class AclRequestError(ValueError):

@@ -2,7 +2,7 @@
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
-41/42 queue locks, 105 route, 208 consume stats, operator codes 202/207/215/222 (ops.py).
+41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own), operator codes 202/207/215/222 (ops.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
 """
@@ -20,7 +20,7 @@ from node.processors.query import QueryProcessor
 from node.processors.route import RouteProcessor
 from node.processors.send import SendProcessor
 from node.processors.send_back import SendBackProcessor
-from node.processors.transaction import EndTransactionProcessor
+from node.processors.transaction import EndTransactionProcessor, parked_transactions
 
 
 def register_all(server, broker) -> ClientManageProcessor:
@@ -47,6 +47,7 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(broker),
         R.END_TRANSACTION: EndTransactionProcessor(broker),
         R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
+        R.GET_PARKED_TRANSACTIONS: parked_transactions(broker),
     }
     ops = OpsProcessor(broker)
     table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:

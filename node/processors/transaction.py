@@ -4,7 +4,8 @@ ext (cpp sends every value as a string, Java some as numbers): producerGroup,
 tranStateTableOffset (the send reply's queueOffset), commitLogOffset (decoded from the send
 reply's msgId), commitOrRollback (8 commit, 12 rollback, 0 unknown), fromTransactionCheck, msgId,
 transactionId. The work is node/transactions.py's; this maps it to the wire: a mismatch is 1
-SYSTEM_ERROR with the reason (Java's remarks), a store refusal its code, else 0. Most clients
+SYSTEM_ERROR with the reason (Java's remarks), a producer's own END after the message's check
+immunity 604 ILLEGAL_OPERATION, a store refusal its code, else 0. Most clients
 send 37 oneway, so the reply is usually dropped; an unknown outcome stores nothing.
 """
 from __future__ import annotations
@@ -13,10 +14,14 @@ import logging
 
 from client.protocol.codes import ResponseCode
 from node.processors.common import error, ok
+from node.records import join_records
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
-from node.transactions import EndRefused
+from node.topics import TRANS_CHECK_MAX_TIME_TOPIC
+from node.transactions import EndIllegal, EndRefused
 
 log = logging.getLogger("tidemq.transactions")
+PARKED_MAX_NUM = 256
+PARKED_MAX_BYTES = 4 * 1024 * 1024
 
 
 class EndTransactionProcessor:
@@ -33,7 +38,11 @@ class EndTransactionProcessor:
                          f"the broker[{self.broker.cfg.broker_name}] is not a master; "
                          f"END_TRANSACTION is forbidden")
         try:
-            self.broker.transactions.end(group, half_offset, phys, decision, self.broker.schedule)
+            self.broker.transactions.end(group, half_offset, phys, decision, self.broker.schedule,
+                                         cmd.ext_bool("fromTransactionCheck"))
+        except EndIllegal as exc:
+            log.warning("END_TRANSACTION from %s refused: %s", conn.peer, exc)
+            return error(cmd, ResponseCode.ILLEGAL_OPERATION, str(exc))
         except EndRefused as exc:
             log.warning("END_TRANSACTION from %s refused: %s", conn.peer, exc)
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
@@ -43,3 +52,27 @@ class EndTransactionProcessor:
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"service not available now: {exc}")
         return ok(cmd)
+
+
+def parked_transactions(broker):
+    """GET_PARKED_TRANSACTIONS (9001, TideMQ's own; admin accounts only under ACL): the half
+    messages parked in TRANS_CHECK_MAX_TIME_TOPIC after the check maximum, read-only.
+    ext beginOffset (queue offset, default 0), maxNum (1..256, default 32). Reply body: the
+    records as a pull's (REAL_TOPIC, PGROUP, __transactionId__, TRANSACTION_CHECK_TIMES in
+    their properties); ext minOffset, maxOffset, nextBeginOffset."""
+    def handle(conn, cmd):
+        begin = cmd.ext_int("beginOffset", 0)
+        max_num = cmd.ext_int("maxNum", 32)
+        if begin < 0 or not 0 < max_num <= PARKED_MAX_NUM:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"beginOffset must be >= 0 and maxNum in 1..{PARKED_MAX_NUM}")
+        store = broker.store
+        lo = store.min_queue_offset(TRANS_CHECK_MAX_TIME_TOPIC, 0)
+        hi = store.max_queue_offset(TRANS_CHECK_MAX_TIME_TOPIC, 0)
+        records, nxt = [], max(begin, lo)
+        if nxt < hi:
+            res = store.get_messages(TRANS_CHECK_MAX_TIME_TOPIC, 0, nxt, max_num, PARKED_MAX_BYTES)
+            records, nxt = res.messages, res.next_begin_offset
+        ext = {"minOffset": str(lo), "maxOffset": str(hi), "nextBeginOffset": str(max(nxt, begin))}
+        return ok(cmd, ext, join_records(records, broker.store_host))
+    return handle

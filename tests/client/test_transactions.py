@@ -2,6 +2,9 @@
 by another member of the group, a broker restart with transactions open, parking after the
 check maximum, and END requests that do not match their half message."""
 import asyncio
+import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -16,6 +19,7 @@ from client.protocol.record import decode_offset_msg_id
 from client.protocol.route_json import HeartbeatData
 from client.transaction import TransactionProducer, TransactionState
 from tests.client.conftest import run, wait_until
+from tests.support.broker_proc import REPO_ROOT
 
 FAST_CHECKS = ("transaction_timeout_ms=400", "transaction_check_interval_ms=300")
 INTERNAL = ("TRAN_MSG", "REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES")
@@ -176,15 +180,30 @@ def test_parked_after_the_check_maximum(broker_factory):
         async with consumer(b.addr, "tx-park-c", topic, seen):
             async with producer(b.addr, group, topic, lambda m, a: TransactionState.UNKNOWN,
                                 lambda m: TransactionState.UNKNOWN) as p:
-                await p.send_in_transaction(Message(topic, b"undecided"))
+                sent = await p.send_in_transaction(Message(topic, b"undecided", keys="k-park"))
                 await wait_until(lambda: "TRANS_CHECK_MAX_TIME_TOPIC" in b.log_text(), 15,
                                  what="parking")
                 await asyncio.sleep(1.0)
                 answered = p.checks_answered
         assert answered == 2
         assert seen.msgs == []
+        return sent
 
-    run(main())
+    sent = run(main())
+    # The operator's view: `tidemq txn parked` over remoting (code 9001), the real CLI.
+    out = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "txn", "parked"],
+                         capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["found"] == 1 and doc["total"] == 1
+    parked = doc["messages"][0]
+    assert parked["transaction_id"] == sent.msg_id and parked["producer_group"] == group
+    assert parked["topic"] == topic and parked["check_times"] == 2
+    assert parked["body"] == "undecided" and parked["keys"] == ["k-park"]
+    bad = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "txn", "parked",
+                          "--count", "0"], capture_output=True, text=True, cwd=REPO_ROOT,
+                         timeout=60, check=False)
+    assert bad.returncode != 0 and "--count" in bad.stderr
 
 
 def test_end_transaction_that_does_not_match_is_refused(broker_factory):
@@ -249,3 +268,91 @@ def test_a_late_end_after_check_copies_decides_once(broker_factory):
         assert asked and all(t < decided_at + 0.1 for t in asked), (asked, decided_at)
 
     run(main())
+
+
+def test_check_immunity_delays_only_its_own_first_check(broker_factory):
+    """CHECK_IMMUNITY_TIME_IN_SECONDS=3: that half message is first checked >= 3 s after its
+    birth, while a plain one sent after it is checked at the 0.4 s timeout (not held up);
+    the producer's own late END for it is refused (604), and the check-back decides it."""
+    b = broker_factory(*FAST_CHECKS).start()
+    topic = "TxImmune"
+    checked = {}  # body -> time of the first check
+
+    def check(msg):
+        checked.setdefault(msg.body, time.time())
+        return TransactionState.COMMIT
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-immune-c", topic, seen):
+            async with producer(b.addr, "tx-immune-p", topic, lambda m, a: None, check) as p:
+                t0 = time.time()
+                immune = await p.send_in_transaction(Message(
+                    topic, b"immune", properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "3"}))
+                plain = await p.send_in_transaction(Message(topic, b"plain"))
+                await wait_until(lambda: b"plain" in checked, 10, what="the plain check")
+                assert b"immune" not in checked
+                await wait_until(lambda: b"immune" in checked, 15, what="the immune check")
+                await wait_until(lambda: len(seen.msgs) == 2, 10, what="both committed")
+            # A late END of the producer's own (not a check reply) for an immune message.
+            late = await p_late_end(b.addr, topic)
+        return t0, immune, plain, seen, late
+
+    t0, immune, plain, seen, late = run(main(), 90)
+    assert immune.state is TransactionState.UNKNOWN and plain.state is TransactionState.UNKNOWN
+    assert checked[b"immune"] - t0 >= 3.0 - 0.01
+    assert checked[b"plain"] < checked[b"immune"]
+    assert seen.bodies() == [b"immune", b"plain"]
+    assert late == 604
+
+
+async def p_late_end(addr, topic):
+    """Half message with 1 s immunity, END COMMIT sent (two-way) by hand 1.5 s later: 604."""
+    async with producer(addr, "tx-late-p", topic, lambda m, a: None) as p:
+        r = await p.send(Message(topic, b"late", properties={
+            "TRAN_MSG": "true", "PGROUP": "tx-late-p", "CHECK_IMMUNITY_TIME_IN_SECONDS": "1"}))
+        await asyncio.sleep(1.5)
+        _, _, phys = decode_offset_msg_id(r.offset_msg_id)
+        inst = p._instance
+        ext = {"producerGroup": "tx-late-p", "tranStateTableOffset": str(r.queue_offset),
+               "commitLogOffset": str(phys), "commitOrRollback": "8",
+               "fromTransactionCheck": "false"}
+        resp = await inst.remoting.invoke(addr, inst.remoting.command(RequestCode.END_TRANSACTION,
+                                                                      ext), 5)
+        return resp.code
+
+
+def test_ends_in_one_turn_share_a_put_and_a_duplicate_stores_nothing(broker_factory):
+    """Many two-way ENDs sent at once (one loop turn on the broker, one shared put), one of them
+    twice: every END is answered 0, every committed message is delivered exactly once, the
+    rolled-back ones never."""
+    b = broker_factory("transaction_timeout_ms=60000").start()
+    topic, group = "TxBatchEnd", "tx-batch-p"
+
+    async def main():
+        await create(b.addr, topic)
+        seen = Seen()
+        async with consumer(b.addr, "tx-batch-c", topic, seen):
+            async with producer(b.addr, group, topic, lambda m, a: TransactionState.UNKNOWN) as p:
+                halves = [(await p.send_in_transaction(Message(topic, b"b%02d" % i))).send_result
+                          for i in range(20)]
+                inst = p._instance
+
+                def end(r, decision):
+                    _, _, phys = decode_offset_msg_id(r.offset_msg_id)
+                    ext = {"producerGroup": group, "tranStateTableOffset": str(r.queue_offset),
+                           "commitLogOffset": str(phys), "commitOrRollback": decision,
+                           "fromTransactionCheck": "false"}
+                    return inst.remoting.invoke(
+                        b.addr, inst.remoting.command(RequestCode.END_TRANSACTION, ext), 10)
+                ends = [end(r, "8" if i % 4 else "12") for i, r in enumerate(halves)]
+                ends.append(end(halves[1], "8"))  # the same transaction again, same turn
+                answers = await asyncio.gather(*ends)
+                assert [a.code for a in answers] == [0] * 21
+                await wait_until(lambda: len(seen.msgs) >= 15, 15, what="15 commits delivered")
+                await asyncio.sleep(1.0)  # a duplicate would arrive by now
+        return seen
+
+    seen = run(main(), 90)
+    assert seen.bodies() == [b"b%02d" % i for i in range(20) if i % 4]
