@@ -95,9 +95,11 @@ def test_message_properties_and_checks():
     assert decode_properties(encode_properties_str(props)) == props
     m.check(1024)
     for bad in (Message("", b"x"), Message("T", b""), Message("T", b"x" * 2000),
-                Message("T" * 128, b"x"), Message("T", b"x", delay_level=19)):
+                Message("T" * 128, b"x"), Message("T", b"x", delay_level=-1),
+                Message("T", b"x", delay_level="3")):
         with pytest.raises(errors.IllegalArgument):
             bad.check(1024)
+    Message("T", b"x", delay_level=19).check(1024)  # past 18: the broker caps it, not the SDK
 
 
 def test_corrupt_record_raises_protocol_violation_on_touch():
