@@ -85,13 +85,7 @@ class OrderlyPushConsumer(PushConsumer):
         """The queues of `mqs` whose lock the broker granted (and note when); those a broker
         answered without granting go to `refused` (an unreachable broker refuses nothing)."""
         inst, granted = self._instance, []
-        by_broker = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker, queues in by_broker.items():
-            addr = inst.routes.master_addr(broker)
-            if addr is None:
-                continue
+        for addr, queues in self._by_master(mqs):
             try:
                 resp = await inst.call(addr, RequestCode.LOCK_BATCH_MQ,
                                        body=self._lock_body(queues), timeout_s=1.0,
@@ -114,18 +108,22 @@ class OrderlyPushConsumer(PushConsumer):
         inst = self._instance
         for mq in mqs:
             self._locked_at.pop(mq, None)
-        by_broker = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for broker, queues in by_broker.items():
-            addr = inst.routes.master_addr(broker)
-            if addr is None:
-                continue
+        for addr, queues in self._by_master(mqs):
             try:
                 await inst.call(addr, RequestCode.UNLOCK_BATCH_MQ, body=self._lock_body(queues),
                                 timeout_s=1.0, what="unlock queues")
             except errors.TideMQError as exc:  # it expires on the broker anyway
                 log.info("%s: unlock at %s failed: %s", inst.client_id, addr, exc)
+
+    def _by_master(self, mqs):
+        """(master address, its queues) for the brokers of `mqs` whose master is known."""
+        by_broker = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, queues in by_broker.items():
+            addr = self._instance.routes.master_addr(broker)
+            if addr is not None:
+                yield addr, queues
 
     def _lock_body(self, queues):
         return json.dumps({"consumerGroup": self.config.group, "clientId": self._instance.client_id,
