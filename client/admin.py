@@ -86,7 +86,9 @@ class Admin:
 
     async def consumer_progress(self, group, topic=None) -> dict:
         """GET_CONSUME_STATS (208): {"group", "queues": [{"topic", "broker", "queue_id",
-        "broker_offset", "consumer_offset", "lag"}], "broadcast": [the same + "client_id"]}."""
+        "broker_offset", "consumer_offset", "lag"}], "broadcast": [the same + "client_id"]}.
+        "queues" has every queue of the topics the group subscribes to or committed on;
+        consumer_offset -1 where it never committed (node/consumer_progress.py)."""
         ext = {"consumerGroup": group}
         if topic:
             ext["topic"] = topic
@@ -123,6 +125,10 @@ class Admin:
         await self._call(RequestCode.DELETE_SUBSCRIPTIONGROUP,
                          {"groupName": group, "cleanOffset": "true"},
                          what=f"delete group {group!r}")
+
+    async def topic_route(self, topic):
+        """GET_ROUTEINFO_BY_TOPIC (105): the TopicRouteData, or None when the topic has none."""
+        return await self._instance.routes.query_route(topic)
 
     async def cluster_info(self) -> dict:
         """GET_BROKER_CLUSTER_INFO (106) from a name server or a standalone broker:
@@ -193,9 +199,13 @@ class Admin:
 
 
 def _progress_row(topic, broker, queue_id, val):
+    """consumer_offset -1: the group never committed on the queue. The lag is the broker's
+    (it counts from the min offset when retention deleted past the commit); a broker that
+    does not send it (Java) gets max offset minus the commit."""
     top, mine = int(val.get("brokerOffset", 0)), int(val.get("consumerOffset", 0))
+    lag = int(val["lag"]) if "lag" in val else max(top - max(mine, 0), 0)
     return {"topic": topic, "broker": broker, "queue_id": int(queue_id if queue_id is not None else -1),
-            "broker_offset": top, "consumer_offset": mine, "lag": max(top - mine, 0),
+            "broker_offset": top, "consumer_offset": mine, "lag": lag,
             "last_consume_ms": int(val.get("lastTimestamp", 0))}
 
 

@@ -24,6 +24,7 @@ import time
 from client import cli_messaging, cli_ops, errors, security
 
 DEFAULT_BROKER = "127.0.0.1:10911"
+ROUTE_WAIT_S = 10.0   # cluster-mode `topic create`: how long to wait for the name server's route
 
 
 def _broker_arg(parser, default):
@@ -166,7 +167,7 @@ async def _topic(args):
         if args.topic_command == "create":
             masters = await admin.cluster_masters()
             if masters is not None:   # a name server: create on every group's master
-                return await _create_on_groups(args, masters)
+                return await _create_on_groups(args, masters, admin)
             await admin.create_topic(args.topic, args.queues, read_queues=args.read_queues,
                                      write_queues=args.write_queues, order=args.order)
             return {"created": args.topic, "read_queues": args.read_queues or args.queues,
@@ -181,7 +182,7 @@ async def _topic(args):
                 "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}
 
 
-async def _create_on_groups(args, masters):
+async def _create_on_groups(args, masters, namesrv):
     """Cluster mode: each group's master writes the topic config to ZooKeeper."""
     from client.admin import Admin
     missing = sorted(g for g, addr in masters.items() if not addr)
@@ -192,9 +193,33 @@ async def _create_on_groups(args, masters):
         async with Admin(addr) as admin:
             await admin.create_topic(args.topic, args.queues, read_queues=args.read_queues,
                                      write_queues=args.write_queues, order=args.order)
-    return {"created": args.topic, "groups": sorted(masters),
-            "read_queues": args.read_queues or args.queues,
-            "write_queues": args.write_queues or args.queues}
+    read, write = args.read_queues or args.queues, args.write_queues or args.queues
+    ready = await _wait_for_route(namesrv, args.topic, set(masters), read, write)
+    return {"created": args.topic, "groups": sorted(masters), "read_queues": read,
+            "write_queues": write, "route_ready": ready}
+
+
+async def _wait_for_route(namesrv, topic, groups, read, write, timeout_s=ROUTE_WAIT_S):
+    """True once the name server's route lists the topic on every group with these queue
+    counts. The name server learns topics from ZooKeeper watches, a moment after the masters
+    wrote them: a client sending before then gets no route (or one naming only some groups)
+    and puts everything on the groups it does see, so `create` returns only when it is there."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            route = await namesrv.topic_route(topic)
+        except errors.TideMQError:
+            route = None
+        seen = {q.broker_name for q in (route.queue_datas if route else ())
+                if q.read_queue_nums == read and q.write_queue_nums == write}
+        if groups <= seen:
+            return True
+        if loop.time() >= deadline:
+            print(f"warning: topic {topic!r} created, but the name server's route lists it "
+                  f"only on {sorted(seen)} after {timeout_s:g} s", file=sys.stderr)
+            return False
+        await asyncio.sleep(0.05)
 
 
 async def _produce(args):

@@ -11,6 +11,7 @@ Rules:
 3. TOPIC_NOT_EXIST for a topic being published falls back to the default topic (TBW102) with
    each QueueData clamped to min(default_topic_queue_nums, its queue counts) (spec 3.5); such
    an entry is marked `from_default` and replaced by the real route on the next refresh.
+   Concurrent first sends share one fallback entry (one round-robin counter).
 4. Concurrent refreshes of one topic share one request; a forced refresh is skipped if the
    route was fetched less than `MIN_REFRESH_GAP_S` ago (a burst of failures costs one query).
 5. A route naming a group without a master (cluster mode, during an election) is fetched
@@ -215,6 +216,13 @@ class RouteTable:
             raise errors.TopicNotExist(f"topic {topic!r} does not exist and auto-creation through "
                                        f"{self._default_topic!r} is not offered",
                                        code=ResponseCode.TOPIC_NOT_EXIST)
+        # Concurrent first sends each awaited their own default query: the first to get here
+        # installs the fallback and the rest share it, so the round robin spreads them. (Each
+        # used to build a fresh TopicPublishInfo whose counter starts at 0: a burst of
+        # send_async calls all went to the first queue of the first broker group.)
+        info = self._publish.get(topic)
+        if info is not None and info.queues:
+            return info
         for b in default.broker_datas:
             self.broker_addrs.setdefault(b.broker_name, dict(b.broker_addrs))
         info = TopicPublishInfo(topic, default, self._default_queue_nums)

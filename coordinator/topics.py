@@ -50,12 +50,9 @@ class ZkTopicConfigStore:
         for name in zk.get_children(self.paths.topics):
             try:
                 data, _ = zk.get(self.paths.topic(name))
-                table[name] = self.decode(decode_topic(data))
-                known[name] = data
             except NoNodeError:
                 continue
-            except (LayoutError, KeyError, TypeError, ValueError) as exc:
-                log.error("ignoring topic %s in ZooKeeper: %s", name, exc)
+            self._take(name, data, table, known)
         self._known = known
         if not table:
             return None
@@ -93,14 +90,21 @@ class ZkTopicConfigStore:
         for name in await s.children(self.paths.topics, watch):
             try:
                 data, _ = await s.get(self.paths.topic(name), watch)
-                table[name] = self.decode(decode_topic(data))
-                known[name] = data
             except NoNodeError:
                 continue
-            except (LayoutError, KeyError, TypeError, ValueError) as exc:
-                log.error("ignoring topic %s in ZooKeeper: %s", name, exc)
+            self._take(name, data, table, known)
         self._known = known
         return table
+
+    def _take(self, name: str, data: bytes, table: dict, known: dict) -> None:
+        """Decode one topic node into table/known; a malformed node is logged and skipped so one
+        bad entry cannot hide the group's other topics."""
+        try:
+            table[name] = self.decode(decode_topic(data))
+        except (LayoutError, KeyError, TypeError, ValueError) as exc:
+            log.error("ignoring topic %s in ZooKeeper: %s", name, exc)
+            return
+        known[name] = data
 
 
 class TopicWatch:

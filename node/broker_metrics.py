@@ -3,16 +3,16 @@
 Nothing here runs on the request path: every value is read from the broker's tables when
 /metrics is scraped (on the loop thread, like every request). Names: node/metric_names.py.
 
-Consumer lag (per group, topic and queue) = the queue's max offset minus the group's committed
-offset, where a committed offset below the queue's min offset (retention deleted those
-messages) counts from the min offset. Queues of a topic a live clustering group subscribes to
-but has no committed offset on yet count too, as max offset minus min offset: everything still
-stored is unconsumed (a consumer starting from the last offset would skip it, but the broker
-cannot know where a consumer that has not committed will start). Oldest-unconsumed age = now minus the store time of the
-first unconsumed message, the largest over the topic's queues. Broadcasting members' own
-offsets ("<group>@<client id>", node/broadcast_offsets.py) are left out: one series per client
-would be unbounded. Topics no longer in the topic table are left out too. The label is
-`consumer_group`, not `group`: scrape configs put the broker group in a `group` target label.
+Consumer lag (per group, topic and queue): the queues and lag of node/consumer_progress.py,
+the same as consumer progress (208) shows. Every readable queue of a topic the group subscribes
+to now or has committed on anywhere is reported; a queue it never committed on counts as max
+offset minus min offset: everything still stored is unconsumed (a consumer starting from the
+last offset would skip it, but the broker cannot know where a consumer that has not committed
+will start). Oldest-unconsumed age = now minus the store time of the first unconsumed message,
+the largest over the topic's queues. Broadcasting members' own offsets ("<group>@<client id>",
+node/broadcast_offsets.py) are left out: one series per client would be unbounded. Topics no
+longer in the topic table are left out too. The label is `consumer_group`, not `group`: scrape
+configs put the broker group in a `group` target label.
 Only a writable broker (a master) reports lag: a slave's offsets and queues are replicas of its
 master's, and summing both would count every message twice.
 
@@ -28,6 +28,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from node import __version__
+from node.consumer_progress import progress_table, queue_lag
 from node.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
 
 MAX_LAG_SERIES = 20_000
@@ -128,7 +129,7 @@ class BrokerCollector:
 
     def _consumer_lag(self):
         b = self.b
-        store, topics = b.store, b.topics.table
+        store = b.store
         now_ms = time.time() * 1000
         per_queue = GaugeMetricFamily("tidemq_consumer_lag_messages", "Queue max offset minus "
                                       "the group's committed offset.",
@@ -139,17 +140,15 @@ class BrokerCollector:
                                  "oldest message the group has not consumed (0 when caught "
                                  "up).", labels=["consumer_group", "topic"])
         series, reads, truncated = 0, 0, False
-        for (group, topic), queues in sorted(_lag_table(b).items()):
-            if "@" in group or topic not in topics:
-                continue  # broadcast members; deleted topics
+        for (group, topic), queues in sorted(progress_table(b).items()):
+            if topic not in b.topics.table:
+                continue  # deleted topics (system queues keep their progress as offsets)
             if series + len(queues) > MAX_LAG_SERIES:
                 truncated = True
                 break
             total, oldest_ms, age_known = 0, None, True
             for qid, committed in sorted(queues.items()):
-                top = store.max_queue_offset(topic, qid)
-                start = max(committed or 0, store.min_queue_offset(topic, qid))
-                lag = max(0, top - start)
+                lag, start = queue_lag(store, topic, qid, committed)
                 per_queue.add_metric([group, topic, str(qid)], lag)
                 series += 1
                 total += lag
@@ -199,24 +198,6 @@ def _delay_pending(b) -> int:
         done = max(done, store.min_queue_offset(SCHEDULE_TOPIC, qid))
         total += max(0, store.max_queue_offset(SCHEDULE_TOPIC, qid) - done)
     return total
-
-
-def _lag_table(b) -> dict:
-    """{(group, topic): {queue id: committed offset or None}}: the committed offsets, plus
-    every readable queue of a topic a live clustering group subscribes to (None: no commit)."""
-    table = {key: dict(queues) for key, queues in b.offsets.table.items()}
-    topics = b.topics.table
-    for group, g in b.clients.consumers.items():
-        if str(g.message_model).upper() in ("BROADCASTING", "0"):
-            continue  # broadcasting members keep offsets of their own
-        for topic in g.subscriptions:
-            tc = topics.get(topic)
-            if tc is None:
-                continue
-            queues = table.setdefault((group, topic), {})
-            for qid in range(tc.read_queue_nums):
-                queues.setdefault(qid, None)
-    return table
 
 
 def _store_time(store, topic: str, queue_id: int, queue_offset: int) -> int | None:

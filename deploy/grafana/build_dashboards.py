@@ -26,6 +26,18 @@ def q(expr: str, legend: str = "", instant: bool = False) -> dict:
     return {"expr": expr, "legendFormat": legend, "instant": instant, "range": not instant}
 
 
+def rate(metric: str, sel: str = SEL, window: str = RI, fn: str = "rate") -> str:
+    """`rate(metric{sel}[window])` (or another range function: increase, deriv)."""
+    return f"{fn}({metric}{{{sel}}}[{window}])"
+
+
+def summed(title: str, by: str, expr: str, unit: str = "short", **kw) -> dict:
+    """The panel most rows are made of: one query, `sum by (<by>) (<expr>)`, one series per
+    value of the `by` labels, named after them ("{{consumer_group}} / {{topic}}")."""
+    legend = " / ".join(f"{{{{{label}}}}}" for label in by.split(", "))
+    return panel(title, [q(f"sum by ({by}) ({expr})", legend)], unit, **kw)
+
+
 def panel(title: str, queries, unit: str = "short", kind: str = "timeseries", width: int = 12,
           thresholds=None, description: str = "") -> dict:
     p = {"type": kind, "title": title, "datasource": DS, "description": description,
@@ -91,6 +103,27 @@ CG_VAR = variable("consumer_group", f'label_values(tidemq_consumer_group_lag_mes
                   'consumer_group)', "Consumer group")
 
 
+def difference(minuend: str, subtrahend: str) -> str:
+    """One node's gauge minus another of its gauges (offsets: how far one trails another)."""
+    return f"{minuend}{{{SEL}}} - {subtrahend}{{{SEL}}}"
+
+
+def on_masters(metric: str) -> str:
+    """A gauge of the writable nodes only: a slave reads its master's copy of the same log."""
+    return f"{metric}{{{SEL}}} and on (instance) tidemq_broker_writable{{{SEL}}} == 1"
+
+
+def per_instance(title: str, expr: str, unit: str = "short", **kw) -> dict:
+    """One query, one series per node (`{{instance}}`)."""
+    return panel(title, [q(expr, "{{instance}}")], unit, **kw)
+
+
+def messages_served_by_topic(sel: str) -> dict:
+    """On the throughput and the consumer-lag dashboards (each with its own selector)."""
+    return summed("Messages served / s by topic", "topic", rate("tidemq_messages_get_total", sel),
+                  "msg/s")
+
+
 def overview() -> dict:
     return dashboard("tidemq-overview", "TideMQ / Cluster overview", [
         ("Groups and roles", [
@@ -119,20 +152,17 @@ def overview() -> dict:
                   f'== 1)', "zookeeper", instant=True)], kind="table", width=24),
         ]),
         ("Traffic", [
-            panel("Messages put / s by group", [q(
-                f'sum by (group) (rate(tidemq_messages_put_total{{{SEL}}}[{RI}]))',
-                "{{group}}")], "msg/s"),
-            panel("Messages served / s by group", [q(
-                f'sum by (group) (rate(tidemq_messages_get_total{{{SEL}}}[{RI}]))',
-                "{{group}}")], "msg/s"),
+            summed("Messages put / s by group", "group", rate("tidemq_messages_put_total"),
+                   "msg/s"),
+            summed("Messages served / s by group", "group", rate("tidemq_messages_get_total"),
+                   "msg/s"),
             panel("Epoch by group", [q(f'max by (group) (tidemq_ha_epoch{{{SEL}}})',
                                        "{{group}}")]),
             panel("Master present (name servers' view)", [q(
                 'min by (broker_group) (tidemq_namesrv_group_has_master{cluster=~"$cluster"})',
                 "{{broker_group}}")]),
-            panel("Total consumer lag by consumer group", [q(
-                f'sum by (consumer_group) (tidemq_consumer_group_lag_messages{{{SEL}}})',
-                "{{consumer_group}}")]),
+            summed("Total consumer lag by consumer group", "consumer_group",
+                   f"tidemq_consumer_group_lag_messages{{{SEL}}}"),
         ]),
     ])
 
@@ -141,18 +171,13 @@ def throughput() -> dict:
     tsel = f'{SEL}, topic=~"$topic"'
     return dashboard("tidemq-throughput", "TideMQ / Throughput and latency", [
         ("Rates", [
-            panel("Messages put / s by topic", [q(
-                f'sum by (topic) (rate(tidemq_messages_put_total{{{tsel}}}[{RI}]))',
-                "{{topic}}")], "msg/s"),
-            panel("Messages served / s by topic", [q(
-                f'sum by (topic) (rate(tidemq_messages_get_total{{{tsel}}}[{RI}]))',
-                "{{topic}}")], "msg/s"),
-            panel("Body bytes put / s", [q(
-                f'sum by (topic) (rate(tidemq_message_put_body_bytes_total{{{tsel}}}[{RI}]))',
-                "{{topic}}")], "Bps"),
-            panel("Record bytes served / s", [q(
-                f'sum by (topic) (rate(tidemq_message_get_bytes_total{{{tsel}}}[{RI}]))',
-                "{{topic}}")], "Bps"),
+            summed("Messages put / s by topic", "topic",
+                   rate("tidemq_messages_put_total", tsel), "msg/s"),
+            messages_served_by_topic(tsel),
+            summed("Body bytes put / s", "topic",
+                   rate("tidemq_message_put_body_bytes_total", tsel), "Bps"),
+            summed("Record bytes served / s", "topic",
+                   rate("tidemq_message_get_bytes_total", tsel), "Bps"),
         ]),
         ("Latency", [
             panel("Send latency p50 / p99 by topic", [
@@ -173,30 +198,25 @@ def throughput() -> dict:
                 "{{topic}}")], "s"),
         ]),
         ("Requests and overload", [
-            panel("Requests / s by code", [q(
-                f'sum by (code) (rate(tidemq_requests_total{{{SEL}}}[{RI}]))', "{{code}}")],
-                "reqps"),
+            summed("Requests / s by code", "code", rate("tidemq_requests_total"), "reqps"),
             panel("SYSTEM_BUSY rejections / s", [q(
                 f'sum by (instance, reason) (rate(tidemq_system_busy_rejections_total{{{SEL}}}'
                 f'[{RI}]))', "{{instance}} {{reason}}")], "reqps"),
-            panel("Held long-poll pulls", [q(f'tidemq_held_pulls{{{SEL}}}', "{{instance}}")]),
-            panel("Held pull wait p99", [q(
-                f'histogram_quantile(0.99, sum by (le, instance) (rate('
-                f'tidemq_pull_hold_seconds_bucket{{{SEL}}}[{RI}])))', "{{instance}}")], "s"),
-            panel("Connections", [q(f'tidemq_connections{{{SEL}}}', "{{instance}}")]),
+            per_instance("Held long-poll pulls", f'tidemq_held_pulls{{{SEL}}}'),
+            per_instance("Held pull wait p99", f'histogram_quantile(0.99, sum by (le, instance) '
+                         f'({rate("tidemq_pull_hold_seconds_bucket")}))', "s"),
+            per_instance("Connections", f'tidemq_connections{{{SEL}}}'),
             panel("Connections cut off / s", [
                 q(f'rate(tidemq_protocol_errors_total{{{SEL}}}[{RI}])', "bad frames {{instance}}"),
                 q(f'rate(tidemq_slow_consumer_cutoffs_total{{{SEL}}}[{RI}])',
                   "slow readers {{instance}}")], "reqps"),
         ]),
         ("Process", [
-            panel("CPU (cores)", [q(f'rate(process_cpu_seconds_total{{{SEL}}}[{RI}])',
-                                    "{{instance}}")]),
-            panel("Resident memory", [q(f'process_resident_memory_bytes{{{SEL}}}',
-                                        "{{instance}}")], "bytes"),
-            panel("Open file descriptors", [q(f'process_open_fds{{{SEL}}}', "{{instance}}")]),
-            panel("GC runs / s", [q(f'sum by (instance) (rate(python_gc_collections_total'
-                                    f'{{{SEL}}}[{RI}]))', "{{instance}}")]),
+            per_instance("CPU (cores)", rate("process_cpu_seconds_total")),
+            per_instance("Resident memory", f"process_resident_memory_bytes{{{SEL}}}", "bytes"),
+            per_instance("Open file descriptors", f"process_open_fds{{{SEL}}}"),
+            per_instance("GC runs / s",
+                         f'sum by (instance) ({rate("python_gc_collections_total")})'),
         ]),
     ], extra_vars=[TOPIC_VAR])
 
@@ -211,9 +231,8 @@ def replication() -> dict:
             panel("Epoch", [q(f'max by (group, instance) (tidemq_ha_epoch{{{SEL}}})',
                               "{{group}} {{instance}}")]),
             panel("Role", [q(f'tidemq_ha_role{{{SEL}}} == 1', "{{instance}} {{role}}")]),
-            panel("FLUSH_SLAVE_TIMEOUT replies / s", [q(
-                f'sum by (group) (rate(tidemq_flush_slave_timeouts_total{{{SEL}}}[{RI}]))',
-                "{{group}}")], "reqps"),
+            summed("FLUSH_SLAVE_TIMEOUT replies / s", "group",
+                   rate("tidemq_flush_slave_timeouts_total"), "reqps"),
         ]),
         ("Slaves", [
             panel("Slave lag (bytes)", [q(f'tidemq_ha_slave_lag_bytes{{{SEL}}}',
@@ -226,10 +245,10 @@ def replication() -> dict:
             panel("Replication throughput (acked bytes / s)", [q(
                 f'rate(tidemq_ha_slave_acked_offset_bytes{{{SEL}}}[{RI}])', "{{slave}}")],
                 "Bps"),
-            panel("Slave side: bytes behind its master", [q(
-                f'tidemq_ha_lag_bytes{{{SEL}}}', "{{instance}}")], "bytes"),
-            panel("Confirmed offset", [q(f'tidemq_ha_confirmed_offset_bytes{{{SEL}}}',
-                                         "{{instance}}")], "bytes"),
+            per_instance("Slave side: bytes behind its master", f"tidemq_ha_lag_bytes{{{SEL}}}",
+                         "bytes"),
+            per_instance("Confirmed offset", f"tidemq_ha_confirmed_offset_bytes{{{SEL}}}",
+                         "bytes"),
         ]),
         ("ZooKeeper", [
             panel("Session state", [q(f'tidemq_zk_session_state{{{SEL}}} == 1',
@@ -246,43 +265,33 @@ def consumer_lag() -> dict:
     csel = f'{SEL}, consumer_group=~"$consumer_group"'
     return dashboard("tidemq-consumer-lag", "TideMQ / Consumer lag", [
         ("Lag", [
-            panel("Lag by consumer group and topic", [q(
-                f'sum by (consumer_group, topic) (tidemq_consumer_group_lag_messages{{{csel}}})',
-                "{{consumer_group}} / {{topic}}")]),
+            summed("Lag by consumer group and topic", "consumer_group, topic",
+                   f"tidemq_consumer_group_lag_messages{{{csel}}}"),
             panel("Oldest unconsumed message age", [q(
                 f'max by (consumer_group, topic) (tidemq_consumer_oldest_unconsumed_age_seconds'
                 f'{{{csel}}})', "{{consumer_group}} / {{topic}}")], "s"),
             panel("Lag change / min (positive: falling behind)", [q(
                 f'sum by (consumer_group, topic) (deriv(tidemq_consumer_group_lag_messages'
                 f'{{{csel}}}[5m])) * 60', "{{consumer_group}} / {{topic}}")]),
-            panel("Messages served / s by topic", [q(
-                f'sum by (topic) (rate(tidemq_messages_get_total{{{SEL}}}[{RI}]))',
-                "{{topic}}")], "msg/s"),
+            messages_served_by_topic(SEL),
             panel("Lag per queue", [q(
                 f'sum by (group, consumer_group, topic, queue) (tidemq_consumer_lag_messages'
                 f'{{{csel}}})', instant=True)], kind="table", width=24),
             panel("Lag collector truncated", [q(
                 f'max(tidemq_consumer_lag_scrape_truncated{{{SEL}}})', instant=True)],
                 kind="stat", width=6, thresholds=[(1, "orange")]),
-            panel("Consumer groups online", [q(f'tidemq_consumer_groups{{{SEL}}}',
-                                               "{{instance}}")], width=18),
+            per_instance("Consumer groups online", f"tidemq_consumer_groups{{{SEL}}}", width=18),
         ]),
         ("Retries, dead letters, delays, transactions", [
-            panel("Sent back for retry / s by consumer group", [q(
-                f'sum by (consumer_group) (rate(tidemq_retry_messages_total{{{csel}}}[{RI}]))',
-                "{{consumer_group}}")], "msg/s"),
-            panel("Dead-lettered / h by consumer group", [q(
-                f'sum by (consumer_group) (increase(tidemq_dlq_messages_total{{{csel}}}[1h]))',
-                "{{consumer_group}}")]),
-            panel("Delayed messages pending", [q(
-                f'tidemq_delay_messages_pending{{{SEL}}} and on (instance) '
-                f'tidemq_broker_writable{{{SEL}}} == 1', "{{instance}}")]),
-            panel("Delayed messages delivered / s", [q(
-                f'rate(tidemq_delayed_delivered_total{{{SEL}}}[{RI}])', "{{instance}}")],
-                "msg/s"),
-            panel("Transaction half messages pending", [q(
-                f'tidemq_transaction_half_messages{{{SEL}}} and on (instance) '
-                f'tidemq_broker_writable{{{SEL}}} == 1', "{{instance}}")]),
+            summed("Sent back for retry / s by consumer group", "consumer_group",
+                   rate("tidemq_retry_messages_total", csel), "msg/s"),
+            summed("Dead-lettered / h by consumer group", "consumer_group",
+                   rate("tidemq_dlq_messages_total", csel, "1h", fn="increase")),
+            per_instance("Delayed messages pending", on_masters("tidemq_delay_messages_pending")),
+            per_instance("Delayed messages delivered / s", rate("tidemq_delayed_delivered_total"),
+                         "msg/s"),
+            per_instance("Transaction half messages pending",
+                         on_masters("tidemq_transaction_half_messages")),
             panel("Transaction check-backs / s, parked / h", [
                 q(f'rate(tidemq_transaction_checks_sent_total{{{SEL}}}[{RI}])',
                   "checks {{instance}}"),
@@ -301,31 +310,29 @@ def storage() -> dict:
                 q(f'max(tidemq_store_disk_clean_forcibly_ratio{{{SEL}}})', "clean forcibly"),
                 q(f'max(tidemq_store_disk_warning_ratio{{{SEL}}})', "writes refused")],
                 "percentunit"),
-            panel("Writes refused for disk use", [q(f'tidemq_store_disk_full{{{SEL}}}',
-                                                    "{{instance}}")]),
-            panel("Commit log held (max - min)", [q(
-                f'tidemq_store_max_offset_bytes{{{SEL}}} - tidemq_store_min_offset_bytes'
-                f'{{{SEL}}}', "{{instance}}")], "bytes"),
-            panel("Commit-log files deleted / h", [q(
-                f'increase(tidemq_store_commitlog_files_deleted_total{{{SEL}}}[1h])',
-                "{{instance}}")]),
+            per_instance("Writes refused for disk use", f"tidemq_store_disk_full{{{SEL}}}"),
+            per_instance("Commit log held (max - min)",
+                         difference("tidemq_store_max_offset_bytes",
+                                    "tidemq_store_min_offset_bytes"), "bytes"),
+            per_instance("Commit-log files deleted / h",
+                         rate("tidemq_store_commitlog_files_deleted_total", window="1h",
+                              fn="increase")),
         ]),
         ("Offsets", [
-            panel("Write rate (commit-log bytes / s)", [q(
-                f'rate(tidemq_store_max_offset_bytes{{{SEL}}}[{RI}])', "{{instance}}")], "Bps"),
-            panel("Not yet flushed (max - flushed)", [q(
-                f'tidemq_store_max_offset_bytes{{{SEL}}} - tidemq_store_flushed_offset_bytes'
-                f'{{{SEL}}}', "{{instance}}")], "bytes"),
-            panel("Not yet confirmed (max - confirmed)", [q(
-                f'tidemq_store_max_offset_bytes{{{SEL}}} - tidemq_store_confirmed_offset_bytes'
-                f'{{{SEL}}}', "{{instance}}")], "bytes"),
-            panel("Dispatch behind (confirmed - dispatched)", [q(
-                f'tidemq_store_confirmed_offset_bytes{{{SEL}}} - '
-                f'tidemq_store_dispatched_offset_bytes{{{SEL}}}', "{{instance}}")], "bytes"),
-            panel("FLUSH_DISK_TIMEOUT replies / s", [q(
-                f'rate(tidemq_flush_disk_timeouts_total{{{SEL}}}[{RI}])', "{{instance}}")],
-                "reqps"),
-            panel("Topics", [q(f'tidemq_topics{{{SEL}}}', "{{instance}}")]),
+            per_instance("Write rate (commit-log bytes / s)",
+                         rate("tidemq_store_max_offset_bytes"), "Bps"),
+            per_instance("Not yet flushed (max - flushed)",
+                         difference("tidemq_store_max_offset_bytes",
+                                    "tidemq_store_flushed_offset_bytes"), "bytes"),
+            per_instance("Not yet confirmed (max - confirmed)",
+                         difference("tidemq_store_max_offset_bytes",
+                                    "tidemq_store_confirmed_offset_bytes"), "bytes"),
+            per_instance("Dispatch behind (confirmed - dispatched)",
+                         difference("tidemq_store_confirmed_offset_bytes",
+                                    "tidemq_store_dispatched_offset_bytes"), "bytes"),
+            per_instance("FLUSH_DISK_TIMEOUT replies / s",
+                         rate("tidemq_flush_disk_timeouts_total"), "reqps"),
+            per_instance("Topics", f'tidemq_topics{{{SEL}}}'),
         ]),
     ])
 

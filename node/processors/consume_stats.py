@@ -7,9 +7,12 @@ ext: consumerGroup, optional topic. Body (standard JSON):
      "broadcastOffsetTable": [{"clientId", "topic", "brokerName", "queueId", "brokerOffset",
                                "consumerOffset"}]}
 `offsetTable` is the clustering progress, keyed like Java's ConsumeStats (a MessageQueue as a
-JSON object text); `broadcastOffsetTable`, a TideMQ addition, lists broadcasting members' own
-offsets (node/broadcast_offsets.py). A group with no stored offset at all is 26
-SUBSCRIPTION_GROUP_NOT_EXIST, as in Java.
+JSON object text): every queue of the topics the group subscribes to or committed on
+(node/consumer_progress.py), a queue never committed with consumerOffset -1. Each entry also
+carries "minOffset" and "lag" (TideMQ additions: the lag counts from the min offset when
+retention deleted past the commit, as the consumer-lag gauge does). `broadcastOffsetTable`,
+a TideMQ addition, lists broadcasting members' own offsets (node/broadcast_offsets.py). A group
+with neither offsets nor a live subscription here is 26 SUBSCRIPTION_GROUP_NOT_EXIST, as in Java.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import json
 
 from client.protocol.codes import ResponseCode
 from node.broadcast_offsets import split_member
+from node.consumer_progress import progress_table, queue_lag
 from node.processors.common import error, ok
 from node.processors.ops import store_time_at
 
@@ -30,22 +34,25 @@ class ConsumeStatsProcessor:
         only_topic = cmd.ext_str("topic") or None
         store, name = self.broker.store, self.broker.cfg.broker_name
         table, members = {}, []
+        for (_, topic), queues in sorted(progress_table(self.broker, group, only_topic).items()):
+            for qid, offset in sorted(queues.items()):
+                mq = json.dumps({"brokerName": name, "queueId": qid, "topic": topic},
+                                separators=(",", ":"), sort_keys=True)
+                lag, _ = queue_lag(store, topic, qid, offset)
+                # lastTimestamp: store time of the last consumed message (Java's meaning)
+                last = store_time_at(store, topic, qid, offset - 1) if offset else 0
+                table[mq] = {"brokerOffset": store.max_queue_offset(topic, qid),
+                             "consumerOffset": -1 if offset is None else offset,
+                             "minOffset": store.min_queue_offset(topic, qid), "lag": lag,
+                             "lastTimestamp": last}
         for (key, topic), queues in sorted(self.broker.offsets.table.items()):
             owner, client_id = split_member(key)
-            if owner != group or (only_topic and topic != only_topic):
+            if owner != group or client_id is None or (only_topic and topic != only_topic):
                 continue
             for qid, offset in sorted(queues.items()):
-                top = store.max_queue_offset(topic, qid)
-                if client_id is None:
-                    mq = json.dumps({"brokerName": name, "queueId": qid, "topic": topic},
-                                    separators=(",", ":"), sort_keys=True)
-                    # lastTimestamp: store time of the last consumed message (Java's meaning)
-                    last = store_time_at(store, topic, qid, offset - 1) if offset > 0 else 0
-                    table[mq] = {"brokerOffset": top, "consumerOffset": offset,
-                                 "lastTimestamp": last}
-                else:
-                    members.append({"clientId": client_id, "topic": topic, "brokerName": name,
-                                    "queueId": qid, "brokerOffset": top, "consumerOffset": offset})
+                members.append({"clientId": client_id, "topic": topic, "brokerName": name,
+                                "queueId": qid, "brokerOffset": store.max_queue_offset(topic, qid),
+                                "consumerOffset": offset})
         if not table and not members:
             return error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                          f"the consumer group[{group}] has no offsets on this broker")

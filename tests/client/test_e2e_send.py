@@ -105,6 +105,20 @@ def test_auto_created_topic_gets_real_route(broker):
     run(main())
 
 
+def test_burst_of_first_sends_to_an_unrouted_topic_spreads_over_queues(broker):
+    """A burst of send_async before any route is known shares one default-topic fallback:
+    each send used to build its own, whose round robin starts at queue 0 (issue 7's lag test:
+    all 40 messages of `tidemq cluster up` landed in queue 0 of one broker group)."""
+    async def main():
+        async with Producer("pg", broker.addr) as p:
+            results = await asyncio.gather(*[p.send_async(Message("BurstNew", b"%d" % i))
+                                             for i in range(16)])
+        counts = collections.Counter(r.queue.queue_id for r in results)
+        assert all(r.ok for r in results)
+        assert counts == {0: 4, 1: 4, 2: 4, 3: 4}, counts  # TBW102 clamped to 4 queues
+    run(main())
+
+
 def test_client_side_validation_and_broker_errors(broker_factory):
     b = broker_factory("auto_create_topic=false").start()
 
