@@ -113,6 +113,8 @@ class Broker:
 
         self.server = RemotingServer(cfg, loop, self.metrics)
         self.server.acl = security.make_acl(cfg)  # None unless security.acl_enable
+        if self.server.acl is not None:  # 33/36/37: the record's topic is checked too
+            self.server.acl.record_reader = self.store.get_record
         client_proc = register_all(self.server, self)
         if self.cluster is not None:   # name servers answer routes in cluster mode
             self.server.processors.pop(int(RequestCode.GET_ROUTEINFO_BY_TOPIC), None)

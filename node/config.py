@@ -21,6 +21,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from node.config_fields import config_field
 from node.delay_plan import DelayPlanError, parse_levels
 from node.security import SecuritySection, security_problems
 from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
@@ -29,8 +30,7 @@ MIB = 1024 * 1024
 REDACTED = "***"
 
 
-def _f(default, doc, **meta):
-    return field(default=default, metadata={"doc": doc, **meta})
+_f = config_field
 
 
 # Docs for StoreConfig's keys (node/store/config.py owns the defaults and the checks).

@@ -24,14 +24,13 @@ Rules:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from client.tls import TlsConfigError, TlsFiles
 from coordinator.zk_security import ZkSecurity, ZkSecurityError, read_auth_file
+from node.config_fields import config_field, missing_file
 
-
-def _f(default, doc, **meta):
-    return field(default=default, metadata={"doc": doc, **meta})
+_f = config_field
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,7 @@ def security_problems(cfg) -> list[str]:
     if s.acl_enable:
         if not s.acl_file:
             p.append("security.acl_file is required when security.acl_enable is true")
-        elif not os.path.isfile(s.acl_file):
-            p.append(f"security.acl_file {s.acl_file!r} does not exist")
+        p.extend(missing_file("security.acl_file", s.acl_file))
     if s.acl_reload_interval_ms <= 0 or s.tls_handshake_timeout_ms <= 0:
         p.append("security.acl_reload_interval_ms and tls_handshake_timeout_ms must be > 0")
     if s.ha_tls_enable and not s.tls_ca_file:
@@ -91,8 +89,7 @@ def security_problems(cfg) -> list[str]:
             p.append(f"security: {exc}")
     elif s.tls_require_client_cert:
         p.append("security.tls_require_client_cert needs security.tls_enable")
-    if s.admin_token_file and not os.path.isfile(s.admin_token_file):
-        p.append(f"security.admin_token_file {s.admin_token_file!r} does not exist")
+    p.extend(missing_file("security.admin_token_file", s.admin_token_file))
     p.extend(zookeeper_problems(cfg))
     return p
 
@@ -101,8 +98,9 @@ def zookeeper_problems(cfg) -> list[str]:
     z = cfg.zookeeper
     if z.auth and z.auth_file:
         return ["zookeeper.auth and zookeeper.auth_file: set one of them"]
-    if z.auth_file and not os.path.isfile(z.auth_file):
-        return [f"zookeeper.auth_file {z.auth_file!r} does not exist"]
+    missing = missing_file("zookeeper.auth_file", z.auth_file)
+    if missing:
+        return missing
     if z.auth_file or z.auth or z.tls_enable:
         try:
             return [f"zookeeper: {e}" for e in zk_security(cfg).problems()]

@@ -11,7 +11,8 @@ Order of checks (RocketMQ 4.9.8's, with the TideMQ differences marked):
    for 12 QUERY_MESSAGE also without `_UNIQUE_KEY_QUERY` (Java clients sign it, Java
    brokers leave it out);
 6. ADMIN_CODES need an admin account;
-7. every resource of `resources.needs(cmd)` needs its permission (Java's checkPermission:
+7. every resource of `resources.needs(cmd)`, and for 33/36/37 the topic of the record they name
+   (`record_access.py`, read before any processor runs), needs its permission (Java's checkPermission:
    DENY wins, ANY = PUB or SUB, else the bits must overlap); an admin account with no
    explicit permissions may do everything (Java's rule).
 
@@ -43,7 +44,15 @@ from node.acl.accounts import (
     load_acl_file,
     perm_name,
 )
-from node.acl.resources import ADMIN_CODES, GROUP, AclRequestError, needs
+from node.acl.record_access import ADMIN_ONLY, record_needs
+from node.acl.resources import (
+    ADMIN_CODES,
+    GROUP,
+    AclRequestError,
+    is_internal_topic,
+    needs,
+    topic_resource,
+)
 
 log = logging.getLogger("tidemq.acl")
 _QUERY_SKIP = (SIGNATURE, "_UNIQUE_KEY_QUERY")
@@ -79,6 +88,9 @@ class AclValidator:
         self._next_check = clock() + self._interval_s
         self.refused = collections.Counter()  # reason -> refusals (fixed set of reasons)
         self.reloads = 0
+        # offset -> record bytes (the store's get_record), set by the broker: 33/36/37 name a
+        # record whose topic is known only once it is read (record_access.py)
+        self.record_reader = None
         _warn_if_readable_by_others(path)
 
     # -- reload ----------------------------------------------------------------------------
@@ -131,9 +143,21 @@ class AclValidator:
             return None
         try:
             wanted = needs(cmd)
+            on_record = record_needs(cmd, self.record_reader) if self.record_reader else None
         except AclRequestError as exc:
             return self._refuse("bad_request", f"[ACL] {exc}")
+        if on_record is not None:
+            topic, perm = on_record
+            if topic is ADMIN_ONLY:
+                if not account.admin:
+                    return self._refuse("permission", f"[ACL] {who} may not touch internal "
+                                                      f"records (admin accounts only)")
+            else:
+                wanted = wanted + [topic_resource(topic, perm)]
         for kind, name, perm in wanted:
+            if kind != GROUP and is_internal_topic(name) and not account.admin:
+                return self._refuse("permission", f"[ACL] {who} may not use internal topic "
+                                                  f"{name!r} (admin accounts only)")
             owned = account.group_perm(name) if kind == GROUP else account.topic_perm(name)
             if not has_perm(perm, owned):
                 return self._refuse("permission", f"[ACL] {who} has no {perm_name(perm)} "

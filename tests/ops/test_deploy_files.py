@@ -45,6 +45,7 @@ def test_compose_brokers_load_as_valid_configs(tmp_path):
     secret.write_text("x" * 32)
     toml_text = open(os.path.join(DEPLOY, "compose", "broker.toml")).read()
     toml_text = toml_text.replace("/run/secrets/tidemq_ha_secret", str(secret))
+    toml_text = _local_secret_files(toml_text, r"/run/secrets/\w+", tmp_path)
     toml_text = toml_text.replace("/var/lib/tidemq/store", str(tmp_path / "store"))
     conf = tmp_path / "broker.toml"
     conf.write_text(toml_text)
@@ -60,6 +61,17 @@ def test_compose_brokers_load_as_valid_configs(tmp_path):
         assert cfg.ha.node_id == name and cfg.advertised_host == name
         seen.add((cfg.broker_name, cfg.broker_id))
     assert seen == {("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)}
+
+
+def _local_secret_files(toml_text: str, pattern: str, tmp_path) -> str:
+    """Paths of mounted secret files (ZooKeeper TLS and credential) replaced by local stand-ins:
+    the loader checks they exist and that the credential reads as user:password
+    (tests/ops/test_deploy_security.py checks them with real certificates)."""
+    for path in sorted(set(re.findall(pattern, toml_text))):
+        local = tmp_path / ("secret-" + path.strip("/").replace("/", "-"))
+        local.write_text("tidemq:password" if "auth" in path else "x")
+        toml_text = toml_text.replace(f'"{path}"', f'"{local}"')
+    return toml_text
 
 
 def test_yaml_files_lint_clean():
@@ -97,6 +109,7 @@ def test_k8s_brokers_load_as_valid_configs(tmp_path):
     secret.write_text("x" * 32)
     text = open(os.path.join(K8S, "broker.toml")).read()
     text = text.replace("/etc/tidemq/secret/ha-secret", str(secret))
+    text = _local_secret_files(text, r"/etc/tidemq/zk-[\w./-]+", tmp_path)
     text = text.replace("/var/lib/tidemq/store", str(tmp_path / "store"))
     conf = tmp_path / "broker.toml"
     conf.write_text(text)

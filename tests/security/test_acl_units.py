@@ -231,3 +231,67 @@ def test_non_ascii_signature_is_refused_not_an_error(tmp_path):
     cmd = RemotingCommand.request(R.SEND_MESSAGE, {"topic": "AclOrders", "AccessKey": "alice",
                                                    "Signature": "sïg\ud800"})
     assert "signature mismatch" in v.check("127.0.0.1", cmd)
+
+
+def _record(topic: str, phys: int, props: dict) -> bytes:
+    from client.protocol import record as rec
+    host = rec.encode_host("127.0.0.1", 10911)
+    buf = bytearray(4096)
+    n = rec.encode_into(buf, 0, topic.encode(), 0, 0, 0, phys, 0, 1, host, 2, host, 0, 0,
+                        b"body", rec.encode_properties(props))
+    return bytes(buf[:n])
+
+
+def test_records_are_checked_against_their_own_topic(tmp_path):
+    """33/36/37 name a record by offset: the record's topic (a delayed or half message's
+    REAL_TOPIC) decides; an internal record without one is for admins; an offset where no
+    record starts is left to the processor's "not found"."""
+    v = _validator(tmp_path)
+    store = {100: _record("AclOrders", 100, {}), 200: _record("AclClosed", 200, {}),
+             300: _record("RMQ_SYS_TRANS_HALF_TOPIC", 300, {"REAL_TOPIC": "AclOrders"}),
+             400: _record("RMQ_SYS_TRANS_HALF_TOPIC", 400, {"REAL_TOPIC": "AclAudit"}),
+             500: _record("RMQ_SYS_TRANS_OP_HALF_TOPIC", 500, {}),
+             600: _record("SCHEDULE_TOPIC_XXXX", 600, {"REAL_TOPIC": "AclAudit"})}
+    v.record_reader = lambda off: store.get(off, b"")
+    root = Credentials("root", "admin-secret-Kp3vR7")
+
+    def check(code, ext, creds=ALICE):
+        return v.check("127.0.0.1", _signed(code, ext, creds=creds))
+
+    assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "100"}) is None
+    assert "no SUB permission on topic 'AclClosed'" in check(R.VIEW_MESSAGE_BY_ID, {"offset": "200"})
+    assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "600"}) is None      # delayed AclAudit: SUB
+    assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "250"}) is None      # nothing starts there
+    assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "200"}, root) is None
+    assert "numeric offset" in check(R.VIEW_MESSAGE_BY_ID, {"offset": "x"})
+    back = {"group": "g", "delayLevel": "0"}
+    assert check(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": "100"}) is None
+    assert "'AclClosed'" in check(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": "200"})
+    end = {"producerGroup": "p", "tranStateTableOffset": "0", "commitOrRollback": "8"}
+    assert check(R.END_TRANSACTION, {**end, "commitLogOffset": "300"}) is None   # PUB on AclOrders
+    assert "no PUB permission on topic 'AclAudit'" in check(
+        R.END_TRANSACTION, {**end, "commitLogOffset": "400"})
+    assert "internal records" in check(R.END_TRANSACTION, {**end, "commitLogOffset": "500"})
+    assert check(R.END_TRANSACTION, {**end, "commitLogOffset": "500"}, root) is None
+
+
+def test_reads_java_leaves_open_and_internal_topics(tmp_path):
+    v = _validator(tmp_path)
+
+    def check(code, ext, body=b""):
+        return v.check("127.0.0.1", _signed(code, ext, body))
+
+    for code in (R.GET_MAX_OFFSET, R.GET_MIN_OFFSET, R.GET_EARLIEST_MSG_STORETIME,
+                 R.SEARCH_OFFSET_BY_TIMESTAMP, R.GET_TOPIC_STATS_INFO):
+        assert check(code, {"topic": "AclAudit", "queueId": "0"}) is None
+        assert "'AclClosed'" in check(code, {"topic": "AclClosed", "queueId": "0"})
+        assert "lacks topic" in check(code, {"queueId": "0"})
+    assert check(R.GET_CONSUME_STATS, {"consumerGroup": "g"}) is None
+    assert "'AclClosed'" in check(R.GET_CONSUME_STATS, {"consumerGroup": "g", "topic": "AclClosed"})
+    lock = b'{"consumerGroup": "g", "clientId": "c", "mqSet": []}'
+    assert check(R.LOCK_BATCH_MQ, {}, lock) is None
+    assert "lacks consumerGroup" in check(R.UNLOCK_BATCH_MQ, {}, b"[1]")
+    for topic in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TIDEMQ_SYS_BROKER_STATE"):
+        assert "internal topic" in check(R.QUERY_MESSAGE, {"topic": topic, "key": "k",
+                                                            "maxNum": "1"})
+        assert "internal topic" in check(R.SEND_MESSAGE, {"topic": topic})
