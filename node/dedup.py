@@ -16,6 +16,11 @@ Rules:
    they legitimately hold the same UNIQ_KEY again and again (a message is sent back, or sent
    to %RETRY% by a client whose send-back failed, once per reconsume round, each copy stored
    in the schedule topic first; half and op records repeat a transaction's key).
+   Except the records that stand in for a message of an ordinary topic: a delayed message's
+   schedule entry and a transactional message's half record are keyed by their REAL_TOPIC, so
+   a delayed or transactional send retried after a lost reply is recognised too (the window
+   holds where the stand-in went, which is what the original reply named). A stand-in whose
+   real topic is itself a system topic (a %RETRY% round through the delay levels) stays exempt.
 4. After a restart the window is rebuilt from the key index, which holds every stored UNIQ_KEY
    with its record's position: walk entries newest first, read each record back and stop at
    the time or count bound. Nothing of the window lives only in memory, so a restart keeps
@@ -34,6 +39,7 @@ import struct
 import time
 from collections import OrderedDict
 
+from client.protocol.record import PROP_REAL_TOPIC, decode_properties, decode_record
 from node.store import index_file
 from node.store.message import parse_dispatch
 from node.topics import (SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC,
@@ -48,11 +54,21 @@ _ENTRIES_PER_KEY_MAX = 8
 _SYSTEM_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                             TRANS_CHECK_MAX_TIME_TOPIC))
 _SYSTEM_PREFIXES = ("%", "TIDEMQ_SYS_")  # %RETRY%, %DLQ%; TideMQ's own internal topics
+_STAND_INS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC))  # keyed by REAL_TOPIC (rule 3)
 
 
 def is_system_topic(topic: str) -> bool:
     """Rule 3 (the send hot path inlines the same two checks)."""
     return topic in _SYSTEM_TOPICS or topic.startswith(_SYSTEM_PREFIXES)
+
+
+def _stand_in_topic(topic: str, props) -> str | None:
+    """The topic a system-topic record is deduplicated under: the REAL_TOPIC of a schedule
+    entry or half record when that is an ordinary topic, else None (exempt, rule 3)."""
+    if topic not in _STAND_INS or not props:
+        return None
+    real = props.get(PROP_REAL_TOPIC)
+    return real if real and not is_system_topic(real) else None
 
 
 # entry fields
@@ -72,17 +88,28 @@ class DedupWindow:
         return len(self._entries)
 
     # -- the send path ------------------------------------------------------------------
-    def remember(self, requests) -> None:
-        """Record a put's messages (dispatch requests, node/store/message.py DR_* fields)."""
+    def remember(self, requests, msgs=None, keep_first: bool = False) -> None:
+        """Record a put's messages (dispatch requests, node/store/message.py DR_* fields).
+        `msgs`: the StoreMessages the requests were made from, in the same order; a stand-in's
+        REAL_TOPIC comes from their properties (rule 3). keep_first: a key already held keeps
+        its record (the rebuild, where a delivered delayed message follows its stand-in)."""
         if not self.enabled:
             return
         entries, system, prefixes = self._entries, _SYSTEM_TOPICS, _SYSTEM_PREFIXES
-        for r in requests:
+        for i, r in enumerate(requests):
             uniq = r[8]
-            if uniq and not (r[0] in system or r[0].startswith(prefixes)):
-                key = (r[0], uniq)
-                entries[key] = (r[3], r[4], r[1], r[2], r[6])
-                entries.move_to_end(key)  # a key re-stored (past the window) is young again
+            if not uniq:
+                continue
+            topic = r[0]
+            if topic in system or topic.startswith(prefixes):
+                topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
+                if topic is None:
+                    continue
+            key = (topic, uniq)
+            if keep_first and key in entries:
+                continue
+            entries[key] = (r[3], r[4], r[1], r[2], r[6])
+            entries.move_to_end(key)  # a key re-stored (past the window) is young again
         self._evict(int(self.clock() * 1000))
 
     def split(self, msgs) -> tuple[list, list]:
@@ -95,8 +122,9 @@ class DedupWindow:
         system, prefixes = _SYSTEM_TOPICS, _SYSTEM_PREFIXES
         for m in msgs:
             t = m.topic
-            e = entries.get((t, m.uniq_key)) if m.uniq_key and not (
-                t in system or t.startswith(prefixes)) else None
+            if m.uniq_key and (t in system or t.startswith(prefixes)):
+                t = _stand_in_topic(t, m.properties)
+            e = entries.get((t, m.uniq_key)) if m.uniq_key and t is not None else None
             if e is not None and e[E_STORE_MS] >= cutoff:
                 dups.append(e)
             else:
@@ -128,6 +156,7 @@ class DedupWindow:
         t0 = time.monotonic()
         cutoff = int(self.clock() * 1000) - self.window_ms
         found: list[tuple] = []  # newest first
+        found_props: list = []  # a stand-in's properties (rule 3), else None
         seen_phys: set[int] = set()
         budget = self.max_keys * _ENTRIES_PER_KEY_MAX
         for f in reversed(store.index.files):
@@ -148,15 +177,33 @@ class DedupWindow:
                 if not data:
                     continue
                 r = parse_dispatch(data, 0, len(data))
-                if r[8] and not is_system_topic(r[0]) and r[6] >= cutoff:
+                if not r[8] or r[6] < cutoff:
+                    continue
+                if not is_system_topic(r[0]):
                     found.append(r)
+                    found_props.append(None)
+                elif r[0] in _STAND_INS:
+                    props = decode_properties(decode_record(data).properties_raw)
+                    if _stand_in_topic(r[0], props) is not None:
+                        found.append(r)
+                        found_props.append(props)
             if budget <= 0 or len(found) >= self.max_keys:
                 break
-        found.sort(key=lambda r: r[3])  # oldest first, as remember() keeps them
-        self.remember(found)
+        order = sorted(range(len(found)), key=lambda i: found[i][3])  # oldest first, as kept
+        # keep_first: the reply a retry gets names the record the original reply named
+        self.remember([found[i] for i in order], [_Props(found_props[i]) for i in order],
+                      keep_first=True)
         log.info("duplicate window rebuilt from the key index: %d keys in %.0f ms",
                  len(self._entries), (time.monotonic() - t0) * 1000)
         return len(self._entries)
+
+
+class _Props:
+    """Stands for a StoreMessage in remember(): only its properties are read."""
+    __slots__ = ("properties",)
+
+    def __init__(self, properties):
+        self.properties = properties
 
 
 def duplicate_reply(dups, store_host: bytes) -> tuple[tuple[str, int, int], int]:

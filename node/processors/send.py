@@ -282,7 +282,7 @@ class SendProcessor:
             for conn, cmd, *_ in pending:
                 conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
             return
-        self.dedup.remember(result.requests)
+        self.dedup.remember(result.requests, msgs)
         placed = result.placed
         store_host = self.broker.store_host
         latency = self.metrics.put_latency

@@ -271,3 +271,56 @@ def test_send_back_rounds_through_the_delay_levels_are_never_suppressed(broker_f
     with urllib.request.urlopen(b.admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
     assert "tidemq_duplicates_suppressed_total 1.0" in text.splitlines()
+
+
+def test_delayed_send_retried_after_a_lost_reply_is_delivered_once(broker_factory):
+    """A delayed message is stored in SCHEDULE_TOPIC_XXXX, keyed in the window by its
+    REAL_TOPIC (node/dedup.py rule 3): the SDK's retry after a lost reply gets the original
+    result, and after a restart (window rebuilt from the key index) a raw retry does too."""
+    proxy_port = free_port()
+    b = broker_factory(f"advertised_port={proxy_port}", "delay_levels=300ms").start()
+
+    async def delivered(topic):
+        async with await RawClient.connect(b.addr) as c:
+            return [m for q in range(8) for m in await _queue(c, topic, q)]
+
+    async def go():
+        proxy = await ReplyDropProxy(b.port, drop_send_replies=1).start(proxy_port)
+        producer = Producer("dedup-delay-pg", f"127.0.0.1:{proxy_port}", retries=2,
+                            request_timeout_s=5.0, send_timeout_s=10.0)
+        await producer.start()
+        try:
+            sent_at = time.monotonic()
+            res = await producer.send(Message("LostDelayed", b"later", delay_level=1))
+            assert res.ok
+            [lost] = proxy.dropped
+            assert lost.code == 0 and res.offset_msg_id == lost.ext["msgId"]
+        finally:
+            await producer.shutdown()
+            await proxy.close()
+        deadline = time.monotonic() + 15
+        got = []
+        while time.monotonic() < deadline:
+            got = await delivered("LostDelayed")
+            if got:
+                break
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - sent_at >= 0.3  # not early
+        await asyncio.sleep(1.0)  # a second copy would be due by now
+        got = await delivered("LostDelayed")
+        assert [m.body for m in got] == [b"later"]
+        return got[0].uniq_key, res.offset_msg_id
+
+    uniq, msg_id = run(go())
+    b.restart()
+
+    async def raw_retry():
+        async with await RawClient.connect(b.addr) as c:
+            r = await c.request(R.SEND_MESSAGE,
+                                send_ext("LostDelayed", 0, properties(uniq=uniq, DELAY="1")),
+                                b"later")
+            assert r.code == 0, r.remark
+            return r.ext["msgId"]
+    assert run(raw_retry()) == msg_id
+    time.sleep(1.0)
+    assert [m.body for m in run(delivered("LostDelayed"))] == [b"later"]
