@@ -29,6 +29,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from node.bridge import LoopBridge  # noqa: E402
 from node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
 from node.store.message import StoreMessage  # noqa: E402
 from node.store.message_store import MessageStore  # noqa: E402
@@ -65,7 +66,8 @@ def run_async(root: str, total: int, batch: int) -> tuple[float, int]:
 
 def run_sync(root: str, total: int, batch: int, writers: int) -> float:
     """SYNC_FLUSH with `writers` concurrent asyncio tasks on one event loop: how the broker
-    drives the store (put on the loop, on_durable resolves a future from the flusher)."""
+    drives the store (put on the loop, on_durable resolves a future through the broker's
+    LoopBridge)."""
     return asyncio.run(_sync_tasks(root, total, batch, writers))
 
 
@@ -73,13 +75,14 @@ async def _sync_tasks(root: str, total: int, batch: int, writers: int) -> float:
     per_writer = max(batch, total // writers // batch * batch)
     lists = [make_messages(w * per_writer, per_writer) for w in range(writers)]
     loop = asyncio.get_running_loop()
+    bridge = LoopBridge(loop)  # as in the broker: one loop wake-up per group commit
     statuses = []
     with MessageStore(config(root, SYNC_FLUSH)) as store:
         async def writer(msgs):
             for i in range(0, len(msgs), batch):
                 end = store.put(msgs[i:i + batch]).end_offset
                 fut = loop.create_future()
-                store.on_durable(end, lambda s, f=fut: loop.call_soon_threadsafe(f.set_result, s))
+                store.on_durable(end, lambda s, f=fut: bridge.post_or_run(f.set_result, s))
                 statuses.append(await fut)
 
         t0 = time.perf_counter()

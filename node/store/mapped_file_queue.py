@@ -11,11 +11,19 @@ Rules:
 from __future__ import annotations
 
 import os
+import threading
 
 from .errors import StoreCorrupt
 from .mapped_file import MappedFile, file_name
 
 _WARM_INLINE_MAX = 64 << 20
+
+
+def _warm_quietly(mf: MappedFile) -> None:
+    try:
+        mf.warm(paced=False)
+    except (OSError, ValueError):  # closed meanwhile: nothing left to warm
+        pass
 
 
 class MappedFileQueue:
@@ -81,9 +89,18 @@ class MappedFileQueue:
     # -- growth --------------------------------------------------------------------------
     def _open(self, start: int) -> MappedFile:
         mf = self._prepared.pop(start, None)
+        if mf is not None:
+            return mf
         # Small files (consume queues) are warmed inline; big commit-log files are normally
-        # prepared and warmed ahead by the maintenance thread.
-        return mf if mf is not None else self.make_file(start, warm=self.file_bytes <= _WARM_INLINE_MAX)
+        # prepared and warmed ahead by the maintenance thread. One that was not (a store's
+        # first file, or a writer that outran the maintenance thread) is warmed in the
+        # background: pread releases the GIL, and the writer's faults become minor ones.
+        if self.file_bytes <= _WARM_INLINE_MAX:
+            return self.make_file(start, warm=True)
+        mf = self.make_file(start, warm=False)
+        threading.Thread(target=_warm_quietly, args=(mf,), daemon=True,
+                         name="tidemq-warm").start()
+        return mf
 
     def writable_file(self, start_offset: int = 0) -> MappedFile:
         """The last file if it has room, else a new one (the first starts at the file holding
