@@ -106,10 +106,11 @@ class DedupWindow:
                 if topic is None:
                     continue
             key = (topic, uniq)
-            if keep_first and key in entries:
-                continue
+            if key in entries:
+                if keep_first:
+                    continue
+                entries.move_to_end(key)  # a key re-stored (past the window) is young again
             entries[key] = (r[3], r[4], r[1], r[2], r[6])
-            entries.move_to_end(key)  # a key re-stored (past the window) is young again
         self._evict(int(self.clock() * 1000))
 
     def split(self, msgs) -> tuple[list, list]:
@@ -135,14 +136,17 @@ class DedupWindow:
 
     def _evict(self, now_ms: int) -> None:
         entries = self._entries
-        while len(entries) > self.max_keys:
-            entries.popitem(last=False)
+        pop = entries.popitem
+        for _ in range(len(entries) - self.max_keys):
+            pop(False)
         cutoff = now_ms - self.window_ms
-        while entries:
-            oldest = next(iter(entries.values()))
-            if oldest[E_STORE_MS] >= cutoff:
+        stale = 0
+        for e in entries.values():  # oldest first: count, then pop (no mutation mid-walk)
+            if e[E_STORE_MS] >= cutoff:
                 break
-            entries.popitem(last=False)
+            stale += 1
+        for _ in range(stale):
+            pop(False)
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:
