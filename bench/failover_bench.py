@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -105,6 +106,7 @@ def main() -> int:
     finally:
         harness.stop()
         zk.stop()
+        shutil.rmtree(base, ignore_errors=True)  # three brokers' preallocated files
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(result, sort_keys=True))
     return 0 if result["acked_lost"] == 0 else 1
