@@ -4,7 +4,8 @@ broker and name server is configured for it from mounted secret files, no secret
 in an environment variable or a command line, and the compose files, with the secrets
 `deploy/compose/make-secrets.sh` makes, run: a real ZooKeeper started with the compose zoo.cfg's
 TLS lines refuses plaintext and certificate-less clients, and a broker configured by
-deploy/compose/broker.toml connects and puts digest ACLs on what it creates."""
+deploy/compose/broker.toml connects and puts digest ACLs on what it creates; three of them form
+an ensemble over peer TLS whose election port refuses uncertified peers."""
 from __future__ import annotations
 
 import os
@@ -273,3 +274,91 @@ def test_compose_zoo_cfg_tls_lines_run_on_a_real_zookeeper(tmp_path):
                 zk.close()
     finally:
         node.stop()
+
+
+def _quorum_tls_lines(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k == "sslQuorum" or k.startswith("ssl.quorum.")}
+
+
+def test_compose_and_k8s_zookeeper_peers_use_tls():
+    """Both deployments carry the same peer TLS settings, from their own secret paths."""
+    compose = _quorum_tls_lines(_zoo_cfg(os.path.join(DEPLOY, "compose", "zoo.cfg")))
+    k8s = _quorum_tls_lines(_zoo_cfg(os.path.join(K8S, "zoo.cfg")))
+    assert compose["sslQuorum"] == "true" and compose["ssl.quorum.clientAuth"] == "need"
+    paths = ("ssl.quorum.keyStore.location", "ssl.quorum.trustStore.location")
+    assert {k: v for k, v in compose.items() if k not in paths} == \
+        {k: v for k, v in k8s.items() if k not in paths}
+    full = _zoo_cfg(os.path.join(DEPLOY, "compose", "zoo.cfg"))
+    assert compose["ssl.quorum.keyStore.location"] == full["ssl.keyStore.location"]
+    assert compose["ssl.quorum.trustStore.location"] == full["ssl.trustStore.location"]
+
+
+def _election_port_answer(port: int, ca: str, cert: str | None, key: str | None) -> str:
+    """Dial a ZooKeeper election port over TLS: "held" when the handshake passes and the server
+    waits for the peer's greeting, else what ended the connection."""
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile=ca)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.settimeout(0.3)  # ZooKeeper drops a silent peer after about a second
+                data = tls.recv(1)  # TLS 1.3: a refused client certificate surfaces here
+                return "closed" if not data else "data"
+        except socket.timeout:
+            return "held"
+        except (ssl.SSLError, ConnectionError) as exc:
+            return f"refused: {exc}"
+
+
+@pytest.mark.skipif(not os.path.exists(ZK_JAR), reason="Debian's zookeeper package is missing")
+def test_compose_zoo_cfg_peer_tls_forms_an_ensemble_that_refuses_uncertified_peers(tmp_path):
+    """Three Debian ZooKeepers with the compose zoo.cfg's TLS lines (client and peer) and
+    make-secrets.sh's files elect a leader over TLS; their election port completes a handshake
+    only for a peer with a certificate from the CA, and drops plaintext."""
+    import socket
+
+    tool("openssl")
+    files = _make_compose_secrets(tmp_path / "secrets")
+    local = {"/run/secrets/zk_server_bundle": files["zk-server-bundle.pem"],
+             "/run/secrets/tidemq_tls_ca": files["ca.pem"]}
+    ports = [(free_port(), free_port(), free_port(), free_port()) for _ in range(3)]
+    servers = [f"server.{i + 1}=127.0.0.1:{p[1]}:{p[2]}" for i, p in enumerate(ports)]
+    nodes = []
+    for i, (client, _, _, secure) in enumerate(ports):
+        node = ZkNode(str(tmp_path / "zk"), i + 1, client, servers)
+        node.tls = True                               # Netty's codec on the class path
+        lines = [f"{k}={local.get(v, str(secure) if k == 'secureClientPort' else v)}"
+                 for k, v in _zoo_cfg(os.path.join(DEPLOY, "compose", "zoo.cfg")).items()
+                 if not k.startswith("server.") and k not in ("dataDir", "tickTime")]
+        lines += servers + [f"dataDir={node.dir}/data", "tickTime=200",
+                            f"clientPort={client}", "clientPortAddress=127.0.0.1",
+                            "secureClientPortAddress=127.0.0.1"]
+        with open(node.cfg, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        nodes.append(node)
+    for node in nodes:
+        node.start()
+    try:
+        deadline = time.monotonic() + 90
+        while sorted(str(serving_mode(n.client_port)) for n in nodes) != \
+                ["follower", "follower", "leader"]:
+            assert time.monotonic() < deadline, "\n".join(n.log_tail() for n in nodes)
+            time.sleep(0.3)
+        election = ports[0][2]
+        ca = files["ca.pem"]
+        assert _election_port_answer(election, ca, files["client.pem"], files["client.key"]) == "held"
+        refused = _election_port_answer(election, ca, None, None)    # no certificate
+        assert refused.startswith("refused"), refused
+        with socket.create_connection(("127.0.0.1", election), timeout=5) as raw:   # plaintext
+            raw.settimeout(5)
+            raw.sendall(b"\x00" * 64)
+            try:
+                assert raw.recv(1) == b""
+            except ConnectionError:
+                pass
+    finally:
+        for node in nodes:
+            node.stop()
