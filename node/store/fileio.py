@@ -55,6 +55,14 @@ class OsMapping:
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
 
+    def pwrite(self, data, pos: int) -> None:
+        """Write through the file (the same page cache the mapping shows)."""
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self._fd, view, pos)
+            view = view[n:]
+            pos += n
+
     def sync(self) -> None:
         # fdatasync releases the GIL (mmap.flush would hold it for the whole msync) and on Linux
         # writes back pages dirtied through the mapping too.

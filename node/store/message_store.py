@@ -70,8 +70,10 @@ class MessageStore(StoreReader):
         self.config = config
         self.fs = fs
         self.clock = clock
+        # SYNC_FLUSH fsyncs after nearly every put: write through the file (CommitLog.append)
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
-                                    config.whole_record_crc)
+                                    config.whole_record_crc,
+                                    write_through=config.flush_mode == SYNC_FLUSH)
         self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_file_units)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None

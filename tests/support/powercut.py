@@ -74,6 +74,9 @@ class PowerCutMapping:
     def warm(self, paced: bool = True) -> None:
         pass
 
+    def pwrite(self, data, pos: int) -> None:
+        self.buf[pos:pos + len(data)] = data  # the page cache, like a write through the mapping
+
     def sync(self) -> None:
         self._fs._sync(self._cached)
 
