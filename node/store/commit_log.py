@@ -63,27 +63,25 @@ class CommitLog:
             stage = self._stage
             if len(stage) < nbytes:
                 stage = self._stage = bytearray(max(nbytes, 2 * len(stage)))
-            out, shift = stage, -wrote  # record at file position p goes to out[p + shift]
+            out, pos = stage, 0
         else:
-            out, shift = mf.buf, 0
-        seg_at = wrote  # file position of this file's first new byte
+            out, pos = mf.buf, wrote
+        seg, seg_at = pos, wrote  # stage[seg:pos] goes to this file at position seg_at
         requests = []
         for m in msgs:
             size = m.size_no_crc + extra
             if size + rec.BLANK_SIZE > fsize - wrote:
-                rec.encode_blank(out, wrote + shift, fsize - wrote)
+                rec.encode_blank(out, pos, fsize - wrote)
                 if through:
-                    mf.write(memoryview(stage)[seg_at + shift:wrote + shift + rec.BLANK_SIZE],
-                             seg_at)
-                    shift += rec.BLANK_SIZE + wrote  # the next file's bytes follow in stage
+                    pos += rec.BLANK_SIZE
+                    mf.write(memoryview(stage)[seg:pos], seg_at)
                 mf.wrote = fsize
                 mf = self.queue.writable_file()
                 wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
-                seg_at = wrote
                 if through:
-                    shift -= wrote
+                    seg, seg_at = pos, wrote
                 else:
-                    out = mf.buf
+                    out, pos = mf.buf, wrote
             if m.dispatchable:
                 key = (m.topic, m.queue_id)
                 qoff = queue_table.get(key, 0)
@@ -91,14 +89,15 @@ class CommitLog:
             else:
                 qoff = 0  # RocketMQ writes 0 for PREPARED/ROLLBACK records
             phys = start + wrote
-            encode(out, wrote + shift, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
+            encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
                    m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
                    m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
             wrote += size
+            pos += size
             requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
                              m.keys, m.uniq_key, m.sys_flag))
         if through:
-            mf.write(memoryview(stage)[seg_at + shift:wrote + shift], seg_at)
+            mf.write(memoryview(stage)[seg:pos], seg_at)
         mf.wrote = wrote
         return requests, start + wrote
 

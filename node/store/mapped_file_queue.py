@@ -89,12 +89,14 @@ class MappedFileQueue:
     # -- growth --------------------------------------------------------------------------
     def _open(self, start: int) -> MappedFile:
         mf = self._prepared.pop(start, None)
-        if mf is not None:
-            return mf
-        # Small files (consume queues) are warmed inline; big commit-log files are normally
-        # prepared and warmed ahead by the maintenance thread. One that was not (a store's
-        # first file, or a writer that outran the maintenance thread) is warmed in the
-        # background: pread releases the GIL, and the writer's faults become minor ones.
+        return mf if mf is not None else self._make_on_demand(start)
+
+    def _make_on_demand(self, start: int) -> MappedFile:
+        """A file the writer needs now. Small files (consume queues) are warmed inline; big
+        commit-log files are normally prepared and warmed ahead by the maintenance thread, and
+        one that was not (a store's first file, or a writer that outran the maintenance
+        thread) is warmed in the background: pread releases the GIL, and the writer's faults
+        become minor ones."""
         if self.file_bytes <= _WARM_INLINE_MAX:
             return self.make_file(start, warm=True)
         mf = self.make_file(start, warm=False)
@@ -141,7 +143,7 @@ class MappedFileQueue:
     def ensure_prepared(self, start: int) -> None:
         """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""
         if start not in self._prepared and not (self.files and self.files[-1].start_offset >= start):
-            self._prepared[start] = self.make_file(start, warm=self.file_bytes <= _WARM_INLINE_MAX)
+            self._prepared[start] = self._make_on_demand(start)
 
     def add_prepared(self, mf: MappedFile) -> None:
         last = self.last()
