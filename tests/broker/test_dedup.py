@@ -2,6 +2,7 @@
 with a stored UNIQ_KEY gets the original result and stores nothing; the window survives a
 restart (clean and SIGKILL); its time and count bounds; an SDK send whose reply is lost."""
 import asyncio
+import contextlib
 import time
 
 from client.message import Message
@@ -18,6 +19,27 @@ from tests.support.reply_drop_proxy import ReplyDropProxy
 async def _queue(c, topic, queue_id):
     r = await c.request(R.PULL_MESSAGE, pull_ext(topic, queue_id, 0, max_nums=100))
     return decode_records(r.body) if r.code == 0 else []
+
+
+async def _stored(addr, topic):
+    """Every record of `topic` on the broker at `addr` (its 8 queues)."""
+    async with await RawClient.connect(addr) as c:
+        return [m for q in range(8) for m in await _queue(c, topic, q)]
+
+
+@contextlib.asynccontextmanager
+async def _producer_losing_replies(broker_port, proxy_port, group):
+    """(producer, proxy): an SDK producer that reaches the broker through a proxy dropping the
+    next send reply after the broker stored the message; the producer retries."""
+    proxy = await ReplyDropProxy(broker_port, drop_send_replies=1).start(proxy_port)
+    producer = Producer(group, f"127.0.0.1:{proxy_port}", retries=2,
+                        request_timeout_s=5.0, send_timeout_s=10.0)
+    await producer.start()
+    try:
+        yield producer, proxy
+    finally:
+        await producer.shutdown()
+        await proxy.close()
 
 
 async def _send(c, topic, uniq, body=b"x", queue_id=0):
@@ -131,11 +153,7 @@ def test_sdk_send_whose_reply_is_lost_is_stored_once(broker_factory):
     b = broker_factory(f"advertised_port={proxy_port}").start()
 
     async def go():
-        proxy = await ReplyDropProxy(b.port, drop_send_replies=1).start(proxy_port)
-        producer = Producer("dedup-pg", f"127.0.0.1:{proxy_port}", retries=2,
-                            request_timeout_s=5.0, send_timeout_s=10.0)
-        await producer.start()
-        try:
+        async with _producer_losing_replies(b.port, proxy_port, "dedup-pg") as (producer, proxy):
             res = await producer.send(Message("LostReply", b"payload", keys="order-1"))
             assert res.ok
             [lost] = proxy.dropped
@@ -147,14 +165,9 @@ def test_sdk_send_whose_reply_is_lost_is_stored_once(broker_factory):
             res_b = await producer.send_batch(batch)
             assert res_b.ok and len(proxy.dropped) == 2
             assert res_b.offset_msg_id == proxy.dropped[1].ext["msgId"]
-        finally:
-            await producer.shutdown()
-            await proxy.close()
-        async with await RawClient.connect(b.addr) as c:
-            stored = [m for q in range(8) for m in await _queue(c, "LostReply", q)]
-            assert [m.body for m in stored] == [b"payload"]
-            stored_b = [m for q in range(8) for m in await _queue(c, "LostReplyB", q)]
-            assert sorted(m.body for m in stored_b) == [b"m0", b"m1", b"m2", b"m3"]
+        assert [m.body for m in await _stored(b.addr, "LostReply")] == [b"payload"]
+        stored_b = await _stored(b.addr, "LostReplyB")
+        assert sorted(m.body for m in stored_b) == [b"m0", b"m1", b"m2", b"m3"]
     run(go())
 
 
@@ -172,9 +185,8 @@ def test_sdk_keeps_a_caller_given_uniq_key(broker):
             assert r2.offset_msg_id == r1.offset_msg_id
         finally:
             await producer.shutdown()
-        async with await RawClient.connect(broker.addr) as c:
-            stored = [m for q in range(8) for m in await _queue(c, "Given", q)]
-            assert sorted(m.uniq_key for m in stored) == ["SINK-7-0", "SINK-7-1", "SINK-7-2"]
+        stored = await _stored(broker.addr, "Given")
+        assert sorted(m.uniq_key for m in stored) == ["SINK-7-0", "SINK-7-1", "SINK-7-2"]
     run(go())
 
 
@@ -280,34 +292,24 @@ def test_delayed_send_retried_after_a_lost_reply_is_delivered_once(broker_factor
     proxy_port = free_port()
     b = broker_factory(f"advertised_port={proxy_port}", "delay_levels=300ms").start()
 
-    async def delivered(topic):
-        async with await RawClient.connect(b.addr) as c:
-            return [m for q in range(8) for m in await _queue(c, topic, q)]
-
     async def go():
-        proxy = await ReplyDropProxy(b.port, drop_send_replies=1).start(proxy_port)
-        producer = Producer("dedup-delay-pg", f"127.0.0.1:{proxy_port}", retries=2,
-                            request_timeout_s=5.0, send_timeout_s=10.0)
-        await producer.start()
-        try:
+        async with _producer_losing_replies(b.port, proxy_port, "dedup-delay-pg") as (
+                producer, proxy):
             sent_at = time.monotonic()
             res = await producer.send(Message("LostDelayed", b"later", delay_level=1))
             assert res.ok
             [lost] = proxy.dropped
             assert lost.code == 0 and res.offset_msg_id == lost.ext["msgId"]
-        finally:
-            await producer.shutdown()
-            await proxy.close()
         deadline = time.monotonic() + 15
         got = []
         while time.monotonic() < deadline:
-            got = await delivered("LostDelayed")
+            got = await _stored(b.addr, "LostDelayed")
             if got:
                 break
             await asyncio.sleep(0.05)
         assert time.monotonic() - sent_at >= 0.3  # not early
         await asyncio.sleep(1.0)  # a second copy would be due by now
-        got = await delivered("LostDelayed")
+        got = await _stored(b.addr, "LostDelayed")
         assert [m.body for m in got] == [b"later"]
         return got[0].uniq_key, res.offset_msg_id
 
@@ -323,4 +325,4 @@ def test_delayed_send_retried_after_a_lost_reply_is_delivered_once(broker_factor
             return r.ext["msgId"]
     assert run(raw_retry()) == msg_id
     time.sleep(1.0)
-    assert [m.body for m in run(delivered("LostDelayed"))] == [b"later"]
+    assert [m.body for m in run(_stored(b.addr, "LostDelayed"))] == [b"later"]
