@@ -28,11 +28,17 @@ from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tests.support.raw_client import batch_body, properties, send_ext, send_ext_v2  # noqa: E402
 
 
-def make_frames(n, args, serialize_type):
-    body = os.urandom(args.body // 2).hex().encode()[:args.body]
-    frames = []
-    for i in range(n):
-        props = properties(tags="bench", uniq=f"U{i:031d}")
+_UNIQ_DIGITS = 31
+_UNIQ_SLOT = b"#" * _UNIQ_DIGITS  # same width as the number written into it
+
+
+class FrameSource:
+    """Pre-encoded SEND frames whose UNIQ_KEYs are filled in per send, so every message is new
+    to the broker (repeating keys would measure its duplicate-answer path, not the store)."""
+
+    def __init__(self, args, serialize_type):
+        body = os.urandom(args.body // 2).hex().encode()[:args.body]
+        props = properties(tags="bench", uniq="U" + _UNIQ_SLOT.decode())
         if args.batch:
             ext = send_ext_v2("Bench", -1, "", batch=True)
             payload = batch_body([(body, props)] * args.batch)
@@ -40,8 +46,19 @@ def make_frames(n, args, serialize_type):
         else:
             ext, payload, code = send_ext("Bench", -1, props), body, RequestCode.SEND_MESSAGE
         cmd = RemotingCommand.request(code, ext, payload, serialize_type=serialize_type)
-        frames.append(encode_frame(cmd))
-    return frames
+        self._parts = encode_frame(cmd).split(_UNIQ_SLOT)
+        self._next = 0
+
+    def take(self, n: int) -> bytes:
+        """`n` frames in one buffer, each message with a key not used before."""
+        out = []
+        for _ in range(n):
+            out.append(self._parts[0])
+            for part in self._parts[1:]:
+                out.append(b"%031d" % self._next)
+                out.append(part)
+                self._next += 1
+        return b"".join(out)
 
 
 def count_replies(buf: bytearray) -> int:
@@ -56,13 +73,11 @@ def count_replies(buf: bytearray) -> int:
     return n
 
 
-async def throughput(addr, frames, inflight, seconds):
+async def throughput(addr, frames: FrameSource, inflight, seconds):
     host, port = addr.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     writer.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    i = 0
-    writer.write(b"".join(frames[i % len(frames)] for i in range(inflight)))
-    i = inflight
+    writer.write(frames.take(inflight))
     done = 0
     buf = bytearray()
     t0 = time.perf_counter()
@@ -72,8 +87,7 @@ async def throughput(addr, frames, inflight, seconds):
         k = count_replies(buf)
         done += k
         if k:
-            writer.write(b"".join(frames[(i + j) % len(frames)] for j in range(k)))
-            i += k
+            writer.write(frames.take(k))
     elapsed = time.perf_counter() - t0
     writer.close()
     return done / elapsed
@@ -86,7 +100,7 @@ async def latency(addr, frames, count):
     samples = []
     for i in range(count):
         t = time.perf_counter()
-        writer.write(frames[i % len(frames)])
+        writer.write(frames.take(1))
         got = []
         while not got:
             got = decoder.feed(await reader.read(65536))
@@ -120,12 +134,12 @@ def main():
                           small_store=False)
         b.start()
         try:
-            frames = make_frames(512, args, st)
+            frames = FrameSource(args, st)
             asyncio.run(throughput(b.addr, frames, args.inflight, 1.0))  # warm up
             cpu0 = _cpu_seconds(b.proc.pid)
             rps = asyncio.run(throughput(b.addr, frames, args.inflight, args.seconds))
             cpu_us = (_cpu_seconds(b.proc.pid) - cpu0) / (rps * args.seconds) * 1e6
-            p50, p99 = asyncio.run(latency(b.addr, make_frames(64, argparse.Namespace(
+            p50, p99 = asyncio.run(latency(b.addr, FrameSource(argparse.Namespace(
                 body=args.body, batch=0), st), 3000))
         finally:
             b.stop()

@@ -19,6 +19,8 @@ import time
 _WARM_CHUNK = 1 << 20
 _WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
 _WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files
+_ZERO_SYNC_BYTES = 32 << 20   # a zero-fill writes back as it goes: no burst of dirty pages
+_ZEROS = bytes(_WARM_CHUNK)
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -38,7 +40,8 @@ class OsMapping:
         self.size = size
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size < size:
+            self.fresh = os.fstat(fd).st_size < size  # no data of ours in it: zero_fill may write
+            if self.fresh:
                 _preallocate(fd, size)
             self.buf = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
@@ -46,14 +49,28 @@ class OsMapping:
             raise
         self._fd = fd
 
-    def warm(self, paced: bool = True) -> None:
+    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
         """Bring the file into the page cache with pread (which releases the GIL), so the
         writer's first touch of each page is a minor fault: 183k -> 270k appends/s of 1 KiB
-        here. MAP_POPULATE would hold the GIL for seconds per GiB."""
+        here. MAP_POPULATE would hold the GIL for seconds per GiB.
+
+        zero_fill (a fresh file nobody writes yet) writes zeros and fdatasyncs them instead:
+        fallocate leaves unwritten extents, and every fdatasync after writing into one must
+        also commit the extent change to the journal (318-338 us per 16 KiB fdatasync here,
+        142 us once the blocks hold written zeros). RocketMQ's warmMappedFile writes zeros
+        for the same reason."""
+        zero_fill = zero_fill and self.fresh
         for off in range(0, self.size, _WARM_CHUNK):
-            os.pread(self._fd, _WARM_CHUNK, off)
+            if zero_fill:
+                self.pwrite(_ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
+                if (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
+                    os.fdatasync(self._fd)
+            else:
+                os.pread(self._fd, _WARM_CHUNK, off)
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
+        if zero_fill:
+            os.fdatasync(self._fd)
 
     def pwrite(self, data, pos: int) -> None:
         """Write through the file (the same page cache the mapping shows)."""

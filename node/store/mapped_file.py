@@ -26,8 +26,8 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
 
-    def warm(self, paced: bool = True) -> None:
-        self._mapping.warm(paced)
+    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
+        self._mapping.warm(paced, zero_fill)
 
     @property
     def end_offset(self) -> int:

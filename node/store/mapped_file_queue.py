@@ -33,6 +33,9 @@ class MappedFileQueue:
         self.file_bytes = file_bytes
         self.files: list[MappedFile] = []
         self._prepared: dict[int, MappedFile] = {}
+        # Warm files made before the writer sees them by writing zeros (OsMapping.warm): set
+        # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
+        self.zero_fill = False
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -126,7 +129,8 @@ class MappedFileQueue:
 
     def make_file(self, start: int, warm: bool = True, paced: bool = True) -> MappedFile:
         """Create, map and warm a file; safe without the writer's lock (it is not yet part of
-        the queue). add_prepared() hands it over."""
+        the queue), and the only warm-up that may zero-fill: no writer is in the file yet.
+        add_prepared() hands it over."""
         fresh_dir = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
@@ -137,7 +141,7 @@ class MappedFileQueue:
             self.fs.fsync_dir(os.path.dirname(self.directory))
             self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
         if warm:
-            mf.warm(paced)
+            mf.warm(paced, self.zero_fill)
         return mf
 
     def ensure_prepared(self, start: int) -> None:

@@ -71,8 +71,8 @@ class PowerCutMapping:
         self.size = len(cached.buf)
         self.buf = cached.buf
 
-    def warm(self, paced: bool = True) -> None:
-        pass
+    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
+        pass  # a fresh fake file is zeros already; nothing to bring in
 
     def pwrite(self, data, pos: int) -> None:
         self.buf[pos:pos + len(data)] = data  # the page cache, like a write through the mapping

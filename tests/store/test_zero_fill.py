@@ -1,0 +1,119 @@
+"""Under SYNC_FLUSH, commit-log files made before the writer enters them hold written zeros,
+not fallocate's unwritten extents (whose conversion every fdatasync must journal); a warm-up
+never writes into a file that already holds data.
+
+Extents are read with the FIEMAP ioctl; on a file system without it (or without unwritten
+extents, as the ASYNC_FLUSH control shows) the extent tests skip.
+"""
+import fcntl
+import os
+import struct
+
+import pytest
+
+from node.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from node.store.fileio import OsMapping
+from node.store.message_store import MessageStore
+
+from .helpers import message, small_config
+
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_EXTENT_LAST = 0x1
+FIEMAP_EXTENT_UNWRITTEN = 0x800
+_HEAD = struct.Struct("=QQIIII")        # struct fiemap
+_EXTENT = struct.Struct("=QQQQQIIII")   # struct fiemap_extent
+FILE_BYTES = 1 << 20
+
+
+def unwritten_bytes(path: str) -> int:
+    """Bytes of `path` in unwritten (allocated, never written) extents."""
+    total, start, slots = 0, 0, 64
+    with open(path, "rb") as f:
+        while True:
+            buf = bytearray(_HEAD.pack(start, (1 << 64) - 1 - start, 0, 0, slots, 0)
+                            + bytes(_EXTENT.size * slots))
+            fcntl.ioctl(f.fileno(), FS_IOC_FIEMAP, buf)
+            mapped = _HEAD.unpack_from(buf)[3]
+            if mapped == 0:
+                return total
+            for i in range(mapped):
+                logical, _, length, _, _, flags, _, _, _ = _EXTENT.unpack_from(
+                    buf, _HEAD.size + i * _EXTENT.size)
+                if flags & FIEMAP_EXTENT_UNWRITTEN:
+                    total += length
+                if flags & FIEMAP_EXTENT_LAST:
+                    return total
+                start = logical + length
+
+
+def commitlog_files(root) -> list[str]:
+    d = os.path.join(root, "commitlog")
+    return [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+
+def open_store(root, flush_mode):
+    return MessageStore(small_config(root, flush_mode=flush_mode,
+                                     commitlog_file_bytes=FILE_BYTES)).open()
+
+
+@pytest.fixture
+def extents_supported(tmp_path):
+    """Skip unless this file system reports unwritten extents for a fallocated file."""
+    probe = tmp_path / "probe"
+    fd = os.open(probe, os.O_RDWR | os.O_CREAT)
+    try:
+        os.posix_fallocate(fd, 0, FILE_BYTES)
+        try:
+            unwritten = unwritten_bytes(str(probe))
+        except OSError as e:
+            pytest.skip(f"FIEMAP not supported here: {e}")
+    except OSError as e:
+        pytest.skip(f"fallocate not supported here: {e}")
+    finally:
+        os.close(fd)
+    if unwritten == 0:
+        pytest.skip("this file system does not keep unwritten extents")
+
+
+def test_sync_flush_commit_log_files_hold_written_zeros(tmp_path, extents_supported):
+    store = open_store(tmp_path / "sync", SYNC_FLUSH)
+    try:
+        (first,) = commitlog_files(tmp_path / "sync")
+        assert unwritten_bytes(first) == 0
+        seq = 0
+        while store.max_offset < FILE_BYTES * store.config.preallocate_at_ratio + 1:
+            store.put_and_wait([message(seq, 2000)])
+            seq += 1
+        store.prepare_next_file()  # what the maintenance thread does
+        files = commitlog_files(tmp_path / "sync")
+        assert len(files) == 2
+        assert unwritten_bytes(files[1]) == 0
+        with open(files[1], "rb") as f:
+            assert f.read() == bytes(FILE_BYTES)
+    finally:
+        store.close()
+
+
+def test_async_flush_keeps_fallocated_files(tmp_path, extents_supported):
+    """The control: without SYNC_FLUSH's fdatasync per put, no file is written twice."""
+    store = open_store(tmp_path / "async", ASYNC_FLUSH)
+    try:
+        (first,) = commitlog_files(tmp_path / "async")
+        assert unwritten_bytes(first) > 0
+    finally:
+        store.close()
+
+
+def test_zero_fill_never_writes_into_a_file_that_has_data(tmp_path):
+    path = str(tmp_path / "00000000000000000000")
+    data = os.urandom(FILE_BYTES)
+    with open(path, "wb") as f:
+        f.write(data)
+    mapping = OsMapping(path, FILE_BYTES)
+    try:
+        assert not mapping.fresh
+        mapping.warm(paced=False, zero_fill=True)
+    finally:
+        mapping.close()
+    with open(path, "rb") as f:
+        assert f.read() == data
