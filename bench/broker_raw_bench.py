@@ -4,8 +4,9 @@
         [--seconds 5] [--header json|binary] [--batch 0|64] [--body 1024]
 
 Starts its own broker (tests/support/broker_proc.py), keeps `inflight` requests outstanding on
-one connection, and prints one JSON line: msgs_s, requests_s, and the latency of single sync
-sends (p50/p99 ms, one at a time). The client does almost no work per message, so the figures
+one connection, and prints one JSON line: msgs_s, requests_s, the broker's CPU per request and
+commit-log fsyncs per second (requests_per_fsync: the group-commit size under SYNC_FLUSH), and
+the latency of single sync sends (p50/p99 ms, one at a time). The client does almost no work per message, so the figures
 are the broker's, not the client's (the SDK's end-to-end figures are bench/e2e_bench.py's).
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import struct
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -117,6 +119,15 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _fsyncs(admin_url: str) -> float:
+    """The broker's commit-log fdatasync count (its /metrics)."""
+    with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("tidemq_store_commitlog_fsyncs_total "):
+                return float(line.split()[1])
+    return float("nan")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--flush", default="ASYNC_FLUSH")
@@ -136,9 +147,10 @@ def main():
         try:
             frames = FrameSource(args, st)
             asyncio.run(throughput(b.addr, frames, args.inflight, 1.0))  # warm up
-            cpu0 = _cpu_seconds(b.proc.pid)
+            cpu0, fsyncs0 = _cpu_seconds(b.proc.pid), _fsyncs(b.admin_url)
             rps = asyncio.run(throughput(b.addr, frames, args.inflight, args.seconds))
             cpu_us = (_cpu_seconds(b.proc.pid) - cpu0) / (rps * args.seconds) * 1e6
+            fsyncs_s = (_fsyncs(b.admin_url) - fsyncs0) / args.seconds
             p50, p99 = asyncio.run(latency(b.addr, FrameSource(argparse.Namespace(
                 body=args.body, batch=0), st), 3000))
         finally:
@@ -147,6 +159,8 @@ def main():
                       "batch": args.batch, "requests_s": round(rps),
                       "msgs_s": round(rps * max(1, args.batch)),
                       "broker_cpu_us_per_request": round(cpu_us, 1),
+                      "fsyncs_s": round(fsyncs_s),
+                      "requests_per_fsync": round(rps / fsyncs_s, 1) if fsyncs_s else None,
                       "sync_send_p50_ms": round(p50, 3), "sync_send_p99_ms": round(p99, 3)}))
 
 

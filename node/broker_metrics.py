@@ -100,6 +100,8 @@ class BrokerCollector:
                      1 if store.retention.disk_full else 0)
         yield _counter("tidemq_store_commitlog_files_deleted", "Commit-log files deleted by "
                        "retention.", store.retention.deleted_files)
+        yield _counter("tidemq_store_commitlog_fsyncs", "Commit-log fdatasyncs (under "
+                       "SYNC_FLUSH one per group commit).", store.flush_service.fsyncs)
 
     def _messaging(self):
         """Delayed delivery, transactions, retry and DLQ (node/schedule.py, node/transactions.py,

@@ -101,6 +101,8 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("tidemq_store_disk_full", "gauge", [], "1 while writes are refused for disk use."),
     _m("tidemq_store_commitlog_files_deleted_total", "counter", [],
        "Commit-log files deleted by retention."),
+    _m("tidemq_store_commitlog_fsyncs_total", "counter", [],
+       "Commit-log fdatasyncs (under SYNC_FLUSH one per group commit)."),
     # -- consumers ---------------------------------------------------------------------------
     _m("tidemq_consumer_lag_messages", "gauge", ["consumer_group", "topic", "queue"],
        "Queue max offset minus the group's committed offset, per queue (masters only, so sums "
