@@ -19,7 +19,9 @@ then two more ASYNC_FLUSH brokers for the cost of security (bench/security_phase
 
 Prints ONE JSON line with flat keys (msgs/s and ms), plus the CPU microseconds per message spent
 by this process (`*_client_cpu_us`) and by the broker (`*_broker_cpu_us`) in the throughput
-phases. `--quick` finishes in well under 60 s.
+phases, and `calibration_echo_msgs_s`: the issue's reference echo on this machine today
+(bench/calibration.py), to compare runs made on different days. `--quick` finishes in well
+under 60 s.
 The client and the broker share this machine's cores: the figures are for both together.
 """
 from __future__ import annotations
@@ -40,6 +42,7 @@ from client.message import Message  # noqa: E402
 from client.producer import Producer  # noqa: E402
 from client.pull_consumer import PullConsumer  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
+from bench import calibration  # noqa: E402
 from bench import messaging_phases  # noqa: E402
 from bench import security_phases  # noqa: E402
 
@@ -231,6 +234,7 @@ def main():
     result = {"header": args.header, "body_bytes": len(BODY), "in_flight": IN_FLIGHT,
               "batch": BATCH, "cpus": os.cpu_count()}
     t0 = time.perf_counter()
+    result["calibration_echo_msgs_s"] = round(calibration.echo_msgs_s())  # the machine today
     with tempfile.TemporaryDirectory(prefix="tidemq-bench-") as d:
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             os.makedirs(os.path.join(d, flush.lower()))

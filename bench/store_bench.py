@@ -13,7 +13,9 @@ one event loop, the broker's model), sync_{single,batch}_64threads_msgs_s (64 OS
 calling the blocking put_and_wait; Python's GIL hand-offs cost more than the fsyncs there),
 read_msgs_s (32-message reads through consume queues), recovery_mb_s (crash recovery that
 validates every record of the log: checkpoint removed, consume queues and index rebuilt),
-recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures.
+recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures, and
+calibration_loop_records_s: the issue's reference loop on this machine today
+(bench/calibration.py), to compare runs made on different days.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import calibration  # noqa: E402
 from node.bridge import LoopBridge  # noqa: E402
 from node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
 from node.store.message import StoreMessage  # noqa: E402
@@ -172,6 +175,7 @@ def main() -> None:
         if not args.dir:
             shutil.rmtree(os.path.join(base, name), ignore_errors=True)
     try:
+        out["calibration_loop_records_s"] = calibration.loop_records_s()  # the machine today
         rate, _ = run_async(os.path.join(base, "async-single"), n_async // 4, 1)
         discard("async-single")
         out["async_single_msgs_s"] = rate

@@ -48,14 +48,14 @@ def assert_positive(result: dict, keys) -> None:
 def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path):
     out = tmp_path / "store-bench"
     result = run_bench("store_bench.py", "--quick", "--dir", str(out))
-    assert_positive(result, STORE_KEYS)
+    assert_positive(result, STORE_KEYS + ("calibration_loop_records_s",))
     written = [name for _, _, files in os.walk(out) for name in files]
     assert any(len(name) == 20 and name.isdigit() for name in written), written[:20]
 
 
 def test_e2e_bench_prints_its_keys_without_failed_sends():
     result = run_bench("e2e_bench.py", "--quick", "--seconds", "1")
-    assert_positive(result, E2E_KEYS)
+    assert_positive(result, E2E_KEYS + ("calibration_echo_msgs_s",))
     assert result["async_send_async_flush_failed"] == 0
     assert result["async_send_sync_flush_failed"] == 0
     assert result["consume_count"] > 0
