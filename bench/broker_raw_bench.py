@@ -6,8 +6,9 @@
 Starts its own broker (tests/support/broker_proc.py), keeps `inflight` requests outstanding on
 one connection, and prints one JSON line: msgs_s, requests_s, the broker's CPU per request and
 commit-log fsyncs per second (requests_per_fsync: the group-commit size under SYNC_FLUSH), and
-the latency of single sync sends (p50/p99 ms, one at a time). The client does almost no work per message, so the figures
-are the broker's, not the client's (the SDK's end-to-end figures are bench/e2e_bench.py's).
+the latency of single sync sends (p50/p99 ms, one at a time). The client does almost no work
+per message, so the figures are the broker's, not the client's (the SDK's end-to-end figures
+are bench/e2e_bench.py's).
 """
 from __future__ import annotations
 
@@ -20,10 +21,10 @@ import struct
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.ha_bench import scrape  # noqa: E402
 from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
@@ -119,15 +120,6 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _fsyncs(admin_url: str) -> float:
-    """The broker's commit-log fdatasync count (its /metrics)."""
-    with urllib.request.urlopen(admin_url + "/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("tidemq_store_commitlog_fsyncs_total "):
-                return float(line.split()[1])
-    return float("nan")
-
-
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--flush", default="ASYNC_FLUSH")
@@ -147,10 +139,11 @@ def main():
         try:
             frames = FrameSource(args, st)
             asyncio.run(throughput(b.addr, frames, args.inflight, 1.0))  # warm up
-            cpu0, fsyncs0 = _cpu_seconds(b.proc.pid), _fsyncs(b.admin_url)
+            fsyncs = "tidemq_store_commitlog_fsyncs_total"
+            cpu0, fsyncs0 = _cpu_seconds(b.proc.pid), scrape(b, fsyncs)
             rps = asyncio.run(throughput(b.addr, frames, args.inflight, args.seconds))
             cpu_us = (_cpu_seconds(b.proc.pid) - cpu0) / (rps * args.seconds) * 1e6
-            fsyncs_s = (_fsyncs(b.admin_url) - fsyncs0) / args.seconds
+            fsyncs_s = (scrape(b, fsyncs) - fsyncs0) / args.seconds
             p50, p99 = asyncio.run(latency(b.addr, FrameSource(argparse.Namespace(
                 body=args.body, batch=0), st), 3000))
         finally:

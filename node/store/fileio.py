@@ -20,7 +20,7 @@ _WARM_CHUNK = 1 << 20
 _WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
 _WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files
 _ZERO_SYNC_BYTES = 32 << 20   # a zero-fill writes back as it goes: no burst of dirty pages
-_ZEROS = bytes(_WARM_CHUNK)
+ZEROS = bytes(_WARM_CHUNK)    # one chunk of zeros, shared with MappedFile's cut and scan
 
 
 def _preallocate(fd: int, size: int) -> None:
@@ -62,7 +62,7 @@ class OsMapping:
         zero_fill = zero_fill and self.fresh
         for off in range(0, self.size, _WARM_CHUNK):
             if zero_fill:
-                self.pwrite(_ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
+                self.pwrite(ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
                 if (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
                     os.fdatasync(self._fd)
             else:

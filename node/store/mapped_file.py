@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 
+from .fileio import ZEROS as _ZEROS
+
 PAGE_BYTES = 4096  # OS_PAGE_SIZE for "least pages" arithmetic
-_CHUNK = 1 << 20  # zero-fill and scan granularity: bounded temporary memory
-_ZEROS = bytes(_CHUNK)
+_CHUNK = len(_ZEROS)  # zero-fill and scan granularity: bounded temporary memory
 
 
 def file_name(start_offset: int) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import subprocess
 import sys
 
@@ -20,6 +19,7 @@ from bench.broker_raw_bench import FrameSource
 from client.protocol import record as rec
 from client.protocol.codes import SerializeType
 from client.protocol.remoting import FrameDecoder
+from client.send_codec import decode_batch_body
 from tests.support.broker_proc import REPO_ROOT
 
 STORE_KEYS = ("async_batch_msgs_s", "sync_batch_64w_msgs_s", "sync_single_64w_msgs_s",
@@ -67,14 +67,8 @@ def _uniq_keys_in(frame_bytes: bytes, batch: bool) -> list[str]:
         if not batch:
             keys.append(rec.decode_properties(cmd.ext["properties"])[rec.PROP_UNIQ_KEY])
             continue
-        body, pos = cmd.body, 0
-        while pos < len(body):  # spec 3.2: total, magic, body crc, flag, body len, body, props
-            total, _, _, _, body_len = struct.unpack_from(">iiiii", body, pos)
-            props_at = pos + 20 + body_len
-            (props_len,) = struct.unpack_from(">h", body, props_at)
-            props = body[props_at + 2:props_at + 2 + props_len]
-            keys.append(rec.decode_properties(props)[rec.PROP_UNIQ_KEY])
-            pos += total
+        keys += [rec.decode_properties(props)[rec.PROP_UNIQ_KEY]
+                 for _, _, props in decode_batch_body(cmd.body)]
     return keys
 
 
