@@ -141,7 +141,13 @@ class MappedFileQueue:
             self.fs.fsync_dir(os.path.dirname(self.directory))
             self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
         if warm:
-            mf.warm(paced, self.zero_fill)
+            try:
+                mf.warm(paced, self.zero_fill)
+            except BaseException:
+                # e.g. ENOSPC zero-filling a sparse file (no fallocate): the caller retries
+                # later with a new mapping, so release this one (its fd and map) now
+                mf.close()
+                raise
         return mf
 
     def ensure_prepared(self, start: int) -> None:

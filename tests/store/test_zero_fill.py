@@ -117,3 +117,38 @@ def test_zero_fill_never_writes_into_a_file_that_has_data(tmp_path):
         mapping.close()
     with open(path, "rb") as f:
         assert f.read() == data
+
+
+class _FullDiskMapping(OsMapping):
+    """A disk that fills up during the warm-up (a sparse file on a file system without
+    fallocate, zero-filled on a full disk): a fault a real disk cannot produce on demand."""
+    closed = []
+
+    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
+        raise OSError(28, "No space left on device")
+
+    def close(self) -> None:
+        _FullDiskMapping.closed.append(self.path)
+        super().close()
+
+
+def test_a_failed_warm_up_releases_its_mapping_and_the_retry_succeeds(tmp_path):
+    from node.store.fileio import OsFileSystem
+    from node.store.mapped_file_queue import MappedFileQueue
+
+    class FullDisk(OsFileSystem):
+        def map_file(self, path, size):
+            return _FullDiskMapping(path, size)
+
+    _FullDiskMapping.closed = []
+    queue = MappedFileQueue(FullDisk(), str(tmp_path / "commitlog"), FILE_BYTES)
+    queue.zero_fill = True
+    with pytest.raises(OSError, match="No space left"):
+        queue.make_file(0)
+    assert _FullDiskMapping.closed == [str(tmp_path / "commitlog" / "00000000000000000000")]
+    queue.fs = OsFileSystem()  # space again: the retry maps the same file and warms it
+    mf = queue.make_file(0)
+    try:
+        assert mf.size == FILE_BYTES and mf.wrote == 0
+    finally:
+        mf.close()
