@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 
 
@@ -39,6 +40,7 @@ class OsMapping:
         self.path = path
         self.size = size
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fill_lock = threading.Lock()  # a zero chunk lands whole before the writer enters
         try:
             self.fresh = os.fstat(fd).st_size < size  # no data of ours in it: zero_fill may write
             if self.fresh:
@@ -62,15 +64,24 @@ class OsMapping:
         zero_fill = zero_fill and self.fresh
         for off in range(0, self.size, _WARM_CHUNK):
             if zero_fill:
-                self.pwrite(ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
-                if (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
+                with self._fill_lock:
+                    zero_fill = self.fresh  # stop_zero_fill(): read-warm the rest
+                    if zero_fill:
+                        self.pwrite(ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
+                if zero_fill and (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
                     os.fdatasync(self._fd)
-            else:
+            if not zero_fill:
                 os.pread(self._fd, _WARM_CHUNK, off)
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
         if zero_fill:
             os.fdatasync(self._fd)
+
+    def stop_zero_fill(self) -> None:
+        """The writer is about to enter this file: once this returns, no zeros land in it
+        (a zero-fill still running goes on as a read warm-up)."""
+        with self._fill_lock:
+            self.fresh = False
 
     def pwrite(self, data, pos: int) -> None:
         """Write through the file (the same page cache the mapping shows)."""

@@ -30,6 +30,9 @@ class MappedFile:
     def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
         self._mapping.warm(paced, zero_fill)
 
+    def stop_zero_fill(self) -> None:
+        self._mapping.stop_zero_fill()
+
     @property
     def end_offset(self) -> int:
         """Absolute offset just past the data written to this file."""

@@ -17,6 +17,7 @@ from .errors import StoreCorrupt
 from .mapped_file import MappedFile, file_name
 
 _WARM_INLINE_MAX = 64 << 20
+_TAKEN = object()  # _making: the writer took the file the maintenance thread was warming
 
 
 def _warm_quietly(mf: MappedFile) -> None:
@@ -33,6 +34,11 @@ class MappedFileQueue:
         self.file_bytes = file_bytes
         self.files: list[MappedFile] = []
         self._prepared: dict[int, MappedFile] = {}
+        # Files the maintenance thread is making (None until mapped and named durably, then
+        # the file; _TAKEN once the writer took it) or the writer is making on demand (None).
+        # One lock guards both dicts, so no two mappings of one file are ever made at once.
+        self._making: dict[int, MappedFile | None | object] = {}
+        self._lock = threading.Condition()
         # Warm files made before the writer sees them by writing zeros (OsMapping.warm): set
         # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
         self.zero_fill = False
@@ -90,9 +96,41 @@ class MappedFileQueue:
         return None
 
     # -- growth --------------------------------------------------------------------------
-    def _open(self, start: int) -> MappedFile:
-        mf = self._prepared.pop(start, None)
-        return mf if mf is not None else self._make_on_demand(start)
+    def _obtain(self, start: int, prepared: bool = False) -> MappedFile:
+        """The writer's way to a file (it holds the store's put lock), appended to the queue
+        (or, with `prepared`, kept for a later roll): the prepared one, the one the
+        maintenance thread is still warming (its zero-fill stops first: zeros landing after
+        the writer's records would erase acknowledged data), or a new one."""
+        with self._lock:
+            mf = self._prepared.pop(start, None)
+            if mf is None:
+                while start in self._making and self._making[start] is None:
+                    self._lock.wait()  # being created and named durably: milliseconds
+                mf = self._making.get(start)
+                if isinstance(mf, MappedFile):
+                    mf.stop_zero_fill()
+                    self._making[start] = _TAKEN
+                else:
+                    mf = None
+                    self._making[start] = None  # ours: the maintenance thread keeps off it
+            if mf is not None:
+                self._place(mf, prepared)
+                return mf
+        try:
+            mf = self._make_on_demand(start)
+        finally:
+            with self._lock:
+                del self._making[start]
+                self._lock.notify_all()
+                if mf is not None:
+                    self._place(mf, prepared)
+        return mf
+
+    def _place(self, mf: MappedFile, prepared: bool) -> None:
+        if prepared:
+            self._prepared[mf.start_offset] = mf
+        else:
+            self.files.append(mf)
 
     def _make_on_demand(self, start: int) -> MappedFile:
         """A file the writer needs now. Small files (consume queues) are warmed inline; big
@@ -115,31 +153,13 @@ class MappedFileQueue:
             return last
         start = (start_offset - start_offset % self.file_bytes) if last is None \
             else last.start_offset + self.file_bytes
-        mf = self._open(start)
-        self.files.append(mf)
-        return mf
-
-    def next_start(self) -> int | None:
-        """Start offset of the file after the last one, unless it is prepared already."""
-        last = self.last()
-        if last is None:
-            return None
-        start = last.start_offset + self.file_bytes
-        return None if start in self._prepared else start
+        return self._obtain(start)
 
     def make_file(self, start: int, warm: bool = True, paced: bool = True) -> MappedFile:
-        """Create, map and warm a file; safe without the writer's lock (it is not yet part of
-        the queue), and the only warm-up that may zero-fill: no writer is in the file yet.
-        add_prepared() hands it over."""
-        fresh_dir = not os.path.isdir(self.directory)
-        os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
-                        self.file_bytes)
-        # A new file name (and a new directory's) must survive a crash too (POSIX fsync rule).
-        self.fs.fsync_dir(self.directory)
-        if fresh_dir:
-            self.fs.fsync_dir(os.path.dirname(self.directory))
-            self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
+        """Create, map and warm (zero-filling when fresh and zero_fill) a file no other
+        thread can reach: the store's first file at open, or the writer's own on-demand
+        file. The maintenance thread goes through prepare_next()."""
+        mf = self._map(start)
         if warm:
             try:
                 mf.warm(paced, self.zero_fill)
@@ -150,18 +170,67 @@ class MappedFileQueue:
                 raise
         return mf
 
+    def _map(self, start: int) -> MappedFile:
+        fresh_dir = not os.path.isdir(self.directory)
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
+                        self.file_bytes)
+        try:
+            # A new file name (and a new directory's) must survive a crash too (POSIX rule).
+            self.fs.fsync_dir(self.directory)
+            if fresh_dir:
+                self.fs.fsync_dir(os.path.dirname(self.directory))
+                self.fs.fsync_dir(os.path.dirname(os.path.dirname(self.directory)))
+        except BaseException:
+            mf.close()
+            raise
+        return mf
+
+    def prepare_next(self, paced: bool = True) -> None:
+        """The maintenance thread's job: make and warm the file after the last one, unless it
+        is prepared, or being made, already. The writer may take it mid-warm (_obtain)."""
+        with self._lock:
+            last = self.last()
+            start = None if last is None else last.start_offset + self.file_bytes
+            if start is None or start in self._prepared or start in self._making:
+                return
+            self._making[start] = None
+        mf = None
+        try:
+            mf = self._map(start)
+            with self._lock:
+                self._making[start] = mf
+                self._lock.notify_all()
+            mf.warm(paced, self.zero_fill)
+        except BaseException:
+            with self._lock:
+                taken = self._release(start, mf)
+            if mf is not None and not taken:
+                mf.close()  # as make_file does
+            raise
+        with self._lock:
+            if self._release(start, mf):
+                return
+            last = self.last()
+            if last is not None and start == last.start_offset + self.file_bytes \
+                    and start not in self._prepared:
+                self._prepared[start] = mf
+                return
+        mf.close()  # the queue moved on (or was cut) while the file was made
+
+    def _release(self, start: int, mf: MappedFile | None) -> bool:
+        """Drop the maintenance thread's claim on `start` (lock held); True if the writer
+        took the file meanwhile (and may since have claimed `start` anew, after a reset)."""
+        held = self._making.get(start)
+        if held is mf or held is _TAKEN:
+            del self._making[start]
+            self._lock.notify_all()
+        return held is not mf
+
     def ensure_prepared(self, start: int) -> None:
         """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""
         if start not in self._prepared and not (self.files and self.files[-1].start_offset >= start):
-            self._prepared[start] = self._make_on_demand(start)
-
-    def add_prepared(self, mf: MappedFile) -> None:
-        last = self.last()
-        if last is not None and mf.start_offset == last.start_offset + self.file_bytes \
-                and mf.start_offset not in self._prepared:
-            self._prepared[mf.start_offset] = mf
-        else:
-            mf.close()  # the queue moved on (or was cut) while the file was made
+            self._obtain(start, prepared=True)
 
     # -- durability ----------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
@@ -178,9 +247,10 @@ class MappedFileQueue:
         (up to the absolute offset stale_limit when one is known)."""
         while self.files and self.files[-1].start_offset > offset:
             self.files.pop().destroy(self.fs)
-        for mf in self._prepared.values():
+        with self._lock:
+            prepared, self._prepared = list(self._prepared.values()), {}
+        for mf in prepared:
             mf.destroy(self.fs)
-        self._prepared.clear()
         mf = self.find(offset)
         if mf is not None:  # None: the cut is at the end of a full last file, or no files
             pos = offset - mf.start_offset
@@ -203,16 +273,19 @@ class MappedFileQueue:
         """Empty queue that must start at `offset` (a slave bootstrapping mid-history, or a
         consume queue whose log head was deleted)."""
         self.destroy()
-        mf = self._open(offset - offset % self.file_bytes)
+        mf = self._obtain(offset - offset % self.file_bytes)
         mf.wrote = mf.flushed = offset % self.file_bytes
-        self.files.append(mf)
+
+    def _take_all(self) -> list[MappedFile]:
+        with self._lock:
+            files = self.files + list(self._prepared.values())
+            self.files, self._prepared = [], {}
+        return files
 
     def close(self) -> None:
-        for mf in self.files + list(self._prepared.values()):
+        for mf in self._take_all():
             mf.close()
-        self.files, self._prepared = [], {}
 
     def destroy(self) -> None:
-        for mf in self.files + list(self._prepared.values()):
+        for mf in self._take_all():
             mf.destroy(self.fs)
-        self.files, self._prepared = [], {}

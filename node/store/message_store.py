@@ -362,12 +362,7 @@ class MessageStore(StoreReader):
         last = q.last()
         if last is None or last.wrote < last.size * self.config.preallocate_at_ratio:
             return
-        start = q.next_start()
-        if start is None:
-            return
-        mf = q.make_file(start)
-        with self.put_lock:
-            q.add_prepared(mf)
+        q.prepare_next()
 
     # -- HA ------------------------------------------------------------------------------
     def read_raw(self, offset: int, max_bytes: int) -> bytes:

@@ -8,11 +8,13 @@ extents, as the ASYNC_FLUSH control shows) the extent tests skip.
 import fcntl
 import os
 import struct
+import threading
+import time
 
 import pytest
 
 from node.store.config import ASYNC_FLUSH, SYNC_FLUSH
-from node.store.fileio import OsMapping
+from node.store.fileio import OsFileSystem, OsMapping
 from node.store.message_store import MessageStore
 
 from .helpers import message, small_config
@@ -152,3 +154,72 @@ def test_a_failed_warm_up_releases_its_mapping_and_the_retry_succeeds(tmp_path):
         assert mf.size == FILE_BYTES and mf.wrote == 0
     finally:
         mf.close()
+
+
+
+class _SlowPreparation(OsFileSystem):
+    """Stalls the maintenance thread's preparation of a file at one point, widening a race
+    window on demand (a real disk stalls only at will), and counts the mappings of each file.
+    at="name": the directory fsync after the file is created; at="fill": each 1 MiB chunk
+    of its zero-fill."""
+
+    def __init__(self, at: str):
+        self.at = at
+        self.maps: dict[str, int] = {}
+
+    def map_file(self, path, size):
+        self.maps[path] = self.maps.get(path, 0) + 1
+        mapping = super().map_file(path, size)
+        if self.at == "fill":
+            write = mapping.pwrite
+
+            def slow_pwrite(data, pos):
+                if threading.current_thread().name == "tidemq-maintenance":
+                    time.sleep(0.1)
+                write(data, pos)
+            mapping.pwrite = slow_pwrite
+        return mapping
+
+    def fsync_dir(self, path: str) -> None:
+        if self.at == "name" and threading.current_thread().name == "tidemq-maintenance":
+            time.sleep(0.5)
+        super().fsync_dir(path)
+
+
+def _on_disk(root, phys: int, size: int, file_bytes: int) -> bytes:
+    with open(os.path.join(root, "commitlog", f"{phys - phys % file_bytes:020d}"), "rb") as f:
+        f.seek(phys % file_bytes)
+        return f.read(size)
+
+
+@pytest.mark.parametrize("at", ["name", "fill"])
+def test_a_writer_that_rolls_into_a_file_being_prepared_keeps_every_record(tmp_path, at):
+    """The maintenance thread prepares (and zero-fills) the next file while the writer
+    outruns it and rolls into that file: the writer takes that same file (one mapping), and
+    its acknowledged records survive the rest of the preparation. CI once lost 14
+    acknowledged records this way in the SIGKILL test."""
+    file_bytes = 4 << 20
+    root = tmp_path / "store"
+    fs = _SlowPreparation(at)
+    store = MessageStore(small_config(root, flush_mode=SYNC_FLUSH, commitlog_file_bytes=file_bytes,
+                                      max_message_bytes=64 * 1024, derived_flush_interval_ms=10),
+                         fs=fs).open()
+    acked = []
+    next_file = os.path.join(root, "commitlog", f"{file_bytes:020d}")
+    try:
+        seq = 0
+        while not os.path.exists(next_file):  # the maintenance thread starts preparing it
+            store.put_and_wait([message(seq + i, 32 * 1024) for i in range(16)])
+            seq += 16
+        while store.max_offset < file_bytes + (1 << 20):  # roll and write 1 MiB into it
+            result, status = store.put_and_wait([message(seq + i, 32 * 1024) for i in range(16)])
+            seq += 16
+            assert status.name == "PUT_OK"
+            acked += [(phys, bytes(store.read_raw(phys, size)))
+                      for phys, size, _ in result.placed if phys >= file_bytes]
+    finally:
+        store.close()  # joins the maintenance thread: its preparation has finished
+    assert acked
+    lost = [phys for phys, data in acked if _on_disk(root, phys, len(data), file_bytes) != data]
+    assert not lost, f"{len(lost)} of {len(acked)} acknowledged records overwritten"
+    assert fs.maps[next_file] == 1

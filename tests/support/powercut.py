@@ -74,6 +74,9 @@ class PowerCutMapping:
     def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
         pass  # a fresh fake file is zeros already; nothing to bring in
 
+    def stop_zero_fill(self) -> None:
+        pass
+
     def pwrite(self, data, pos: int) -> None:
         self.buf[pos:pos + len(data)] = data  # the page cache, like a write through the mapping
 
