@@ -234,9 +234,14 @@ class MappedFileQueue:
 
     # -- durability ----------------------------------------------------------------------
     def flush(self, least_pages: int = 0) -> bool:
-        """Flush every file with unflushed data (full files first). True if anything was."""
+        """Flush every file with unflushed data, in order. True if anything was.
+
+        Only the files there when the pass starts: one appended during the pass (the writer
+        rolled while an earlier file's fsync ran) waits for the next pass. That earlier file
+        may hold writes its fsync missed, and flushed_offset trusts the last flushed file,
+        so flushing the new one now would acknowledge them."""
         did = False
-        for mf in self.files:
+        for mf in list(self.files):
             if mf.flushed < mf.wrote:
                 did = mf.flush(least_pages) or did
         return did

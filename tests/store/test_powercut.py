@@ -33,6 +33,7 @@ from node.store.errors import PutStatus, StoreClosed
 from node.store.message_store import MessageStore
 from tests.support.crash_writer import (
     BATCH_MAX,
+    FILE_BYTES,
     Placed,
     Survey,
     all_queue_keys,
@@ -42,6 +43,8 @@ from tests.support.crash_writer import (
     survey_store,
 )
 from tests.support.powercut import PowerCut, PowerCutFileSystem
+
+from .helpers import message
 
 CYCLES = 3
 WRITER_THREADS = 3
@@ -210,3 +213,61 @@ def test_power_cut_loses_nothing_durable_and_serves_nothing_corrupt(
     print(f"{flush_mode} survive={survive_probability} seed={seed}: {len(known)} written, "
           f"{len(required)} required, {lost_total} lost, "
           f"{survived_pages} unsynced pages written back")
+
+
+class _SyncHeldAfterWrite(PowerCutFileSystem):
+    """A power-cut disk whose next sync of one file stops after its data reached the platter
+    and before it returns: an fdatasync still running while the writer goes on."""
+
+    def __init__(self):
+        super().__init__()
+        self.hold_path = None
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def _sync(self, cached) -> None:
+        super()._sync(cached)
+        if cached.path == self.hold_path:
+            self.hold_path = None
+            self.held.set()
+            self.release.wait(10)
+
+
+def test_an_ack_never_covers_a_file_tail_written_during_that_files_fsync(tmp_path):
+    """The flusher fsyncs commit-log file 0; meanwhile a put fills file 0's tail and rolls into
+    file 1. That fsync did not cover the tail, so the flusher's next fsync, of file 1, must not
+    acknowledge it either. (CI lost 11 acknowledged messages this way in the power-cut test:
+    the flush pass went on to file 1, appended during the pass, and the flushed offset was
+    read off file 1.)"""
+    root = str(tmp_path / "store")
+    fs = _SyncHeldAfterWrite()
+    store = MessageStore(config(root, SYNC_FLUSH), fs=fs).open()
+    try:
+        seq = 0
+        while store.max_offset < FILE_BYTES - 4000:  # file 0 nearly full (records of ~1.1 KB)
+            store.put_and_wait([message(seq, 1000)])
+            seq += 1
+        store.commit_log.queue.ensure_prepared(FILE_BYTES)  # the roll maps nothing new
+        fs.hold_path = store.commit_log.queue.files[0].path
+        first = threading.Thread(target=store.put_and_wait, args=([message(seq, 1000)],))
+        first.start()
+        assert fs.held.wait(10), "the flusher never synced file 0"
+        batch = [message(seq + 1 + i, 1000) for i in range(8)]
+        result = store.put(batch)  # fills file 0's tail, rolls into file 1
+        assert result.end_offset > FILE_BYTES
+        acked = threading.Event()
+        store.on_durable(result.end_offset, lambda status: acked.set()
+                         if status is PutStatus.PUT_OK else None)
+        fs.release.set()
+        first.join(10)
+        assert acked.wait(10)
+        fs.cut(0.0)  # nothing unsynced survives
+    finally:
+        fs.release.set()
+        shut_down_after_cut(store)
+    reopened = MessageStore(config(root, SYNC_FLUSH)).open()
+    try:
+        assert reopened.max_offset >= result.end_offset, \
+            f"acknowledged up to {result.end_offset}, recovered up to {reopened.max_offset}"
+    finally:
+        reopened.close()
