@@ -186,7 +186,7 @@ class MappedFileQueue:
             raise
         return mf
 
-    def prepare_next(self, paced: bool = True) -> None:
+    def prepare_next(self) -> None:
         """The maintenance thread's job: make and warm the file after the last one, unless it
         is prepared, or being made, already. The writer may take it mid-warm (_obtain)."""
         with self._lock:
@@ -201,7 +201,7 @@ class MappedFileQueue:
             with self._lock:
                 self._making[start] = mf
                 self._lock.notify_all()
-            mf.warm(paced, self.zero_fill)
+            mf.warm(True, self.zero_fill)  # paced: producers are running
         except BaseException:
             with self._lock:
                 taken = self._release(start, mf)

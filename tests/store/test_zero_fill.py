@@ -15,6 +15,7 @@ import pytest
 
 from node.store.config import ASYNC_FLUSH, SYNC_FLUSH
 from node.store.fileio import OsFileSystem, OsMapping
+from node.store.mapped_file import file_name
 from node.store.message_store import MessageStore
 
 from .helpers import message, small_config
@@ -135,7 +136,6 @@ class _FullDiskMapping(OsMapping):
 
 
 def test_a_failed_warm_up_releases_its_mapping_and_the_retry_succeeds(tmp_path):
-    from node.store.fileio import OsFileSystem
     from node.store.mapped_file_queue import MappedFileQueue
 
     class FullDisk(OsFileSystem):
@@ -187,7 +187,7 @@ class _SlowPreparation(OsFileSystem):
 
 
 def _on_disk(root, phys: int, size: int, file_bytes: int) -> bytes:
-    with open(os.path.join(root, "commitlog", f"{phys - phys % file_bytes:020d}"), "rb") as f:
+    with open(os.path.join(root, "commitlog", file_name(phys - phys % file_bytes)), "rb") as f:
         f.seek(phys % file_bytes)
         return f.read(size)
 
@@ -205,7 +205,7 @@ def test_a_writer_that_rolls_into_a_file_being_prepared_keeps_every_record(tmp_p
                                       max_message_bytes=64 * 1024, derived_flush_interval_ms=10),
                          fs=fs).open()
     acked = []
-    next_file = os.path.join(root, "commitlog", f"{file_bytes:020d}")
+    next_file = os.path.join(root, "commitlog", file_name(file_bytes))
     try:
         seq = 0
         while not os.path.exists(next_file):  # the maintenance thread starts preparing it
