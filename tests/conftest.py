@@ -1,8 +1,11 @@
 """Session-wide fixtures shared by every test package."""
 from __future__ import annotations
 
+import inspect
 import logging
 import os
+import re
+import subprocess
 
 import pytest
 
@@ -47,3 +50,73 @@ def zk_ensemble():
         yield cluster
     finally:
         cluster.stop()
+
+
+# --- Layers: each test is marked by what it starts, so `-m "not process"` is the fast layer. ---
+# A module is marked by what its source (or the fixtures it uses) mentions; a test that starts
+# a process without its module being marked fails (the guard below), so the fast layer never
+# silently grows slow. zookeeper and spark tests start processes too (java).
+_LAYER_PATTERNS = {
+    "spark": re.compile(r"\bspark\b|pyspark"),
+    "zookeeper": re.compile(r"\bzk_hosts\b|\bzk_ensemble\b|\bZkCluster\b|\bzk_cluster\b"),
+    "process": re.compile(r"\bBrokerProcess\b|\bNameServerProcess\b|\bsubprocess\b|\bPopen\b"
+                          r"|\bbroker_proc\b|\bnamesrv_proc\b|\bshared_broker\b|\bcluster\b"),
+}
+_PROCESS_LAYERS = frozenset(_LAYER_PATTERNS)
+_source_cache: dict[str, str] = {}
+
+
+def _text(path) -> str:
+    key = str(path)
+    if key not in _source_cache:
+        try:
+            with open(key, encoding="utf-8") as fh:
+                _source_cache[key] = fh.read()
+        except OSError:
+            _source_cache[key] = ""
+    return _source_cache[key]
+
+
+def _fixture_sources(item) -> str:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return ""
+    out = []
+    for name, defs in info.name2fixturedefs.items():
+        if name == "_fast_layer_starts_no_process":
+            continue
+        for d in defs:
+            try:
+                out.append(inspect.getsource(d.func))
+            except (OSError, TypeError):
+                pass
+    return "\n".join(out)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        text = _text(item.fspath) + _fixture_sources(item)
+        layers = {name for name, rx in _LAYER_PATTERNS.items() if rx.search(text)}
+        if layers & {"spark", "zookeeper"}:
+            layers.add("process")
+        for name in sorted(layers):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(getattr(pytest.mark, name))
+
+
+@pytest.fixture(autouse=True)
+def _fast_layer_starts_no_process(request, monkeypatch):
+    """A test outside the process layers must not start a process."""
+    if any(request.node.get_closest_marker(m) for m in _PROCESS_LAYERS):
+        yield
+        return
+    real_init = subprocess.Popen.__init__
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts a process but is not marked "
+                             "`process` (add `pytestmark = pytest.mark.process`)")
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(subprocess.Popen, "__init__", real_init)
