@@ -89,7 +89,8 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
     properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder).
     The whole body is capped at `max_bytes` (the largest message, as Java caps a batch) and
     the count at `max_entries`: both bound the time a batch holds the event loop and the size
-    of its reply, one msgId per entry. Decoding stops at the first entry past the cap."""
+    of its reply, one msgId per entry. Decoding stops at the first entry past the cap.
+    Entry bodies are memoryviews of `body` (not copies: 4 MiB less copying on the loop)."""
     n = len(body)
     if n > max_bytes:
         raise BatchError(f"the batch body is {n} bytes; the limit is {max_bytes}")
@@ -117,7 +118,7 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
             if props and not props.endswith(b"\x02"):
                 props += b"\x02"
             props += header_props
-        out.append((flag, bytes(mv[b_start:b_end]), props))
+        out.append((flag, mv[b_start:b_end], props))  # a view: the store copies it once
         pos = end
     if not out:
         raise BatchError("bad batch body: empty batch")
