@@ -163,7 +163,7 @@ class BrokerConfig:
     max_batch_messages: int = _f(512, "Most messages in one batch send (320, or 10 with "
                                       "batch); more get MESSAGE_ILLEGAL (13). The batch body "
                                       "is also capped at store.max_message_bytes. At most "
-                                      "65536 (the reply header carries 33 bytes per message).")
+                                      "65536 (the reply header carries 33-57 bytes a message).")
     max_partial_frame_bytes_total: int = _f(256 * MIB, "All connections' partly received "
                                                        "frames together; a connection whose "
                                                        "data would pass this is cut off.")

@@ -42,6 +42,8 @@ async def _dribble(addr, t0, stop_at):
             writer.write(b"\x00")
         return None
     finally:
+        if closed.done() and not closed.cancelled():
+            closed.exception()  # a reset is how the broker cuts it: retrieved, not an error
         closed.cancel()
         writer.close()
 
