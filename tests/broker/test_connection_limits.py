@@ -148,3 +148,22 @@ def test_connections_past_the_per_address_cap_are_closed(broker_factory):
     assert len(lines) == 1, lines  # ten refusals, one (rate-limited) line
     metrics = urllib.request.urlopen(b.admin_url + "/metrics", timeout=5).read().decode()
     assert 'tidemq_system_busy_rejections_total{reason="connections_per_address"} 10.0' in metrics
+
+
+def test_address_cap_counts_per_host_and_logs_refusals_once(caplog):
+    from node.conn_guard import AddressCap
+    from node.metrics import Metrics
+    metrics = Metrics()
+    cap = AddressCap(2, metrics)
+    assert cap.admit("10.0.0.1") and cap.admit("10.0.0.1") and cap.admit("10.0.0.2")
+    with caplog.at_level("WARNING", logger="tidemq.server"):
+        assert not any(cap.admit("10.0.0.1") for _ in range(50))
+    assert len(caplog.records) == 1 and "10.0.0.1" in caplog.records[0].getMessage()
+    assert metrics.busy["connections_per_address"] == 50
+    cap.release("10.0.0.1")
+    assert cap.admit("10.0.0.1") and not cap.admit("10.0.0.1")
+    for host in ("10.0.0.1", "10.0.0.1", "10.0.0.2"):
+        cap.release(host)
+    assert cap.counts == {}  # nothing left behind for addresses that went away
+    unlimited = AddressCap(0, metrics)
+    assert all(unlimited.admit("10.0.0.1") for _ in range(5000)) and unlimited.counts == {}
