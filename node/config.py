@@ -154,7 +154,7 @@ class BrokerConfig:
     frame_read_timeout_ms: int = _f(5000, "A request frame must be complete this long after "
                                           "its first byte arrived (plus the allowance of "
                                           "frame_read_min_bytes_per_s); else the connection "
-                                          "is closed.")
+                                          "is closed. At least 100.")
     frame_read_min_bytes_per_s: int = _f(256 * 1024, "Big frames: each received byte of the "
                                                      "frame extends its deadline by 1/this "
                                                      "seconds, so a frame arriving at least "
@@ -383,7 +383,7 @@ def _validate(c: BrokerConfig) -> list[str]:
             p.append(f"{name} must be in 0..65535")
     if c.listen_host in ("0.0.0.0", "::") and not c.advertised_host:
         p.append("advertised_host is required when listen_host is a wildcard address")
-    positive = ("default_topic_queues", "max_topics", "max_connections", "frame_read_timeout_ms",
+    positive = ("default_topic_queues", "max_topics", "max_connections",
                 "max_partial_frame_bytes_total",
                 "max_inflight_per_connection", "max_held_pulls", "write_buffer_high_bytes",
                 "max_write_buffer_bytes", "write_stall_timeout_ms", "idle_timeout_ms",
@@ -405,6 +405,8 @@ def _validate(c: BrokerConfig) -> list[str]:
         p.append(f"delay_levels: {exc}")
     if c.max_reconsume_times < 0:
         p.append("max_reconsume_times must be >= 0")
+    if c.frame_read_timeout_ms < 100:  # the sweep runs every quarter of it
+        p.append("frame_read_timeout_ms must be >= 100")
     if not 1 <= c.max_batch_messages <= MAX_BATCH_MESSAGES_LIMIT:
         p.append(f"max_batch_messages must be in 1..{MAX_BATCH_MESSAGES_LIMIT}")
     if not 1024 <= c.max_frame_bytes <= 2**31:
