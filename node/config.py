@@ -28,7 +28,7 @@ from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
 
 MIB = 1024 * 1024
 # A batch reply joins one 32-56 character msgId per message into its header, whose length
-# field has 24 bits: 65536 keeps it under 4 MiB (tests/broker/test_limits.py).
+# field has 24 bits: 65536 keeps it under 4 MiB (tests/broker/test_batch_limits.py).
 MAX_BATCH_MESSAGES_LIMIT = 65536
 REDACTED = "***"
 

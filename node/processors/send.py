@@ -9,8 +9,8 @@ Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
   -> auto-create (3.5) else 17; topic not writable -> 16; queueId >= queue count -> 1 (< 0
   picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
   body over max_message_bytes, a batch body over it or holding more than max_batch_messages,
-  or a bad batch body -> 13. A transactional message becomes a
-  half message, a delayed one a schedule entry (node/send_divert.py).
+  or a bad batch body -> 13. A transactional message becomes a half message, a delayed one a
+  schedule entry (node/send_divert.py).
 
 Reply ext: msgId (32-hex offsetMsgId; a batch's joined with ","), queueId, queueOffset (a
 batch's first), MSG_REGION, TRACE_ON. Under SYNC_FLUSH the reply waits for the fsync that
@@ -99,7 +99,8 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
     mv = memoryview(body)
     while pos < n:
         if len(out) == max_entries:
-            raise BatchError(f"the batch holds more than {max_entries} messages, the limit")
+            raise BatchError(f"the batch holds more than {max_entries} messages; the limit "
+                             f"is {max_entries}")
         if n - pos < _ENTRY_MIN:
             raise BatchError(f"bad batch body: truncated entry at byte {pos}")
         total, _, _, flag, body_len = _ENTRY_HEAD.unpack_from(body, pos)
