@@ -26,11 +26,13 @@ def _slow_peer_count() -> int:
     return max(16, min(300, soft // 4))
 
 
-async def _dribble(addr, t0, stop_at):
+async def _dribble(addr, t0, stop_at, opened):
     """Open a connection, start a frame announcing 1000 bytes and send one byte every 0.3 s;
-    the time (from t0) the broker closed it, or None when it was still open at `stop_at`."""
+    the time (from t0) the broker closed it, or None when it was still open at `stop_at`.
+    `opened` counts the connections made."""
     host, port = addr.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
+    opened.append(1)
     loop = asyncio.get_running_loop()
     closed = asyncio.ensure_future(reader.read(1))
     writer.write(struct.pack(">i", 1000) + b"\x00")
@@ -48,44 +50,56 @@ async def _dribble(addr, t0, stop_at):
         writer.close()
 
 
-async def _send_at_rate(addr, body_bytes, seconds):
-    """One send whose frame takes `seconds` to arrive, in 20 pieces: its reply code."""
+async def _send_at_rate(c, body_bytes, seconds):
+    """One send on `c` whose frame takes `seconds` to arrive, in 20 pieces: its reply code."""
+    cmd = c.command(R.SEND_MESSAGE, send_ext("RateT", 0), b"r" * body_bytes)
+    frame = encode_frame(cmd)
+    fut = asyncio.get_running_loop().create_future()
+    c.pending[cmd.opaque] = fut
+    step = -(-len(frame) // 20)
+    for i in range(0, len(frame), step):
+        await c.send_raw(frame[i:i + step])
+        await asyncio.sleep(seconds / 20)
+    return (await asyncio.wait_for(fut, 10)).code
+
+
+async def _route_code(addr) -> int:
     async with await RawClient.connect(addr) as c:
-        cmd = c.command(R.SEND_MESSAGE, send_ext("RateT", 0), b"r" * body_bytes)
-        frame = encode_frame(cmd)
-        fut = asyncio.get_running_loop().create_future()
-        c.pending[cmd.opaque] = fut
-        step = -(-len(frame) // 20)
-        for i in range(0, len(frame), step):
-            await c.send_raw(frame[i:i + step])
-            await asyncio.sleep(seconds / 20)
-        return (await asyncio.wait_for(fut, 10)).code
+        return (await c.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})).code
 
 
 def test_slow_frames_are_cut_while_other_clients_send_fast(broker_factory):
-    b = broker_factory(f"frame_read_timeout_ms={FRAME_TIMEOUT_MS}",
-                       f"frame_read_min_bytes_per_s={MIN_RATE}").start()
+    """The slow peers take every free connection slot (a newcomer gets SYSTEM_BUSY) until the
+    frame deadline cuts them; then newcomers get in again."""
     n = _slow_peer_count()
+    b = broker_factory(f"frame_read_timeout_ms={FRAME_TIMEOUT_MS}",
+                       f"frame_read_min_bytes_per_s={MIN_RATE}", f"max_connections={n + 2}").start()
 
     async def go():
         loop = asyncio.get_running_loop()
-        async with await RawClient.connect(b.addr) as fast:
+        async with await RawClient.connect(b.addr) as fast, \
+                await RawClient.connect(b.addr) as steady:
             assert (await fast.request(R.SEND_MESSAGE, send_ext("FastT", 0), b"warm")).code == 0
-            t0 = loop.time()
-            slow = [asyncio.ensure_future(_dribble(b.addr, t0, t0 + 15)) for _ in range(n)]
-            # 256 KiB in 3 s (~85 KiB/s, above the minimum rate): takes twice the timeout
-            rate_ok = asyncio.ensure_future(_send_at_rate(b.addr, 256 * 1024, 3.0))
-            latencies = []
+            t0, opened = loop.time(), []
+            slow = [asyncio.ensure_future(_dribble(b.addr, t0, t0 + 15, opened))
+                    for _ in range(n)]
+            # 256 KiB in 3 s (~85 KiB/s, above the minimum rate): twice the timeout
+            rate_ok = asyncio.ensure_future(_send_at_rate(steady, 256 * 1024, 3.0))
+            latencies, locked_out = [], None
             while not all(s.done() for s in slow) and len(latencies) < 2000:
+                if locked_out is None and len(opened) == n:
+                    locked_out = await _route_code(b.addr)
                 start = time.perf_counter()
                 r = await fast.request(R.SEND_MESSAGE, send_ext("FastT", 0), b"x", timeout=5)
                 latencies.append(time.perf_counter() - start)
                 assert r.code == 0, r.remark
                 await asyncio.sleep(0.005)
             cut_at = await asyncio.gather(*slow)
-            return cut_at, latencies, await rate_ok
+            await asyncio.sleep(0.1)
+            return cut_at, latencies, await rate_ok, locked_out, await _route_code(b.addr)
 
-    cut_at, latencies, rate_code = run(go())
+    cut_at, latencies, rate_code, locked_out, late = run(go())
+    assert locked_out == 2 and late == 0, (locked_out, late)  # SYSTEM_BUSY, then served
     assert None not in cut_at, f"{cut_at.count(None)} of {len(cut_at)} slow peers never cut"
     # not before the deadline; the sweep runs every timeout/4, the rest is a loaded machine
     assert min(cut_at) >= FRAME_TIMEOUT_MS / 1000 - 0.05, min(cut_at)
