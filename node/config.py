@@ -27,6 +27,9 @@ from node.security import SecuritySection, security_problems
 from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
 
 MIB = 1024 * 1024
+# A batch reply joins one 32-56 character msgId per message into its header, whose length
+# field has 24 bits: 65536 keeps it under 4 MiB (tests/broker/test_batch_limits.py).
+MAX_BATCH_MESSAGES_LIMIT = 65536
 REDACTED = "***"
 
 
@@ -144,6 +147,23 @@ class BrokerConfig:
     max_frame_bytes: int = _f(16 * MIB, "Largest frame (4-byte length included); larger closes "
                                         "the connection.")
     max_connections: int = _f(4096, "Connections past this get SYSTEM_BUSY and are closed.")
+    max_connections_per_address: int = _f(1024, "Connections from one IP address; a new one "
+                                                "past it is closed at once, unanswered (0 = no "
+                                                "cap). Clients behind one NAT or proxy share "
+                                                "an address.")
+    frame_read_timeout_ms: int = _f(5000, "A request frame must be complete this long after "
+                                          "its first byte arrived (plus the allowance of "
+                                          "frame_read_min_bytes_per_s); else the connection "
+                                          "is closed. At least 100.")
+    frame_read_min_bytes_per_s: int = _f(256 * 1024, "Big frames: each received byte of the "
+                                                     "frame extends its deadline by 1/this "
+                                                     "seconds, so a frame arriving at least "
+                                                     "this fast is never cut; 0 = no "
+                                                     "allowance.")
+    max_batch_messages: int = _f(512, "Most messages in one batch send (320, or 10 with "
+                                      "batch); more get MESSAGE_ILLEGAL (13). The batch body "
+                                      "is also capped at store.max_message_bytes. At most "
+                                      "65536 (the reply header carries 33-57 bytes a message).")
     max_partial_frame_bytes_total: int = _f(256 * MIB, "All connections' partly received "
                                                        "frames together; a connection whose "
                                                        "data would pass this is cut off.")
@@ -375,7 +395,8 @@ def _validate(c: BrokerConfig) -> list[str]:
     for name in positive:
         if getattr(c, name) <= 0:
             p.append(f"{name} must be > 0")
-    for name in ("dedup_window_ms", "dedup_window_keys"):
+    for name in ("dedup_window_ms", "dedup_window_keys", "max_connections_per_address",
+                 "frame_read_min_bytes_per_s"):
         if getattr(c, name) < 0:
             p.append(f"{name} must be >= 0")
     try:
@@ -384,6 +405,10 @@ def _validate(c: BrokerConfig) -> list[str]:
         p.append(f"delay_levels: {exc}")
     if c.max_reconsume_times < 0:
         p.append("max_reconsume_times must be >= 0")
+    if c.frame_read_timeout_ms < 100:  # the sweep runs every quarter of it
+        p.append("frame_read_timeout_ms must be >= 100")
+    if not 1 <= c.max_batch_messages <= MAX_BATCH_MESSAGES_LIMIT:
+        p.append(f"max_batch_messages must be in 1..{MAX_BATCH_MESSAGES_LIMIT}")
     if not 1024 <= c.max_frame_bytes <= 2**31:
         p.append("max_frame_bytes must be in 1024..2147483648")
     if c.write_buffer_high_bytes > c.max_write_buffer_bytes:

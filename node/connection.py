@@ -21,6 +21,13 @@ Rules:
 6. A partly received frame counts against the server-wide max_partial_frame_bytes_total: a
    connection whose data would pass it is cut off, so thousands of peers each holding most of
    a 16 MiB frame cannot exhaust memory.
+7. `frame_deadline` is the loop time by which the partly received frame must be complete:
+   frame_read_timeout_ms after its first byte plus one second per frame_read_min_bytes_per_s
+   received, so a peer sending that fast is never cut and a peer dribbling bytes is. None
+   while no frame is partly received (the usual read ends on a frame boundary and costs one
+   test). The server's sweep enforces it (node/conn_guard.py); while we stopped reading
+   (rule 3) it is not enforced, and it restarts when reading resumes. A peer's bytes keep
+   `last_read` fresh, so the idle timeout alone never cuts a dribbling peer.
 """
 from __future__ import annotations
 
@@ -47,6 +54,8 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.decoder = FrameDecoder(self.cfg.max_frame_bytes)
         self.peer = "?"
+        self.peer_host = "?"
+        self.admitted = False  # counted by the server's per-address cap
         self.born_host = _UNKNOWN_HOST
         self.inflight = 0
         self.closed = False
@@ -62,6 +71,11 @@ class Connection(asyncio.Protocol):
         self._in_receive = False
         self._stall_timer = None
         self._partial_bytes = 0  # this connection's share of server.partial_bytes (rule 6)
+        self.frame_deadline = None  # rule 7
+        self._frame_started = 0.0
+        self._frame_timeout_s = self.cfg.frame_read_timeout_ms / 1000
+        rate = self.cfg.frame_read_min_bytes_per_s
+        self._frame_s_per_byte = 1 / rate if rate else 0.0
 
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -71,6 +85,7 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
+            self.peer_host = peer[0]
             try:
                 self.born_host = encode_host(peer[0], peer[1])
             except (OSError, ValueError):
@@ -89,6 +104,8 @@ class Connection(asyncio.Protocol):
         partial = self.decoder.buffered_bytes
         if partial != self._partial_bytes and self._account_partial(partial):
             return
+        if partial or self.frame_deadline is not None:
+            self._frame_clock(partial, bool(commands), self.last_read)
         if commands:
             self._backlog.extend(commands)
             if not self._write_paused:
@@ -111,6 +128,21 @@ class Connection(asyncio.Protocol):
             self._in_receive = False
             if self._out:
                 self._flush()
+
+    def _frame_clock(self, partial: int, new_frame: bool, now: float) -> None:
+        """Rule 7. `new_frame`: the partial frame (re)starts its clock at `now` (this read
+        completed frames, so what is left began now; or reading resumed)."""
+        if not partial:
+            self.frame_deadline = None
+            return
+        if new_frame or self.frame_deadline is None:
+            self._frame_started = now
+        self.frame_deadline = (self._frame_started + self._frame_timeout_s
+                               + partial * self._frame_s_per_byte)
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._write_paused
 
     def _account_partial(self, partial: int) -> bool:
         """Rule 6; True when the connection was cut off."""
@@ -153,6 +185,8 @@ class Connection(asyncio.Protocol):
             self._stall_timer = None
         if not self.closed:
             self.transport.resume_reading()
+            if self.frame_deadline is not None:  # the peer could not send while we paused
+                self._frame_clock(self.decoder.buffered_bytes, True, self.loop.time())
             if self._backlog:
                 self.loop.call_soon(self._process)
 

@@ -71,7 +71,9 @@ METRICS: tuple[MetricSpec, ...] = (
        "Request arrival to reply, by kind (send, send_batch, pull)."),
     _m("tidemq_requests_total", "counter", ["code"], "Requests handled, by request code name."),
     _m("tidemq_system_busy_rejections_total", "counter", ["reason"],
-       "Requests answered SYSTEM_BUSY, by reason (connections, inflight, held_pulls)."),
+       "Requests answered SYSTEM_BUSY, by reason (connections, inflight, held_pulls), and "
+       "connections cut off, by reason (partial_frames, slow_frames, "
+       "connections_per_address)."),
     _m("tidemq_protocol_errors_total", "counter", [], "Connections closed for bad frames."),
     _m("tidemq_slow_consumer_cutoffs_total", "counter", [],
        "Connections cut off for not reading their replies."),

@@ -23,6 +23,10 @@ Rules:
    a refusal is answered 16 NO_PERMISSION with an "[ACL] ..." remark and nothing runs.
 7. `partial_bytes` sums every connection's partly received frame; Connection cuts off the one
    whose data would take it past max_partial_frame_bytes_total.
+8. Peers that hold connections without using them (node/conn_guard.py): a connection past
+   max_connections_per_address is closed at once, unanswered and uncounted; the sweep closes
+   connections whose partly received frame is past its deadline (Connection rule 7), and
+   connections idle past idle_timeout_ms.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import time
 from client.protocol.codes import FLAG_RESPONSE, RequestCode, ResponseCode
 from client.protocol.remoting import ProtocolError, RemotingCommand
 
+from node.conn_guard import AddressCap, cut_slow_frames
 from node.connection import Connection
 
 log = logging.getLogger("tidemq.server")
@@ -62,6 +67,7 @@ class RemotingServer:
         self.port = 0
         self.acl = None  # node.acl.validator.AclValidator when security.acl_enable (rule 6)
         self.partial_bytes = 0  # rule 7
+        self.address_cap = AddressCap(cfg.max_connections_per_address, metrics)  # rule 8
 
     def register(self, code: int, fn) -> None:
         assert code not in REFUSED_CODES, code
@@ -92,6 +98,10 @@ class RemotingServer:
 
     # -- connections -------------------------------------------------------------------------
     def connection_made(self, conn: Connection) -> None:
+        if not self.address_cap.admit(conn.peer_host):  # rule 8
+            conn.abort()
+            return
+        conn.admitted = True
         if len(self.connections) >= self.cfg.max_connections:
             conn.over_limit = True  # answered SYSTEM_BUSY, then closed (rule 3)
             # A silent one must not hold its socket until the idle timeout (connection floods).
@@ -99,6 +109,9 @@ class RemotingServer:
         self.connections.add(conn)
 
     def connection_lost(self, conn: Connection) -> None:
+        if not conn.admitted:
+            return  # refused by the per-address cap: nothing was set up for it
+        self.address_cap.release(conn.peer_host)
         self.connections.discard(conn)
         for fn in self.on_close:
             try:
@@ -107,16 +120,23 @@ class RemotingServer:
                 log.exception("connection close hook failed")
 
     async def _sweep(self) -> None:
-        """Close connections idle past idle_timeout_ms (Java: 120 s); a connection with a held
-        request is not idle."""
+        """Close connections whose partly received frame is overdue (rule 8), and those idle
+        past idle_timeout_ms (Java: 120 s); a connection with a held request is not idle."""
         idle_s = self.cfg.idle_timeout_ms / 1000
+        interval_s = min(_SWEEP_INTERVAL_S, idle_s / 4, self.cfg.frame_read_timeout_ms / 4000)
         while True:
-            await asyncio.sleep(min(_SWEEP_INTERVAL_S, idle_s / 4))
+            await asyncio.sleep(interval_s)
             now = self.loop.time()
+            slow = []
             for conn in list(self.connections):
-                if conn.inflight == 0 and now - conn.last_read > idle_s:
+                deadline = conn.frame_deadline
+                if deadline is not None and now > deadline and not conn.reading_paused:
+                    slow.append(conn)
+                elif conn.inflight == 0 and now - conn.last_read > idle_s:
                     log.info("closing idle connection %s", conn.peer)
                     conn.close()
+            if slow:
+                cut_slow_frames(slow, self.cfg, self.metrics)
 
     # -- requests ----------------------------------------------------------------------------
     def handle(self, conn: Connection, cmd: RemotingCommand) -> None:

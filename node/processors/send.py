@@ -8,8 +8,9 @@ Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
   broker not writable -> 16; bad topic name -> 1; forbidden system topic -> 16; unknown topic
   -> auto-create (3.5) else 17; topic not writable -> 16; queueId >= queue count -> 1 (< 0
   picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
-  body over max_message_bytes or a bad batch body -> 13. A transactional message becomes a
-  half message, a delayed one a schedule entry (node/send_divert.py).
+  body over max_message_bytes, a batch body over it or holding more than max_batch_messages,
+  or a bad batch body -> 13. A transactional message becomes a half message, a delayed one a
+  schedule entry (node/send_divert.py).
 
 Reply ext: msgId (32-hex offsetMsgId; a batch's joined with ","), queueId, queueOffset (a
 batch's first), MSG_REGION, TRACE_ON. Under SYNC_FLUSH the reply waits for the fsync that
@@ -83,33 +84,45 @@ class BatchError(ValueError):
     pass
 
 
-def decode_batch(body, header_props: bytes):
+def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
     """[(flag, body, properties_raw)] of a batch body (spec 3.2). Each entry's stored
-    properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder)."""
+    properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder).
+    The whole body is capped at `max_bytes` (the largest message, as Java caps a batch) and
+    the count at `max_entries`: both bound the time a batch holds the event loop and the size
+    of its reply, one msgId per entry. Decoding stops at the first entry past the cap.
+    Entry bodies are memoryviews of `body` (not copies: 4 MiB less copying on the loop)."""
+    n = len(body)
+    if n > max_bytes:
+        raise BatchError(f"the batch body is {n} bytes; the limit is {max_bytes}")
     out = []
-    pos, n = 0, len(body)
+    pos = 0
     mv = memoryview(body)
     while pos < n:
+        if len(out) == max_entries:
+            raise BatchError(f"the batch holds more than {max_entries} messages; the limit "
+                             f"is {max_entries}")
         if n - pos < _ENTRY_MIN:
-            raise BatchError(f"truncated batch entry at byte {pos}")
+            raise BatchError(f"bad batch body: truncated entry at byte {pos}")
         total, _, _, flag, body_len = _ENTRY_HEAD.unpack_from(body, pos)
         end = pos + total
         b_start = pos + 20
         b_end = b_start + body_len
         if total < _ENTRY_MIN or end > n or body_len < 0 or b_end + 2 > end:
-            raise BatchError(f"bad batch entry at byte {pos}: size {total}, body {body_len}")
+            raise BatchError(f"bad batch body: entry at byte {pos}: size {total}, "
+                             f"body {body_len}")
         props_len = _I16.unpack_from(body, b_end)[0]
         if props_len < 0 or b_end + 2 + props_len != end:
-            raise BatchError(f"bad batch entry at byte {pos}: properties length {props_len}")
+            raise BatchError(f"bad batch body: entry at byte {pos}: properties length "
+                             f"{props_len}")
         props = bytes(mv[b_end + 2:end])
         if header_props:
             if props and not props.endswith(b"\x02"):
                 props += b"\x02"
             props += header_props
-        out.append((flag, bytes(mv[b_start:b_end]), props))
+        out.append((flag, mv[b_start:b_end], props))  # a view: the store copies it once
         pos = end
     if not out:
-        raise BatchError("empty batch")
+        raise BatchError("bad batch body: empty batch")
     return out
 
 
@@ -120,7 +133,8 @@ class SendProcessor:
         self.topics = broker.topics
         self.metrics = broker.metrics
         self.bridge = broker.bridge
-        self.max_body = broker.cfg.store.max_message_bytes
+        self.max_body = broker.cfg.store.max_message_bytes  # also a whole batch's limit
+        self.max_batch = broker.cfg.max_batch_messages
         self.sync_flush = broker.cfg.store.flush_mode == "SYNC_FLUSH"
         # HA (node/replication.py): refuse before writing on a slave, a fenced master or too
         # few in-sync copies; under SYNC_MASTER answer once every in-sync replica holds it.
@@ -208,9 +222,10 @@ class SendProcessor:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"batch request does not support retry group {topic}")
             try:
-                entries = decode_batch(body, props_text.encode())
+                entries = decode_batch(body, props_text.encode(), self.max_body,
+                                       self.max_batch)
             except BatchError as exc:
-                return error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
+                return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
             msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, born_ts,
                                                born_host, store_host, reconsume)
         else:

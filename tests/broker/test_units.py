@@ -102,12 +102,16 @@ def test_send_reply_template_matches_generic_encoder(region):
 
 def test_decode_batch():
     body = batch_body([(b"one", "A\x01x\x02"), (b"", ""), (b"three", "B\x01y")])
-    out = decode_batch(body, b"H\x01h\x02")
+    out = decode_batch(body, b"H\x01h\x02", len(body), 3)
     assert [(b, p) for _, b, p in out] == [(b"one", b"A\x01x\x02H\x01h\x02"), (b"", b"H\x01h\x02"),
                                             (b"three", b"B\x01y\x02H\x01h\x02")]
     for bad in (b"", body[:-1], body + b"\x00", b"\x00\x00\x00\x16" + b"\x00" * 12 + b"\x00\x00\x00\x05" + b"\x00\x00"):
-        with pytest.raises(BatchError):
-            decode_batch(bad, b"")
+        with pytest.raises(BatchError, match="bad batch body"):
+            decode_batch(bad, b"", 1 << 20, 10)
+    with pytest.raises(BatchError, match=f"the batch body is {len(body)} bytes; the limit is 40"):
+        decode_batch(body, b"", 40, 10)
+    with pytest.raises(BatchError, match="more than 2 messages"):
+        decode_batch(body, b"", len(body), 2)
 
 
 def test_queue_locks_expire_and_are_bounded():
