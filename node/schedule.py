@@ -18,6 +18,10 @@ Rules:
    earliest known due time, at most TICK_MS.
 4. Only a writable broker (a master) delivers; a bad entry (undecodable, no REAL_TOPIC) is
    skipped with an error log, never retried forever.
+5. REAL_TOPIC / REAL_QID are the broker's: `divert` always writes the send's own topic and
+   queue (the send path already stripped a client's, node/system_properties.py), and a due
+   entry is re-put only into a target that passes node/reput_guard.py's re-check; one that
+   fails is parked there, never put into the bad target.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 
 from client.protocol import record as rec
 from node import delay_plan
+from node.reput_guard import ReputGuard
 from node.store.consume_queue import PRE_BLANK_SIZE
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
 from node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
@@ -53,6 +58,7 @@ class ScheduleService:
         self.cursor: dict[int, int] = {}  # schedule queue -> next queue offset to read (rule 1)
         self.delivered = 0
         self.hops = 0
+        self.guard = ReputGuard(broker.topics, "delayed")  # rule 5
 
     # -- the send side ------------------------------------------------------------------------
     def divert(self, topic: str, queue_id: int, props: dict, now_ms: int):
@@ -84,8 +90,8 @@ class ScheduleService:
             qid, wait_ms = delay_plan.level_queue(level, self.levels)
             hop = now_ms + wait_ms
         out = dict(props)
-        out.setdefault(rec.PROP_REAL_TOPIC, topic)
-        out.setdefault(rec.PROP_REAL_QID, str(queue_id))
+        out[rec.PROP_REAL_TOPIC] = topic  # rule 5: the broker's, whatever props carried
+        out[rec.PROP_REAL_QID] = str(queue_id)
         out[PROP_DELIVER_AT_MS] = str(hop)
         return qid, out
 
@@ -201,8 +207,10 @@ class ScheduleService:
                 return StoreMessage(SCHEDULE_TOPIC, next_qid, m.body, props, **fields)
         for name in _INTERNAL:
             props.pop(name, None)
-        self.delivered += 1
-        return StoreMessage(topic, real_qid, m.body, props, **fields)
+        msg = self.guard.check(StoreMessage(topic, real_qid, m.body, props, **fields))
+        if msg.topic == topic:
+            self.delivered += 1
+        return msg
 
     def _put(self, msgs, advanced: dict[int, int]) -> None:
         """Store the copies, move the cursors, commit progress once durable (rule 1)."""
