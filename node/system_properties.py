@@ -69,8 +69,8 @@ def from_client(raw: bytes, cluster: bytes, decoded: dict | None = None) -> byte
     after the last pair, the broker's `cluster` pair (cluster_pair()) appended. `decoded`,
     the same properties as a dict when the caller has it, makes the no-owned-name check a set
     test instead of a byte scan."""
-    if decoded is not None:
-        clean = OWNED.isdisjoint(decoded)
+    if decoded is not None:  # a pair the dict lacks (empty value, repeated name): scan
+        clean = raw.count(b"\x01") == len(decoded) and OWNED.isdisjoint(decoded)
     else:
         clean = _OWNED_SEARCH(raw) is None
     if not clean:
