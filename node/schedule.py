@@ -186,10 +186,13 @@ class ScheduleService:
             m = rec.decode_record(data)
             props = rec.decode_properties(rec.strip_crc_property(m.properties_raw))
             topic = props[rec.PROP_REAL_TOPIC]
-            real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
-        except (rec.RecordError, KeyError, ValueError) as exc:
+        except (rec.RecordError, KeyError) as exc:
             log.error("schedule queue %d: skipping the entry at %d: %r", qid, phys, exc)
             return None
+        try:
+            real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
+        except ValueError:
+            real_qid = -1  # no queue: the re-check parks it (rule 5)
         fields = dict(flag=m.flag, sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 |
                                                            rec.SYSFLAG_STOREHOST_V6),
                       born_timestamp=m.born_timestamp, born_host=m.born_host,
@@ -207,10 +210,11 @@ class ScheduleService:
                 return StoreMessage(SCHEDULE_TOPIC, next_qid, m.body, props, **fields)
         for name in _INTERNAL:
             props.pop(name, None)
-        msg = self.guard.check(StoreMessage(topic, real_qid, m.body, props, **fields))
-        if msg.topic == topic:
+        msg = StoreMessage(topic, real_qid, m.body, props, **fields)
+        checked = self.guard.check(msg)
+        if checked is msg:
             self.delivered += 1
-        return msg
+        return checked
 
     def _put(self, msgs, advanced: dict[int, int]) -> None:
         """Store the copies, move the cursors, commit progress once durable (rule 1)."""

@@ -6,6 +6,7 @@ client's last property; send-back keeps the first message's ORIGIN_MESSAGE_ID. R
 processes, raw frames."""
 import asyncio
 import time
+import urllib.request
 
 from client.protocol import record as rec
 from tests.broker.conftest import run
@@ -218,3 +219,6 @@ def test_a_target_that_fails_the_recheck_is_parked_not_written(broker_factory):
     run(go())
     parked = [line for line in b.log_text().splitlines() if f"parked in {UNDELIVERABLE}" in line]
     assert len(parked) == 4, parked
+    text = urllib.request.urlopen(b.admin_url + "/metrics", timeout=5).read().decode()
+    assert 'tidemq_undeliverable_parked_total{kind="delayed"} 3.0' in text
+    assert 'tidemq_undeliverable_parked_total{kind="committed"} 1.0' in text
