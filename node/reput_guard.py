@@ -22,11 +22,11 @@ import logging
 from client.protocol import record as rec
 from client.protocol.codes import PermName
 from node.store.message import StoreMessage
+from node.system_properties import PROP_UNDELIVERABLE_REASON
 from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS,
                          UNDELIVERABLE_TOPIC)
 
 log = logging.getLogger("tidemq.reput")
-PROP_UNDELIVERABLE_REASON = "__UNDELIVERABLE_REASON"
 _WRITE = int(PermName.WRITE)
 _MAX_KEYS = 1024  # distinct (target, reason) counters kept for the log cadence
 
