@@ -8,8 +8,9 @@ Steps: find the record at `offset` (1 "look message by offset failed, <n>" if no
 there); copy it with RETRY_TOPIC = its original topic (if absent), ORIGIN_MESSAGE_ID = the
 record's own ORIGIN_MESSAGE_ID, else the record's offset message id (so every retry and
 dead-letter copy names the first message, however often it came back; the request's
-originMsgId is not trusted: node/system_properties.py), and reconsumeTimes + 1; store the copy in %DLQ%<group> when reconsumeTimes >= max (16 by default)
-or delayLevel < 0, else in %RETRY%<group>; answer 0 once stored.
+originMsgId is not trusted: node/system_properties.py), and reconsumeTimes + 1; store the
+copy in %DLQ%<group> when reconsumeTimes >= max (16 by default) or delayLevel < 0, else in
+%RETRY%<group>; answer 0 once stored.
 
 The retry copy waits in SCHEDULE_TOPIC_XXXX (node/schedule.py) for delay level delayLevel,
 or 3 + reconsumeTimes when the client sent 0 (Java: 10 s first, growing to the last level), so
