@@ -23,8 +23,12 @@ from client.protocol import record as rec
 from client.protocol.codes import PermName
 from node.store.message import StoreMessage
 from node.system_properties import PROP_UNDELIVERABLE_REASON
-from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, SYSTEM_TOPICS,
-                         UNDELIVERABLE_TOPIC)
+from node.topics import (
+    AUTO_CREATE_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    SYSTEM_TOPICS,
+    UNDELIVERABLE_TOPIC,
+)
 
 log = logging.getLogger("tidemq.reput")
 _WRITE = int(PermName.WRITE)
