@@ -121,6 +121,12 @@ class BrokerCollector:
         yield _gauge("tidemq_transaction_half_messages", "Half messages past the check "
                      "progress awaiting commit or rollback (check-back copies included).",
                      tx.open_count())
+        c = CounterMetricFamily("tidemq_undeliverable_parked", "Messages whose re-put target "
+                                "failed the check, parked in TIDEMQ_SYS_UNDELIVERABLE.",
+                                labels=["kind"])
+        for guard in (sched.guard, tx.guard):
+            c.add_metric([guard.what], float(guard.parked))
+        yield c
         for name, counts, what in (("tidemq_retry_messages", m.retried, "%RETRY%<group>"),
                                    ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
             c = CounterMetricFamily(name, f"Messages sent back to {what}.",

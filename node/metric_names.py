@@ -179,6 +179,9 @@ METRICS: tuple[MetricSpec, ...] = (
        "check maximum.", MESSAGING),
     _m("tidemq_transaction_half_messages", "gauge", [], "Half messages awaiting commit or "
        "rollback.", MESSAGING),
+    _m("tidemq_undeliverable_parked_total", "counter", ["kind"], "Delayed (kind=delayed) or "
+       "committed (kind=committed) messages whose target failed the re-put check, parked in "
+       "TIDEMQ_SYS_UNDELIVERABLE.", MESSAGING),
     _m("tidemq_retry_messages_total", "counter", ["consumer_group"], "Messages sent back to "
        "%RETRY%<group> for a later retry.", MESSAGING),
     _m("tidemq_dlq_messages_total", "counter", ["consumer_group"], "Messages moved to "

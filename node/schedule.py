@@ -18,6 +18,10 @@ Rules:
    earliest known due time, at most TICK_MS.
 4. Only a writable broker (a master) delivers; a bad entry (undecodable, no REAL_TOPIC) is
    skipped with an error log, never retried forever.
+5. REAL_TOPIC / REAL_QID are the broker's: `divert` always writes the send's own topic and
+   queue (the send path already stripped a client's, node/system_properties.py), and a due
+   entry is re-put only into a target that passes node/reput_guard.py's re-check; one that
+   fails is parked there, never put into the bad target.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import time
 
 from client.protocol import record as rec
 from node import delay_plan
+from node.reput_guard import ReputGuard
 from node.store.consume_queue import PRE_BLANK_SIZE
 from node.store.errors import DiskFull, MessageIllegal, StoreClosed
 from node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
@@ -53,6 +58,7 @@ class ScheduleService:
         self.cursor: dict[int, int] = {}  # schedule queue -> next queue offset to read (rule 1)
         self.delivered = 0
         self.hops = 0
+        self.guard = ReputGuard(broker.topics, "delayed")  # rule 5
 
     # -- the send side ------------------------------------------------------------------------
     def divert(self, topic: str, queue_id: int, props: dict, now_ms: int):
@@ -84,8 +90,8 @@ class ScheduleService:
             qid, wait_ms = delay_plan.level_queue(level, self.levels)
             hop = now_ms + wait_ms
         out = dict(props)
-        out.setdefault(rec.PROP_REAL_TOPIC, topic)
-        out.setdefault(rec.PROP_REAL_QID, str(queue_id))
+        out[rec.PROP_REAL_TOPIC] = topic  # rule 5: the broker's, whatever props carried
+        out[rec.PROP_REAL_QID] = str(queue_id)
         out[PROP_DELIVER_AT_MS] = str(hop)
         return qid, out
 
@@ -180,10 +186,13 @@ class ScheduleService:
             m = rec.decode_record(data)
             props = rec.decode_properties(rec.strip_crc_property(m.properties_raw))
             topic = props[rec.PROP_REAL_TOPIC]
-            real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
-        except (rec.RecordError, KeyError, ValueError) as exc:
+        except (rec.RecordError, KeyError) as exc:
             log.error("schedule queue %d: skipping the entry at %d: %r", qid, phys, exc)
             return None
+        try:
+            real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
+        except ValueError:
+            real_qid = -1  # no queue: the re-check parks it (rule 5)
         fields = dict(flag=m.flag, sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 |
                                                            rec.SYSFLAG_STOREHOST_V6),
                       born_timestamp=m.born_timestamp, born_host=m.born_host,
@@ -201,8 +210,11 @@ class ScheduleService:
                 return StoreMessage(SCHEDULE_TOPIC, next_qid, m.body, props, **fields)
         for name in _INTERNAL:
             props.pop(name, None)
-        self.delivered += 1
-        return StoreMessage(topic, real_qid, m.body, props, **fields)
+        msg = StoreMessage(topic, real_qid, m.body, props, **fields)
+        checked = self.guard.check(msg)
+        if checked is msg:
+            self.delivered += 1
+        return checked
 
     def _put(self, msgs, advanced: dict[int, int]) -> None:
         """Store the copies, move the cursors, commit progress once durable (rule 1)."""

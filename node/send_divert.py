@@ -9,6 +9,9 @@ Rules:
    three dict lookups and nothing else.
 2. A delay that cannot be honoured (not a number, past max_delivery_delay_ms) is refused with
    MESSAGE_ILLEGAL before anything is stored; so is a transactional message's.
+3. `build` gets properties the send path already passed through
+   node/system_properties.py (no client REAL_TOPIC / REAL_QID left); the record it returns
+   names the send's own topic and queue as its target.
 """
 from __future__ import annotations
 

@@ -32,6 +32,10 @@ Rules:
    holds up older-timeout entries behind it; a round scans only what existed at its start, so
    copies are not rescanned in the same round. Past its immunity, an END that is not a check
    reply is refused with 604 ILLEGAL_OPERATION (EndIllegal): the check-back decides.
+6. The broker owns the routing: a half message's REAL_TOPIC / REAL_QID are the send's own
+   topic and queue and its PGROUP the request's producerGroup, whatever the client's
+   properties said; a commit re-puts only into a target that passes node/reput_guard.py's
+   re-check, else the committed copy is parked there (the transaction is still decided).
 """
 from __future__ import annotations
 
@@ -44,9 +48,11 @@ import time
 from client.protocol import record as rec
 from client.protocol.codes import RequestCode
 from client.protocol.remoting import RemotingCommand
+from node.reput_guard import ReputGuard
 from node.store.consume_queue import PRE_BLANK_SIZE
 from node.store.errors import DiskFull, StoreClosed
 from node.store.message import StoreMessage
+from node.system_properties import PROP_CHECK_TIMES
 from node.topics import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -56,7 +62,6 @@ from node.topics import (
 log = logging.getLogger("tidemq.transactions")
 TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 PROP_TRANSACTION_ID = "__transactionId__"
-PROP_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 PROP_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"  # set by the producer (rule 5)
 OP_DONE_TAG, OP_PARKED_TAG = "d", "p"
 COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0  # commitOrRollback values (spec remoting.md 5)
@@ -91,6 +96,7 @@ class TransactionService:
         self.checks_sent = 0
         self.parked = 0
         self._serving = False  # state loaded while this node is writable (see _follow_role)
+        self.guard = ReputGuard(broker.topics, "committed")  # rule 6
 
     # -- prepare ------------------------------------------------------------------------------
     def half_message(self, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
@@ -98,7 +104,8 @@ class TransactionService:
         props = dict(props)
         props[rec.PROP_REAL_TOPIC] = topic
         props[rec.PROP_REAL_QID] = str(queue_id)
-        props.setdefault(rec.PROP_PGROUP, group)
+        if group or rec.PROP_PGROUP not in props:  # the request's group decides (rule 6)
+            props[rec.PROP_PGROUP] = group
         # The transaction id is the client's message id (what Java uses); a client without one
         # gets a broker-made id, unique per process lifetime and time.
         props[PROP_TRANSACTION_ID] = (props.get(rec.PROP_UNIQ_KEY)
@@ -193,12 +200,16 @@ class TransactionService:
                       | rec.TX_COMMIT, born_timestamp=m.born_timestamp, born_host=m.born_host,
                       store_host=self.broker.store_host, reconsume_times=m.reconsume_times,
                       prepared_tx_offset=m.physical_offset)
+        msg = StoreMessage(topic, qid, m.body, props, **fields)
+        checked = self.guard.check(msg)  # rule 6
+        if checked is not msg:
+            return checked
         # A delayed transactional message waits after its commit, as in Java.
         try:
             return schedule.delayed_message(topic, qid, m.body, props,
                                             int(time.time() * 1000), **fields)
         except ValueError:  # DelayError: the horizon passed while it was open; deliver now
-            return StoreMessage(topic, qid, m.body, props, **fields)
+            return msg
 
     def _op(self, m, txid: str, tag: str) -> StoreMessage:
         return StoreMessage(TRANS_OP_HALF_TOPIC, 0, str(m.queue_offset).encode(),

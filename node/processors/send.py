@@ -33,6 +33,8 @@ Rules:
 5. Replies are encoded from templates (node/processors/send_reply.py).
 6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/dedup.py) stores
    nothing and gets the original result.
+7. The broker owns the system properties: every message's properties pass
+   node/system_properties.py's from_client once (owned names stripped, CLUSTER added).
 """
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCo
 from client.protocol.remoting import ProtocolError, RemotingCommand, encode_frame, parse_int
 
 from node.dedup import DedupWindow, duplicate_reply
-from node import send_divert
+from node import send_divert, system_properties
 from node.processors.common import error, topic_not_exist_remark
 from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
                                         json_reply_template)
@@ -145,6 +147,7 @@ class SendProcessor:
         self._json_reply = json_reply_template(self.region)
         self._binary_tail = binary_reply_tail(self.region)
         self.broker_name = broker.cfg.broker_name
+        self._cluster = system_properties.cluster_pair(broker.cfg.cluster_name)
         self.loop = broker.loop
         self._rr = 0
         self._pending = []  # sends accepted this loop turn, put together (rule 4)
@@ -226,23 +229,26 @@ class SendProcessor:
                                        self.max_batch)
             except BatchError as exc:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            own, cluster = system_properties.from_client, self._cluster
+            entries = [(f, b, own(p, cluster)) for f, b, p in entries]
             msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, born_ts,
                                                born_host, store_host, reconsume)
         else:
             if len(body) > self.max_body:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"the message body is {len(body)} bytes; the limit is {self.max_body}")
+            raw = system_properties.from_client(props_text.encode(), self._cluster, props)
             if divert:  # a half message or a schedule entry (node/send_divert.py)
                 try:
                     msgs = [send_divert.build(self.broker, divert, ext.get(names[F_GROUP]) or "",
-                                              topic, queue_id, flag, body, props, sys_flag,
+                                              topic, queue_id, flag, body,
+                                              rec.decode_properties(raw), sys_flag,
                                               born_ts, born_host, store_host, reconsume,
                                               int(time.time() * 1000))]
                 except ValueError as exc:  # DelayError
                     return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
             else:
-                msgs = StoreMessage.many_from_wire(topic, queue_id,
-                                                   ((flag, body, props_text.encode()),),
+                msgs = StoreMessage.many_from_wire(topic, queue_id, ((flag, body, raw),),
                                                    sys_flag, born_ts, born_host, store_host,
                                                    reconsume)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (

@@ -5,9 +5,12 @@ ext: group, offset (the record's commit-log position), delayLevel (cpp: a JSON n
 optional originMsgId, originTopic, maxReconsumeTimes (honoured from clients >= V3_4_9).
 
 Steps: find the record at `offset` (1 "look message by offset failed, <n>" if none starts
-there); copy it with RETRY_TOPIC = its original topic (if absent), ORIGIN_MESSAGE_ID, and
-reconsumeTimes + 1; store the copy in %DLQ%<group> when reconsumeTimes >= max (16 by default)
-or delayLevel < 0, else in %RETRY%<group>; answer 0 once stored.
+there); copy it with RETRY_TOPIC = its original topic (if absent), ORIGIN_MESSAGE_ID = the
+record's own ORIGIN_MESSAGE_ID, else the record's offset message id (so every retry and
+dead-letter copy names the first message, however often it came back; the request's
+originMsgId is not trusted: node/system_properties.py), and reconsumeTimes + 1; store the
+copy in %DLQ%<group> when reconsumeTimes >= max (16 by default) or delayLevel < 0, else in
+%RETRY%<group>; answer 0 once stored.
 
 The retry copy waits in SCHEDULE_TOPIC_XXXX (node/schedule.py) for delay level delayLevel,
 or 3 + reconsumeTimes when the client sent 0 (Java: 10 s first, growing to the last level), so
@@ -26,10 +29,9 @@ from client.protocol.remoting import RemotingCommand
 
 from node.processors.common import error
 from node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
+from node.system_properties import PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC
 from node.topics import DLQ_PREFIX, RETRY_PREFIX
 
-PROP_RETRY_TOPIC = "RETRY_TOPIC"
-PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 _SCHEDULE_PROPS = (rec.PROP_REAL_TOPIC, rec.PROP_REAL_QID, rec.PROP_DELAY, PROP_DELIVER_AT_MS)
 _I64 = struct.Struct(">q")
 
@@ -57,8 +59,7 @@ class SendBackProcessor:
         for name in _SCHEDULE_PROPS:  # sent back while still a schedule entry: drop its routing
             props.pop(name, None)
         props.setdefault(PROP_RETRY_TOPIC, origin)
-        props[PROP_ORIGIN_MESSAGE_ID] = (cmd.ext_str("originMsgId") or props.get(PROP_ORIGIN_MESSAGE_ID)
-                                         or m.offset_msg_id)
+        props[PROP_ORIGIN_MESSAGE_ID] = props.get(PROP_ORIGIN_MESSAGE_ID) or m.offset_msg_id
         dead = m.reconsume_times >= max_times or delay_level < 0
         tc = self.topics.ensure_group_topic((DLQ_PREFIX if dead else RETRY_PREFIX) + group)
         if tc is None:
