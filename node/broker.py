@@ -243,7 +243,7 @@ class Broker:
         m.gauge("tidemq_store_confirmed_offset_bytes", "Commit-log end visible to consumers.",
                 lambda: self.store.confirmed_offset if self.store else 0)
         m.gauge("tidemq_store_dispatched_offset_bytes", "Commit-log end indexed in consume queues.",
-                lambda: self.store.dispatcher.dispatched_offset if self.store else 0)
+                lambda: self.store.dispatcher.checkpoint_offset() if self.store else 0)
         m.gauge("tidemq_store_min_offset_bytes", "Commit-log start (bytes).",
                 lambda: self.store.min_offset if self.store else 0)
         m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))

@@ -23,6 +23,7 @@ import sys
 
 from node.broker import Broker
 from node.config import ConfigError, describe, load_config, redacted
+from node.fd_limit import raise_open_file_limit
 from node.replication import store_config
 
 log = logging.getLogger("tidemq.main")
@@ -56,6 +57,7 @@ def run_broker(argv: list[str]) -> int:
     # What the broker really runs: a replicated store confirms through HA (external).
     cfg = dataclasses.replace(cfg, store=store_config(cfg))
     log.info("effective config: %s", json.dumps(redacted(cfg), sort_keys=True))
+    raise_open_file_limit(cfg.store.min_free_fds)
     try:
         return asyncio.run(_serve(cfg))
     except KeyboardInterrupt:

@@ -10,6 +10,9 @@ Rules:
 2. A unit with size <= 0 or physical_offset < 0 ends the valid data (a zero-filled tail).
 3. Units before the queue's first real message (the log head was deleted) are pre-blank units
    (0, INT32_MAX, 0) and are never served.
+4. Units are written through the mapping only, so each file holds one descriptor
+   (MappedFileQueue.map_only); reserve() makes the files for units about to be stored before
+   the store writes them (a file that cannot be made refuses the put, not its dispatch).
 """
 from __future__ import annotations
 
@@ -27,11 +30,14 @@ _CHUNK_UNITS = 4096
 
 
 class ConsumeQueue:
-    def __init__(self, fs, root_dir: str, topic: str, queue_id: int, units_per_file: int):
+    def __init__(self, fs, root_dir: str, topic: str, queue_id: int, units_per_file: int,
+                 admit=None):
         self.topic = topic
         self.queue_id = queue_id
         self.queue = MappedFileQueue(fs, os.path.join(root_dir, "consumequeue", topic, str(queue_id)),
                                      units_per_file * UNIT_BYTES)
+        self.queue.map_only = True
+        self.queue.admit = admit
         self.max_phys_end = 0      # end (offset + size) of the last indexed record
         self.min_queue_offset = 0
         self._tail = None          # cached last file and next queue offset for put()'s fast path
@@ -71,6 +77,11 @@ class ConsumeQueue:
         self.max_phys_end = max(self.max_phys_end, phys + size)
         self._refresh_tail()
         return True
+
+    def reserve(self, first: int, last: int) -> None:
+        """Make sure the files for units [first, last] exist (rule 4); OSError when one
+        cannot be made (nothing is written then)."""
+        self.queue.ensure_files(first * UNIT_BYTES, last * UNIT_BYTES)
 
     def _refresh_tail(self) -> None:
         self._tail = self.queue.last()

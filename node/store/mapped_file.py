@@ -33,6 +33,13 @@ class MappedFile:
     def stop_zero_fill(self) -> None:
         self._mapping.stop_zero_fill()
 
+    def release_fd(self) -> None:
+        """Keep only the mapping's own descriptor (fileio rule 3): for files written through
+        the mapping alone. File layers without the distinction keep theirs."""
+        release = getattr(self._mapping, "release_fd", None)
+        if release is not None:
+            release()
+
     @property
     def end_offset(self) -> int:
         """Absolute offset just past the data written to this file."""

@@ -1,18 +1,21 @@
 """ConsumeQueueTable: every (topic, queue_id) consume queue of the store, created on demand and
-found again at start-up under <root>/consumequeue/<topic>/<queue_id>/."""
+found again at start-up under <root>/consumequeue/<topic>/<queue_id>/. New queue files are
+admitted by one FdBudget (fd_budget.py): they never take the descriptors kept free."""
 from __future__ import annotations
 
 import os
 import threading
 
 from .consume_queue import ConsumeQueue
+from .fd_budget import FdBudget
 
 
 class ConsumeQueueTable:
-    def __init__(self, fs, root_dir: str, units_per_file: int):
+    def __init__(self, fs, root_dir: str, units_per_file: int, min_free_fds: int = 0):
         self.fs = fs
         self.root_dir = root_dir
         self.units_per_file = units_per_file
+        self.fd_budget = FdBudget(min_free_fds)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
 
@@ -25,7 +28,8 @@ class ConsumeQueueTable:
             with self._lock:
                 cq = self.queues.get((topic, queue_id))
                 if cq is None:
-                    cq = ConsumeQueue(self.fs, self.root_dir, topic, queue_id, self.units_per_file)
+                    cq = ConsumeQueue(self.fs, self.root_dir, topic, queue_id,
+                                      self.units_per_file, self.fd_budget.admit)
                     self.queues[(topic, queue_id)] = cq
         return cq
 

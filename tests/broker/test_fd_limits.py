@@ -1,0 +1,110 @@
+"""File-descriptor limits: a real broker run under a low RLIMIT_NOFILE (set in the child before
+exec) never acknowledges a send it cannot make visible, keeps its other queues working,
+restarts under the same limit, and raises its soft limit to the hard one when it may."""
+import asyncio
+import resource
+
+from client.protocol.codes import RequestCode as R
+from tests.broker.conftest import run
+from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+
+TOPICS = 4
+QUEUES = 64   # 256 consume queues: more than 256 descriptors allow at one or two per queue
+SUCCESS, SERVICE_NOT_AVAILABLE = 0, 14
+
+
+def _limit(soft: int, hard: int):
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    return set_limit
+
+
+def _proc_limits(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no 'Max open files' line")
+
+
+async def _create_topics(addr: str) -> None:
+    async with await RawClient.connect(addr) as c:
+        for t in range(TOPICS):
+            r = await c.request(R.UPDATE_AND_CREATE_TOPIC, {
+                "topic": f"FdT{t}", "readQueueNums": QUEUES, "writeQueueNums": QUEUES,
+                "perm": 6})
+            assert r.code == SUCCESS, r.remark
+
+
+async def _send_round(addr: str, tag: str) -> tuple[dict, list]:
+    """One message to every queue; returns ({(topic, qid): body} acknowledged, refusals)."""
+    acked, refused = {}, []
+    async with await RawClient.connect(addr) as c:
+        for t in range(TOPICS):
+            for q in range(QUEUES):
+                body = f"{tag}-{t}-{q}".encode()
+                r = await c.request(R.SEND_MESSAGE,
+                                    send_ext(f"FdT{t}", q, properties(tags="x")), body)
+                if r.code == SUCCESS:
+                    acked[(f"FdT{t}", q)] = body
+                else:
+                    refused.append((f"FdT{t}", q, r.code, r.remark))
+    return acked, refused
+
+
+async def _pull_all(addr: str, keys) -> dict:
+    """Every message now readable in the given queues: {(topic, qid): [bodies]}."""
+    out = {}
+    async with await RawClient.connect(addr) as c:
+        for topic, q in keys:
+            r = await c.request(R.PULL_MESSAGE, pull_ext(topic, q, 0, max_nums=32))
+            out[(topic, q)] = [m.body for m in decode_records(r.body)] if r.code == 0 else []
+    return out
+
+
+def _assert_readable(addr: str, acked: list[dict]) -> None:
+    keys = {k for a in acked for k in a}
+    seen = run(_pull_all(addr, keys))
+    lost = [(k, a[k]) for a in acked for k in a if a[k] not in seen[k]]
+    assert not lost, f"{len(lost)} acknowledged messages are not readable: {lost[:5]}"
+
+
+def test_low_fd_limit_refuses_what_it_cannot_dispatch_and_restarts(broker_factory):
+    b = broker_factory(preexec_fn=_limit(256, 256)).start()
+    assert _proc_limits(b.proc.pid) == (256, 256)
+    run(_create_topics(b.addr))
+    first, refused = run(_send_round(b.addr, "a"))
+    # 256 queues cannot all be open under 256 descriptors: some sends are refused, with a
+    # retriable code and a remark that says why (never a Python exception text)
+    assert first and refused, (len(first), len(refused))
+    for _, _, code, remark in refused:
+        assert code == SERVICE_NOT_AVAILABLE, (code, remark)
+        assert "open files" in remark and "Error" not in remark, remark
+    _assert_readable(b.addr, [first])
+    # the queues that were open keep taking and serving messages
+    second, _ = run(_send_round(b.addr, "b"))
+    assert set(first) <= set(second), sorted(set(first) - set(second))[:5]
+    _assert_readable(b.addr, [first, second])
+    assert b.alive
+    # a restart under the same limit comes up and serves everything acknowledged
+    b.restart()
+    assert _proc_limits(b.proc.pid) == (256, 256)
+    _assert_readable(b.addr, [first, second])
+    third, _ = run(_send_round(b.addr, "c"))
+    assert set(first) <= set(third)
+    _assert_readable(b.addr, [first, second, third])
+    assert "refused" in b.log_text() or "cannot be opened" in b.log_text()
+
+
+def test_soft_limit_is_raised_to_the_hard_limit(broker_factory):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    hard = 8192 if hard == resource.RLIM_INFINITY else min(hard, 8192)
+    b = broker_factory(preexec_fn=_limit(256, hard)).start()
+    assert _proc_limits(b.proc.pid) == (hard, hard)
+    assert f"open-file limit raised from 256 to {hard}" in b.log_text()
+    # with the raised limit every queue opens: all 256 sends are acknowledged and readable
+    run(_create_topics(b.addr))
+    acked, refused = run(_send_round(b.addr, "a"))
+    assert not refused, refused[:3]
+    _assert_readable(b.addr, [acked])
