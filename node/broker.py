@@ -250,6 +250,10 @@ class Broker:
         m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
                 lambda: len(self.clients.consumers))
         # delay / transaction / retry / DLQ series: node/broker_metrics.py (_messaging)
+        not_after = security.served_cert_not_after(self.cfg)
+        if not_after is not None:  # read once: the certificate loaded at start is the one served
+            m.gauge("tidemq_tls_cert_not_after_timestamp_seconds", "Expiry (notAfter, Unix "
+                    "time) of the TLS certificate this node serves.", lambda: not_after)
 
 
 def _family(host: str) -> int:
