@@ -10,11 +10,12 @@ Rules:
 2. `write_atomic` leaves either the old or the new content at `path`, never a mix.
 3. A mapping holds one descriptor of its own (Python's mmap keeps a duplicate of the one it was
    made from). `release_fd()` closes the other one, for files written only through the mapping
-   (consume queues): their occasional fsync opens the file for the call instead. Files written
-   with pwrite (the commit log) keep both.
+   (consume queues): their occasional fsync opens the file for the call instead (msync when
+   no descriptor is left). Files written with pwrite (the commit log) keep both.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -102,7 +103,13 @@ class OsMapping:
     def sync(self) -> None:
         # fdatasync releases the GIL (mmap.flush would hold it for the whole msync) and on Linux
         # writes back pages dirtied through the mapping too, through any descriptor of the file.
-        fd = self._io_fd()
+        try:
+            fd = self._io_fd()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            self.buf.flush()  # no descriptor to spare: msync needs none
+            return
         try:
             os.fdatasync(fd)
         finally:
