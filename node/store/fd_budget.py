@@ -12,6 +12,8 @@ Rules:
 2. The open count is read from /proc/self/fd, at most once a second while far from the limit
    (admissions in between are counted), every time near it. Without /proc nothing is refused
    here: the open itself reports EMFILE.
+3. At start-up the queue table asks for each queue's files as it loads them; a queue refused
+   is parked (unmapped) and maps again on first use, through admit() (consume_queue.py).
 """
 from __future__ import annotations
 
@@ -44,17 +46,17 @@ class FdBudget:
         self._counted = 0       # open descriptors at the last count, plus admissions since
         self._counted_at = None
 
-    def admit(self, what: str) -> None:
-        """Raise OSError(EMFILE, reason, what) unless one more file fits (rule 1)."""
+    def admit(self, what: str, count: int = 1) -> None:
+        """Raise OSError(EMFILE, reason, what) unless `count` more files fit (rule 1)."""
         limit = soft_fd_limit()
         now = self.clock()
         near = limit - self._counted <= 2 * self.min_free_fds + 16
         if self._counted_at is None or near or now - self._counted_at >= _RECOUNT_S:
-            count = open_fd_count()
-            if count is None:
+            in_use = open_fd_count()
+            if in_use is None:
                 return
-            self._counted, self._counted_at = count, now
-        if limit - self._counted - 1 < self.min_free_fds:
+            self._counted, self._counted_at = in_use, now
+        if limit - self._counted - count < self.min_free_fds:
             raise OSError(errno.EMFILE, f"too many open files ({self._counted} of the limit "
                           f"{limit} in use, {self.min_free_fds} kept free)", what)
-        self._counted += 1
+        self._counted += count

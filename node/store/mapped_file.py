@@ -27,6 +27,16 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
 
+    def unmap(self) -> None:
+        """Give the mapping and its descriptor back, keeping positions (remap() restores)."""
+        self.close()
+
+    def remap(self, fs, map_only: bool) -> None:
+        self._mapping = fs.map_file(self.path, self.size)
+        self.buf = self._mapping.buf
+        if map_only:
+            self.release_fd()
+
     def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
         self._mapping.warm(paced, zero_fill)
 

@@ -8,8 +8,8 @@ Rules:
    crash during creation, is removed).
 3. Only the last file is written; max_offset = last.start_offset + last.wrote.
 4. With `map_only` (files written through the mapping alone) a file keeps one descriptor, not
-   two; `admit(what)`, when set, is asked before a file is created or mapped and may refuse
-   it with OSError.
+   two; `admit(what, count)`, when set, is asked before files are created or mapped and may
+   refuse them with OSError.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class MappedFileQueue:
         # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
         self.zero_fill = False
         self.map_only = False  # rule 4
-        self.admit = None      # rule 4: fn(what) raising OSError to refuse a new file
+        self.admit = None      # rule 4: fn(what, count=1) raising OSError to refuse files
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -325,6 +325,30 @@ class MappedFileQueue:
                 self._prepared[start] = keep
         mf = self._obtain(start)
         mf.wrote = mf.flushed = offset % self.file_bytes
+
+    # -- parking (a queue with no descriptors while idle) -----------------------------------
+    def unmap_all(self) -> None:
+        """Unmap every file, keeping the geometry (an empty queue keeps nothing to unmap)."""
+        with self._lock:
+            prepared, self._prepared = list(self._prepared.values()), {}
+        for mf in prepared:  # fresh and empty: made again when needed
+            mf.destroy(self.fs)
+        for mf in self.files:
+            mf.unmap()
+
+    def remap_all(self, admit: bool = True) -> None:
+        """Map the files unmap_all() left, asking `admit` first unless told not to."""
+        if admit and self.admit is not None and self.files:
+            self.admit(f"the files of {self.directory}", len(self.files))
+        done = []
+        try:
+            for mf in self.files:
+                mf.remap(self.fs, self.map_only)
+                done.append(mf)
+        except BaseException:
+            for mf in done:
+                mf.unmap()
+            raise
 
     def _take_all(self) -> list[MappedFile]:
         with self._lock:

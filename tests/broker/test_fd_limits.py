@@ -109,3 +109,23 @@ def test_soft_limit_is_raised_to_the_hard_limit(broker_factory):
     acked, refused = run(_send_round(b.addr, "a"))
     assert not refused, refused[:3]
     _assert_readable(b.addr, [acked])
+
+
+def test_restart_under_a_lower_limit_comes_up_and_serves_every_queue(broker_factory):
+    b = broker_factory(preexec_fn=_limit(1024, 1024)).start()
+    run(_create_topics(b.addr))
+    first, refused = run(_send_round(b.addr, "a"))
+    assert not refused and len(first) == TOPICS * QUEUES
+    assert b.stop() == 0
+    # 256 queue files do not fit under 256 descriptors: the broker still starts, keeping the
+    # queues it cannot map unmapped, and still serves every acknowledged message
+    b.preexec_fn = _limit(256, 256)
+    b.start()
+    assert "consume queues are not mapped" in b.log_text()
+    _assert_readable(b.addr, [first])
+    second, refused = run(_send_round(b.addr, "b"))
+    assert second and refused   # the queues it could map take sends, the others refuse them
+    assert {code for *_, code, _ in refused} == {SERVICE_NOT_AVAILABLE}
+    _assert_readable(b.addr, [first, second])
+    b.restart()
+    _assert_readable(b.addr, [first, second])
