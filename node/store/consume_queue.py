@@ -91,6 +91,13 @@ class ConsumeQueue:
         self._refresh_tail()
         return True
 
+    def covers(self, unit: int) -> bool:
+        """True when the file holding `unit` is in the queue and mapped already (the put
+        path's fast check before reserve())."""
+        files = self.queue.files
+        return not self.parked and bool(files) and \
+            unit * UNIT_BYTES < files[-1].start_offset + self.queue.file_bytes
+
     def reserve(self, first: int, last: int) -> None:
         """Make sure the files for units [first, last] exist (rule 4); OSError when one
         cannot be made (nothing is written then)."""

@@ -93,6 +93,8 @@ class Dispatcher:
             return False
 
     def apply(self, requests) -> None:
+        queues = self.queues.queues
+        get_queue = self.queues.get_or_create
         blocked = self.blocked
         arrived = {}
         if blocked and time.monotonic() >= self._retry_at:
@@ -100,15 +102,22 @@ class Dispatcher:
         for start in range(0, len(requests), SLICE_REQUESTS):
             chunk = requests[start:start + SLICE_REQUESTS]
             for r in chunk:
-                if r[9] & 0xC in _NOT_QUEUED:
+                topic, qid, qoff, phys, size, tags_code, _, _, _, sysflag = r
+                if sysflag & 0xC in _NOT_QUEUED:
                     continue
-                key = (r[0], r[1])
+                key = (topic, qid)
                 if blocked and key in blocked:
                     blocked[key].append(r)  # behind its queue's first blocked request
-                elif self._put(key, r):
-                    arrived[key] = r[2] + 1
-                else:
+                    continue
+                try:  # inline: the dispatch hot path (_put is the same, for retries)
+                    cq = queues.get(key) or get_queue(topic, qid)
+                    if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
+                        log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
+                except Exception as exc:
+                    self._cannot_take(key, r, exc)
                     blocked[key] = [r]
+                    continue
+                arrived[key] = qoff + 1
             if self.index is not None and chunk[-1][3] >= self.index_from:
                 try:
                     self.index.put_requests(chunk, self.index_from)
@@ -126,12 +135,16 @@ class Dispatcher:
             if not cq.put(r[2], r[3], r[4], r[5]) and r[2] >= cq.max_queue_offset:
                 log.error("consume queue %s/%d refused unit %d", key[0], key[1], r[2])
             return True
-        except Exception as exc:  # rule 4: this queue waits, the others go on
-            self._warn.log(logging.ERROR, "consume queue %s/%d cannot take unit %d (%s); its "
-                           "records wait in the commit log and are retried, other queues go "
-                           "on", key[0], key[1], r[2], _why(exc))
-            self._retry_at = time.monotonic() + RETRY_BLOCKED_S
+        except Exception as exc:
+            self._cannot_take(key, r, exc)
             return False
+
+    def _cannot_take(self, key, r, exc: Exception) -> None:
+        """Rule 4: this queue waits (the caller keeps the request), the others go on."""
+        self._warn.log(logging.ERROR, "consume queue %s/%d cannot take unit %d (%s); its "
+                       "records wait in the commit log and are retried, other queues go on",
+                       key[0], key[1], r[2], _why(exc))
+        self._retry_at = time.monotonic() + RETRY_BLOCKED_S
 
     def retry_blocked(self) -> None:
         """Retry blocked queues now (the maintenance thread calls it; rule 4)."""

@@ -269,22 +269,33 @@ class MessageStore(StoreReader):
         """Make the consume-queue files this batch's units go into before a byte is written
         (put lock held): a queue that cannot be opened refuses the put, so nothing is
         acknowledged that dispatch could not make visible."""
+        if len(msgs) == 1:  # the common case, without the grouping
+            m = msgs[0]
+            if m.dispatchable:
+                self._reserve_units((m.topic, m.queue_id), 1)
+            return
         counts: dict[tuple[str, int], int] = {}
         for m in msgs:
             if m.dispatchable:
                 key = (m.topic, m.queue_id)
                 counts[key] = counts.get(key, 0) + 1
         for key, n in counts.items():
-            first = self.queue_table.get(key, 0)
-            try:
-                self.queues.get_or_create(*key).reserve(first, first + n - 1)
-            except OSError as exc:
-                _refusals.log(logging.WARNING, "put refused: consume queue %s/%d cannot be "
-                              "opened: %s (%s)", key[0], key[1], exc.strerror, exc.filename)
-                # the client learns what, not the server's paths
-                why = os.strerror(exc.errno) if exc.errno else "I/O error"
-                raise QueueUnavailable(f"consume queue {key[0]}/{key[1]} cannot be opened "
-                                       f"({why}); nothing was stored") from None
+            self._reserve_units(key, n)
+
+    def _reserve_units(self, key: tuple[str, int], n: int) -> None:
+        first = self.queue_table.get(key, 0)
+        cq = self.queues.queues.get(key)
+        if cq is not None and cq.covers(first + n - 1):
+            return
+        try:
+            (cq or self.queues.get_or_create(*key)).reserve(first, first + n - 1)
+        except OSError as exc:
+            _refusals.log(logging.WARNING, "put refused: consume queue %s/%d cannot be "
+                          "opened: %s (%s)", key[0], key[1], exc.strerror, exc.filename)
+            # the client learns what, not the server's paths
+            why = os.strerror(exc.errno) if exc.errno else "I/O error"
+            raise QueueUnavailable(f"consume queue {key[0]}/{key[1]} cannot be opened "
+                                   f"({why}); nothing was stored") from None
 
     def _raise_confirmed(self, offset: int) -> None:
         """Move the confirmed offset forward only (writers race to report their ends); call it
