@@ -81,6 +81,8 @@ def _assert_readable(addr: str, acked: list[dict]) -> None:
 def test_low_fd_limit_refuses_what_it_cannot_dispatch_and_restarts(broker_factory):
     b = broker_factory(preexec_fn=_limit(256, 256)).start()
     assert _proc_limits(b.proc.pid) == (256, 256)
+    # it cannot raise the limit, and says how many queue files fit: 256 - 128 kept free - 32
+    assert "open-file limit 256 is low: about 96 consume-queue files fit" in b.log_text()
     run(_create_topics(b.addr))
     first, refused = run(_send_round(b.addr, "a"))
     _assert_readable(b.addr, [first])   # what was acknowledged is visible at once
