@@ -58,9 +58,12 @@ class Dispatcher:
         yield from list(self.blocked.values())
 
     def checkpoint_offset(self) -> int:
-        """How far dispatch is complete: below the first blocked request (rule 4)."""
-        blocked = [reqs[0][3] for reqs in list(self.blocked.values()) if reqs]
-        return min([self.dispatched_offset] + blocked)
+        """How far dispatch is complete: below the first blocked request (rule 4). Read
+        without the lock: dispatched_offset first, since a request blocked after that read
+        lies beyond it (it moves only past whole applied slices)."""
+        done = self.dispatched_offset
+        firsts = [reqs[0][3] for reqs in list(self.blocked.values()) if reqs]
+        return min([done] + firsts)
 
     def advance(self, bound: int, max_requests: int | None = None) -> bool:
         """Apply pending requests that end at or below `bound` (at most max_requests of them:
