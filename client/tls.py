@@ -23,7 +23,7 @@ import ssl
 import time
 from dataclasses import dataclass
 
-_PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.S)
+_PEM_CERT = re.compile(r"-----BEGIN CERTIFICATE-----(.+?)-----END CERTIFICATE-----", re.DOTALL)
 _UTC_TIME, _GENERALIZED_TIME = 0x17, 0x18
 
 
@@ -140,4 +140,4 @@ class TlsFiles:
         return client_context(self.ca_file, self.cert_file, self.key_file, check_hostname)
 
 
-__all__ = ["TlsConfigError", "TlsFiles", "cert_not_after", "server_context", "client_context"]
+__all__ = ["TlsConfigError", "TlsFiles", "cert_not_after", "client_context", "server_context"]
