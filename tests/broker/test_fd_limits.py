@@ -4,6 +4,8 @@ restarts under the same limit, and raises its soft limit to the hard one when it
 import asyncio
 import resource
 
+import pytest
+
 from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
@@ -78,8 +80,9 @@ def _assert_readable(addr: str, acked: list[dict]) -> None:
     assert not lost, f"{len(lost)} acknowledged messages are not readable: {lost[:5]}"
 
 
-def test_low_fd_limit_refuses_what_it_cannot_dispatch_and_restarts(broker_factory):
-    b = broker_factory(preexec_fn=_limit(256, 256)).start()
+@pytest.mark.parametrize("flush_mode", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_low_fd_limit_refuses_what_it_cannot_dispatch_and_restarts(broker_factory, flush_mode):
+    b = broker_factory(f"store.flush_mode={flush_mode}", preexec_fn=_limit(256, 256)).start()
     assert _proc_limits(b.proc.pid) == (256, 256)
     # it cannot raise the limit, and says how many queue files fit: 256 - 128 kept free - 32
     assert "open-file limit 256 is low: about 96 consume-queue files fit" in b.log_text()
