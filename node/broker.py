@@ -243,13 +243,17 @@ class Broker:
         m.gauge("tidemq_store_confirmed_offset_bytes", "Commit-log end visible to consumers.",
                 lambda: self.store.confirmed_offset if self.store else 0)
         m.gauge("tidemq_store_dispatched_offset_bytes", "Commit-log end indexed in consume queues.",
-                lambda: self.store.dispatcher.dispatched_offset if self.store else 0)
+                lambda: self.store.dispatcher.checkpoint_offset() if self.store else 0)
         m.gauge("tidemq_store_min_offset_bytes", "Commit-log start (bytes).",
                 lambda: self.store.min_offset if self.store else 0)
         m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))
         m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
                 lambda: len(self.clients.consumers))
         # delay / transaction / retry / DLQ series: node/broker_metrics.py (_messaging)
+        not_after = security.served_cert_not_after(self.cfg)
+        if not_after is not None:  # read once: the certificate loaded at start is the one served
+            m.gauge("tidemq_tls_cert_not_after_timestamp_seconds", "Expiry (notAfter, Unix "
+                    "time) of the TLS certificate this node serves.", lambda: not_after)
 
 
 def _family(host: str) -> int:

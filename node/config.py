@@ -54,6 +54,9 @@ STORE_DOCS = {
     "verify_crc_on_recover": "Check CRCs while recovering after a crash.",
     "max_message_bytes": "Largest message body; larger sends get MESSAGE_ILLEGAL (13).",
     "max_queues_per_topic": "Largest queue count of a topic.",
+    "min_free_fds": "File descriptors kept free for connections and the store's own files: a "
+                    "send that needs a new consume-queue file past it is refused with "
+                    "SERVICE_NOT_AVAILABLE (14). Each consume-queue file holds one descriptor.",
     "file_reserved_hours": "Retention: commit-log files older than this may be deleted.",
     "delete_when": "Retention: hours (00-23, ';'-separated) when old files are deleted.",
     "disk_max_used_ratio": "Retention: delete old files above this disk use.",

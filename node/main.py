@@ -23,7 +23,9 @@ import sys
 
 from node.broker import Broker
 from node.config import ConfigError, describe, load_config, redacted
+from node.fd_limit import raise_open_file_limit
 from node.replication import store_config
+from node.security import log_cert_expiry
 
 log = logging.getLogger("tidemq.main")
 READY_PREFIX = "TIDEMQ_BROKER_READY"
@@ -56,6 +58,8 @@ def run_broker(argv: list[str]) -> int:
     # What the broker really runs: a replicated store confirms through HA (external).
     cfg = dataclasses.replace(cfg, store=store_config(cfg))
     log.info("effective config: %s", json.dumps(redacted(cfg), sort_keys=True))
+    raise_open_file_limit(cfg.store.min_free_fds)
+    log_cert_expiry(cfg)
     try:
         return asyncio.run(_serve(cfg))
     except KeyboardInterrupt:

@@ -32,6 +32,7 @@ MESSAGING = "messaging"      # transactions, retry/DLQ, delay (messaging issue)
 ALWAYS = "always"            # every broker, standalone included
 WITH_HA = "ha"               # brokers with ha.role MASTER, SLAVE or cluster
 CLUSTER = "cluster"          # brokers in cluster mode (zookeeper.hosts set)
+WITH_TLS = "tls"             # brokers serving a TLS certificate (node/security.py rule 5)
 PENDING = "pending"          # nobody exports it yet: the name reserved for the owner above
 # (NAMESRV as `exported`: by every name server)
 
@@ -58,6 +59,9 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("tidemq_broker_writable", "gauge", [], "1 while this node accepts sends (an unfenced "
        "master), else 0. A group with no writable member has no master."),
     _m("tidemq_uptime_seconds", "gauge", [], "Seconds since the broker started."),
+    _m("tidemq_tls_cert_not_after_timestamp_seconds", "gauge", [], "Expiry (notAfter, Unix "
+       "time) of the TLS certificate this node serves; alert before it passes.", NODE,
+       WITH_TLS),
     # -- traffic -----------------------------------------------------------------------------
     _m("tidemq_messages_put_total", "counter", ["topic"], "Messages stored, by topic."),
     _m("tidemq_message_put_body_bytes_total", "counter", ["topic"], "Body bytes stored, by topic."),

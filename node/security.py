@@ -20,17 +20,25 @@ Rules:
 3. A cluster-mode broker with HA TLS must have a certificate: any member may be promoted.
 4. ZooKeeper TLS and credentials (`zookeeper.*`) are checked here too; `zk_security` turns them
    into coordinator/zk_security.py's ZkSecurity.
+5. The certificate this node serves is checked for expiry at start: a WARNING when it has
+   expired or expires within CERT_WARN_DAYS (the ssl module loads an expired one silently and
+   every handshake then fails), and its notAfter is the metric
+   tidemq_tls_cert_not_after_timestamp_seconds.
 """
 from __future__ import annotations
 
+import logging
 import os
+import time
 from dataclasses import dataclass
 
-from client.tls import TlsConfigError, TlsFiles
+from client.tls import TlsConfigError, TlsFiles, cert_not_after
 from coordinator.zk_security import ZkSecurity, ZkSecurityError, read_auth_file
 from node.config_fields import config_field, missing_file
 
 _f = config_field
+log = logging.getLogger("tidemq.security")
+CERT_WARN_DAYS = 30
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,41 @@ def ha_tls(cfg) -> tuple:
     server = TlsFiles(s.tls_cert_file, s.tls_key_file, s.tls_ca_file,
                       s.ha_require_client_cert).server() if s.tls_cert_file else None
     return server, s.tls_files().client()
+
+
+def served_cert_not_after(cfg) -> float | None:
+    """notAfter (Unix time) of tls_cert_file when a port of this node serves it, else None
+    (also when it cannot be read: load_config already checked it loads)."""
+    s = cfg.security
+    if not s.tls_cert_file or not (s.tls_enable or s.admin_tls_enable or s.ha_tls_enable):
+        return None
+    try:
+        return cert_not_after(s.tls_cert_file)
+    except TlsConfigError:
+        return None
+
+
+def log_cert_expiry(cfg, now: float | None = None) -> float | None:
+    """Rule 5 at start: one line about the served certificate's expiry; returns notAfter."""
+    not_after = served_cert_not_after(cfg)
+    if not_after is None:
+        if cfg.security.tls_cert_file and (cfg.security.tls_enable or cfg.security.admin_tls_enable
+                                           or cfg.security.ha_tls_enable):
+            log.warning("cannot read the expiry of TLS certificate %s",
+                        cfg.security.tls_cert_file)
+        return None
+    left_s = not_after - (time.time() if now is None else now)
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(not_after))
+    path = cfg.security.tls_cert_file
+    if left_s <= 0:
+        log.warning("TLS certificate %s EXPIRED on %s (%.0f days ago): clients that verify it "
+                    "refuse every connection; replace it", path, until, -left_s / 86400)
+    elif left_s < CERT_WARN_DAYS * 86400:
+        log.warning("TLS certificate %s expires on %s, in %.1f days: replace it", path, until,
+                    left_s / 86400)
+    else:
+        log.info("TLS certificate %s is valid until %s", path, until)
+    return not_after
 
 
 def make_acl(cfg):

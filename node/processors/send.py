@@ -52,7 +52,7 @@ from node.processors.common import error, topic_not_exist_remark
 from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
                                         json_reply_template)
 from node.server import DEFERRED
-from node.store.errors import DiskFull, MessageIllegal, PutStatus, StoreClosed
+from node.store.errors import DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed
 from node.store.message import StoreMessage
 from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX,
                          topic_name_problem)
@@ -297,6 +297,15 @@ class SendProcessor:
             else:  # the store wrote nothing: put one by one to find the bad request(s)
                 for p in pending:
                     self._put_group([p])
+            return
+        except QueueUnavailable as exc:
+            if len(pending) > 1:  # nothing was written: only the sends to that queue fail
+                for p in pending:
+                    self._put_group([p])
+                return
+            conn, cmd = pending[0][:2]
+            conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                                     f"service not available now: {exc}"))
             return
         except (DiskFull, StoreClosed) as exc:
             remark = f"service not available now: {exc}"

@@ -49,6 +49,10 @@ class StoreConfig:
     # Limits (RocketMQ: maxMessageSize 4 MiB, body only).
     max_message_bytes: int = 4 * MIB
     max_queues_per_topic: int = 1024
+    # Descriptors of the soft RLIMIT_NOFILE a new consume-queue file may not take (kept for
+    # connections and the store's own files): past it, sends to a queue that needs a new file
+    # are refused (fd_budget.py).
+    min_free_fds: int = 128
     # Retention.
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
@@ -98,6 +102,8 @@ class StoreConfig:
             problems.append("preallocate_at_ratio must be in (0, 1]")
         if self.max_queues_per_topic < 1:
             problems.append("max_queues_per_topic must be >= 1")
+        if not 0 <= self.min_free_fds <= 1 << 20:
+            problems.append("min_free_fds must be in [0, 1048576]")
         if problems:
             raise StoreConfigError(problems)
 

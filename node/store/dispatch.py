@@ -7,18 +7,29 @@ Rules:
 2. Consume-queue puts are idempotent, so recovery may replay requests.
 3. After each slice the arrival listener gets {(topic, queue_id): next queue offset} so held
    long-polls wake (ReputMessageService's messageArrivingListener).
+4. One queue's failure never stalls the others: a request its consume queue cannot take (the
+   file cannot be created: descriptors, disk) waits in `blocked` with every later request of
+   that queue, in order, and is retried at most once a second (retry_blocked); the others go
+   on. The record stays in the commit log, and checkpoint_offset() stays below the first
+   blocked one, so a restart re-dispatches it.
+5. A key-index failure is logged and skipped (key lookups miss those records); consume
+   queues, which make messages visible, go on.
 """
 from __future__ import annotations
 
 import collections
 import logging
 import threading
+import time
 
 from client.protocol.record import TX_PREPARED, TX_ROLLBACK
+
+from .log_throttle import LogThrottle
 
 log = logging.getLogger("tidemq.store.dispatch")
 _NOT_QUEUED = (TX_PREPARED, TX_ROLLBACK)  # never in a consume queue (spec 1.3)
 SLICE_REQUESTS = 4096  # bounded work per slice: other threads get the GIL between slices
+RETRY_BLOCKED_S = 1.0
 
 
 class Dispatcher:
@@ -30,19 +41,35 @@ class Dispatcher:
         self.lock = threading.Lock()
         self.arrival_listener = None
         self.index_from = 0             # recovery: only records at or after this are indexed
+        self.blocked: dict[tuple[str, int], list] = {}  # rule 4
+        self._retry_at = 0.0
+        self._warn = LogThrottle(log)
 
     def enqueue(self, requests) -> None:
         if requests:
             self.pending.append(requests)
 
     def backlog(self) -> int:
-        return sum(len(r) for r in self.pending)
+        return sum(len(r) for r in self.pending) + sum(len(r) for r in self.blocked.values())
+
+    def waiting(self):
+        """Every request list not applied yet (pending, then blocked)."""
+        yield from self.pending
+        yield from list(self.blocked.values())
+
+    def checkpoint_offset(self) -> int:
+        """How far dispatch is complete: below the first blocked request (rule 4). Read
+        without the lock: dispatched_offset first, since a request blocked after that read
+        lies beyond it (it moves only past whole applied slices)."""
+        done = self.dispatched_offset
+        firsts = [reqs[0][3] for reqs in list(self.blocked.values()) if reqs]
+        return min([done] + firsts)
 
     def advance(self, bound: int, max_requests: int | None = None) -> bool:
         """Apply pending requests that end at or below `bound` (at most max_requests of them:
-        a bounded slice). A request leaves `pending` only after it was applied, so a failure
-        (I/O creating a consume-queue file) leaves it for the next call; re-applying is safe
-        (rule 2). True when requests below `bound` remain (the slice limit stopped it)."""
+        a bounded slice). A request leaves `pending` once applied or blocked (rule 4); an
+        unexpected failure leaves it for the next call, and re-applying is safe (rule 2).
+        True when requests below `bound` remain (the slice limit stopped it)."""
         budget = max_requests if max_requests is not None else -1
         with self.lock:
             pending = self.pending
@@ -71,21 +98,81 @@ class Dispatcher:
     def apply(self, requests) -> None:
         queues = self.queues.queues
         get_queue = self.queues.get_or_create
+        blocked = self.blocked
         arrived = {}
+        if blocked and time.monotonic() >= self._retry_at:
+            self._retry_blocked(arrived)
         for start in range(0, len(requests), SLICE_REQUESTS):
             chunk = requests[start:start + SLICE_REQUESTS]
-            for (topic, qid, qoff, phys, size, tags_code, _, _, _, sysflag) in chunk:
+            for r in chunk:
+                topic, qid, qoff, phys, size, tags_code, _, _, _, sysflag = r
                 if sysflag & 0xC in _NOT_QUEUED:
                     continue
                 key = (topic, qid)
-                cq = queues.get(key) or get_queue(topic, qid)
-                if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
-                    log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
+                if blocked and key in blocked:
+                    blocked[key].append(r)  # behind its queue's first blocked request
+                    continue
+                try:  # inline: the dispatch hot path (_put is the same, for retries)
+                    cq = queues.get(key) or get_queue(topic, qid)
+                    if not cq.put(qoff, phys, size, tags_code) and qoff >= cq.max_queue_offset:
+                        log.error("consume queue %s/%d refused unit %d", topic, qid, qoff)
+                except Exception as exc:
+                    self._cannot_take(key, r, exc)
+                    blocked[key] = [r]
+                    continue
                 arrived[key] = qoff + 1
             if self.index is not None and chunk[-1][3] >= self.index_from:
-                self.index.put_requests(chunk, self.index_from)
+                try:
+                    self.index.put_requests(chunk, self.index_from)
+                except Exception as exc:  # rule 5
+                    self._warn.log(logging.ERROR, "key index not updated for records at "
+                                   "%d-%d: %s", chunk[0][3], chunk[-1][3], _why(exc))
             last = chunk[-1]
             self.dispatched_offset = last[3] + last[4]
+        self._arrived(arrived)
+
+    def _put(self, key, r) -> bool:
+        """Apply one request to its consume queue; False when the queue cannot take it."""
+        try:
+            cq = self.queues.queues.get(key) or self.queues.get_or_create(key[0], key[1])
+            if not cq.put(r[2], r[3], r[4], r[5]) and r[2] >= cq.max_queue_offset:
+                log.error("consume queue %s/%d refused unit %d", key[0], key[1], r[2])
+            return True
+        except Exception as exc:
+            self._cannot_take(key, r, exc)
+            return False
+
+    def _cannot_take(self, key, r, exc: Exception) -> None:
+        """Rule 4: this queue waits (the caller keeps the request), the others go on."""
+        self._warn.log(logging.ERROR, "consume queue %s/%d cannot take unit %d (%s); its "
+                       "records wait in the commit log and are retried, other queues go on",
+                       key[0], key[1], r[2], _why(exc))
+        self._retry_at = time.monotonic() + RETRY_BLOCKED_S
+
+    def retry_blocked(self) -> None:
+        """Retry blocked queues now (the maintenance thread calls it; rule 4)."""
+        if self.blocked:
+            with self.lock:
+                arrived = {}
+                self._retry_blocked(arrived)
+                self._arrived(arrived)
+
+    def _retry_blocked(self, arrived: dict) -> None:
+        for key, reqs in list(self.blocked.items()):
+            done = 0
+            for r in reqs:
+                if not self._put(key, r):
+                    break
+                done += 1
+            if done:
+                arrived[key] = reqs[done - 1][2] + 1
+            if done == len(reqs):
+                del self.blocked[key]
+                log.info("consume queue %s/%d takes records again", key[0], key[1])
+            else:
+                del reqs[:done]
+
+    def _arrived(self, arrived: dict) -> None:
         if arrived and self.arrival_listener is not None:
             try:
                 self.arrival_listener(arrived)
@@ -101,3 +188,16 @@ class Dispatcher:
                 if reqs:
                     kept.append(reqs)
             self.pending = kept
+            for key, reqs in list(self.blocked.items()):
+                reqs = [r for r in reqs if r[3] < offset]
+                if reqs:
+                    self.blocked[key] = reqs
+                else:
+                    del self.blocked[key]
+
+
+def _why(exc: Exception) -> str:
+    """An operator's account of a failure: the OS error text, not a traceback."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return exc.__class__.__name__

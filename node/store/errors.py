@@ -37,6 +37,11 @@ class StoreClosed(StoreError):
     retriable = True
 
 
+class QueueUnavailable(StoreClosed):
+    """A consume queue the put needs cannot be opened (file descriptors, I/O): nothing was
+    written. A StoreClosed, so every writer answers it as the retriable refusal it is."""
+
+
 class StoreLocked(StoreError):
     """Another process holds the store's lock file."""
 

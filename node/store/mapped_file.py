@@ -27,11 +27,28 @@ class MappedFile:
         self.wrote = 0
         self.flushed = 0
 
+    def unmap(self) -> None:
+        """Give the mapping and its descriptor back, keeping positions (remap() restores)."""
+        self.close()
+
+    def remap(self, fs, map_only: bool) -> None:
+        self._mapping = fs.map_file(self.path, self.size)
+        self.buf = self._mapping.buf
+        if map_only:
+            self.release_fd()
+
     def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
         self._mapping.warm(paced, zero_fill)
 
     def stop_zero_fill(self) -> None:
         self._mapping.stop_zero_fill()
+
+    def release_fd(self) -> None:
+        """Keep only the mapping's own descriptor (fileio rule 3): for files written through
+        the mapping alone. File layers without the distinction keep theirs."""
+        release = getattr(self._mapping, "release_fd", None)
+        if release is not None:
+            release()
 
     @property
     def end_offset(self) -> int:

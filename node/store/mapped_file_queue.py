@@ -7,6 +7,9 @@ Rules:
 2. Every file has exactly file_bytes bytes; load refuses others (an empty last file, left by a
    crash during creation, is removed).
 3. Only the last file is written; max_offset = last.start_offset + last.wrote.
+4. With `map_only` (files written through the mapping alone) a file keeps one descriptor, not
+   two; `admit(what, count)`, when set, is asked before files are created or mapped and may
+   refuse them with OSError.
 """
 from __future__ import annotations
 
@@ -42,6 +45,8 @@ class MappedFileQueue:
         # Warm files made before the writer sees them by writing zeros (OsMapping.warm): set
         # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
         self.zero_fill = False
+        self.map_only = False  # rule 4
+        self.admit = None      # rule 4: fn(what, count=1) raising OSError to refuse files
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -64,6 +69,8 @@ class MappedFileQueue:
             if self.files and start != self.files[-1].start_offset + self.file_bytes:
                 raise StoreCorrupt(f"{path}: gap after {self.files[-1].path}")
             mf = MappedFile(self.fs, path, start, self.file_bytes)
+            if self.map_only:
+                mf.release_fd()
             mf.wrote = mf.flushed = self.file_bytes
             self.files.append(mf)
 
@@ -102,10 +109,10 @@ class MappedFileQueue:
         maintenance thread is still warming (its zero-fill stops first: zeros landing after
         the writer's records would erase acknowledged data), or a new one."""
         with self._lock:
-            mf = self._prepared.pop(start, None)
+            while start in self._making and self._making[start] is None:
+                self._lock.wait()  # being created and named durably: milliseconds
+            mf = self._prepared.pop(start, None)  # (ensure_files may have just placed it)
             if mf is None:
-                while start in self._making and self._making[start] is None:
-                    self._lock.wait()  # being created and named durably: milliseconds
                 mf = self._making.get(start)
                 if isinstance(mf, MappedFile):
                     mf.stop_zero_fill()
@@ -168,9 +175,13 @@ class MappedFileQueue:
                 # later with a new mapping, so release this one (its fd and map) now
                 mf.close()
                 raise
+        if self.map_only:
+            mf.release_fd()
         return mf
 
     def _map(self, start: int) -> MappedFile:
+        if self.admit is not None:
+            self.admit(f"file {file_name(start)} of {self.directory}")
         fresh_dir = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
@@ -227,6 +238,33 @@ class MappedFileQueue:
             self._lock.notify_all()
         return held is not mf
 
+    def ensure_files(self, first: int, last: int) -> None:
+        """Make sure a file exists (in the queue or prepared) for every offset in
+        [first, last], so a writer reaching them later needs no new file: a file that cannot
+        be created fails here (OSError), before anything depends on it. Safe against a writer
+        taking or making files at the same time (the claim in `_making`)."""
+        start = first - first % self.file_bytes
+        while start <= last:
+            with self._lock:
+                while start in self._making and self._making[start] is None:
+                    self._lock.wait()
+                files = self.files
+                have = start in self._prepared or start in self._making or (
+                    files and files[0].start_offset <= start <= files[-1].start_offset)
+                if not have:
+                    self._making[start] = None  # ours until it is placed
+            if not have:
+                mf = None
+                try:
+                    mf = self.make_file(start, warm=self.file_bytes <= _WARM_INLINE_MAX)
+                finally:
+                    with self._lock:
+                        del self._making[start]
+                        self._lock.notify_all()
+                        if mf is not None:
+                            self._prepared[start] = mf
+            start += self.file_bytes
+
     def ensure_prepared(self, start: int) -> None:
         """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""
         if start not in self._prepared and not (self.files and self.files[-1].start_offset >= start):
@@ -276,10 +314,41 @@ class MappedFileQueue:
 
     def reset_to(self, offset: int) -> None:
         """Empty queue that must start at `offset` (a slave bootstrapping mid-history, or a
-        consume queue whose log head was deleted)."""
+        consume queue whose log head was deleted). A file prepared for `offset` (ensure_files)
+        is kept: it is fresh."""
+        start = offset - offset % self.file_bytes
+        with self._lock:
+            keep = self._prepared.pop(start, None)
         self.destroy()
-        mf = self._obtain(offset - offset % self.file_bytes)
+        if keep is not None:
+            with self._lock:
+                self._prepared[start] = keep
+        mf = self._obtain(start)
         mf.wrote = mf.flushed = offset % self.file_bytes
+
+    # -- parking (a queue with no descriptors while idle) -----------------------------------
+    def unmap_all(self) -> None:
+        """Unmap every file, keeping the geometry (an empty queue keeps nothing to unmap)."""
+        with self._lock:
+            prepared, self._prepared = list(self._prepared.values()), {}
+        for mf in prepared:  # fresh and empty: made again when needed
+            mf.destroy(self.fs)
+        for mf in self.files:
+            mf.unmap()
+
+    def remap_all(self, admit: bool = True) -> None:
+        """Map the files unmap_all() left, asking `admit` first unless told not to."""
+        if admit and self.admit is not None and self.files:
+            self.admit(f"the files of {self.directory}", len(self.files))
+        done = []
+        try:
+            for mf in self.files:
+                mf.remap(self.fs, self.map_only)
+                done.append(mf)
+        except BaseException:
+            for mf in done:
+                mf.unmap()
+            raise
 
     def _take_all(self) -> list[MappedFile]:
         with self._lock:

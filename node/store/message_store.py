@@ -30,11 +30,12 @@ from .checkpoint import Checkpoint
 from .commit_log import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
 from .dispatch import Dispatcher
-from .errors import (DiskFull, MessageIllegal, PutStatus, StoreClosed, StoreCorrupt,
-                     StoreLocked)
+from .errors import (DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed,
+                     StoreCorrupt, StoreLocked)
 from .fileio import OS_FILE_SYSTEM
 from .flush import FlushService, MaintenanceService
 from .index_file import IndexService
+from .log_throttle import LogThrottle
 from .queue_table import ConsumeQueueTable
 from .reader import StoreReader
 from .message import is_dispatched_to_queue
@@ -43,6 +44,7 @@ from .retention import Retention
 from .write_mark import WriteMark
 
 log = logging.getLogger("tidemq.store")
+_refusals = LogThrottle(log)
 STORE_FORMAT = "tidemq-store 1"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
 INLINE_DISPATCH_BYTES = 4 * 1024 * 1024   # set_confirmed_offset dispatches this much inline
@@ -74,7 +76,8 @@ class MessageStore(StoreReader):
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
                                     config.whole_record_crc,
                                     write_through=config.flush_mode == SYNC_FLUSH)
-        self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_file_units)
+        self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_file_units,
+                                        config.min_free_fds)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index)
@@ -247,6 +250,7 @@ class MessageStore(StoreReader):
                 raise StoreClosed("store is not accepting writes")
             if self.put_refusal is not None:
                 raise StoreClosed(self.put_refusal)
+            self._reserve_queue_files(msgs)
             ts = int(self.clock() * 1000)
             requests, end = self.commit_log.append(msgs, self.queue_table, ts)
             self.dispatcher.enqueue(requests)
@@ -260,6 +264,38 @@ class MessageStore(StoreReader):
         if self.after_put is not None:
             self.after_put()
         return AppendResult(requests, end, ts)
+
+    def _reserve_queue_files(self, msgs) -> None:
+        """Make the consume-queue files this batch's units go into before a byte is written
+        (put lock held): a queue that cannot be opened refuses the put, so nothing is
+        acknowledged that dispatch could not make visible."""
+        if len(msgs) == 1:  # the common case, without the grouping
+            m = msgs[0]
+            if m.dispatchable:
+                self._reserve_units((m.topic, m.queue_id), 1)
+            return
+        counts: dict[tuple[str, int], int] = {}
+        for m in msgs:
+            if m.dispatchable:
+                key = (m.topic, m.queue_id)
+                counts[key] = counts.get(key, 0) + 1
+        for key, n in counts.items():
+            self._reserve_units(key, n)
+
+    def _reserve_units(self, key: tuple[str, int], n: int) -> None:
+        first = self.queue_table.get(key, 0)
+        cq = self.queues.queues.get(key)
+        if cq is not None and cq.covers(first + n - 1):
+            return
+        try:
+            (cq or self.queues.get_or_create(*key)).reserve(first, first + n - 1)
+        except OSError as exc:
+            _refusals.log(logging.WARNING, "put refused: consume queue %s/%d cannot be "
+                          "opened: %s (%s)", key[0], key[1], exc.strerror, exc.filename)
+            # the client learns what, not the server's paths
+            why = os.strerror(exc.errno) if exc.errno else "I/O error"
+            raise QueueUnavailable(f"consume queue {key[0]}/{key[1]} cannot be opened "
+                                   f"({why}); nothing was stored") from None
 
     def _raise_confirmed(self, offset: int) -> None:
         """Move the confirmed offset forward only (writers race to report their ends); call it
@@ -348,8 +384,9 @@ class MessageStore(StoreReader):
     def save_checkpoint(self) -> None:
         # Under the checkpoint lock so a concurrent truncate() cannot be followed by a save of
         # watermarks taken before the cut.
+        self.dispatcher.retry_blocked()
         with self._checkpoint_lock:
-            dispatched = self.dispatcher.dispatched_offset
+            dispatched = self.dispatcher.checkpoint_offset()
             self.queues.flush()
             if self.index is not None:
                 self.index.flush()
@@ -407,7 +444,7 @@ class MessageStore(StoreReader):
             with self.dispatcher.lock:
                 self._truncate_locked(offset)
             self.checkpoint.save(min(self.flushed_offset, offset),
-                                 self.dispatcher.dispatched_offset, self.confirmed)
+                                 self.dispatcher.checkpoint_offset(), self.confirmed)
         if self.cut_listener is not None:
             self.cut_listener(offset)
 
@@ -445,7 +482,7 @@ class MessageStore(StoreReader):
         self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
         self.confirmed = min(self.confirmed, offset)
         self.queue_table = {k: cq.max_queue_offset for k, cq in self.queues.queues.items()}
-        for reqs in self.dispatcher.pending:
+        for reqs in self.dispatcher.waiting():
             for r in reqs:
                 if is_dispatched_to_queue(r[9]):
                     key = (r[0], r[1])

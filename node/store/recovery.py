@@ -252,7 +252,7 @@ def recover(store, crashed: bool) -> RecoveryReport:
     store.dispatcher.dispatched_offset = bound
     report.redispatched = len(requests)
     table = {key: cq.max_queue_offset for key, cq in store.queues.queues.items()}
-    for reqs in store.dispatcher.pending:
+    for reqs in store.dispatcher.waiting():
         for r in reqs:
             if is_dispatched_to_queue(r[9]):
                 table[(r[0], r[1])] = max(table.get((r[0], r[1]), 0), r[2] + 1)

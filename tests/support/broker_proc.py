@@ -40,8 +40,9 @@ _ids = itertools.count(1)
 
 class BrokerProcess:
     def __init__(self, root_dir: str, settings=(), config_path: str | None = None,
-                 small_store: bool = True, env: dict | None = None):
+                 small_store: bool = True, env: dict | None = None, preexec_fn=None):
         self.root_dir = root_dir
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. resource limits)
         self.settings = list(settings)
         self.config_path = config_path
         self.small_store = small_store
@@ -80,7 +81,8 @@ class BrokerProcess:
         log = open(self.log_path, "ab")
         try:
             self.proc = subprocess.Popen(self.command(), stdout=subprocess.PIPE, stderr=log,
-                                         stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env)
+                                         stdin=subprocess.DEVNULL, cwd=REPO_ROOT, env=env,
+                                         preexec_fn=self.preexec_fn)
         finally:
             log.close()
         line = self._read_ready(timeout)
