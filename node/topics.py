@@ -47,7 +47,9 @@ SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", T
                            "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", REPLICATED_STATE_TOPIC})
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, REPLICATED_STATE_TOPIC})
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+# Matched whole (fullmatch): with match(), "$" also matches before a final newline, and
+# "name\n" would be accepted (and made a directory).
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
 TOPIC_MAX_CHARS = 127  # TopicValidator.TOPIC_MAX_LENGTH (a V1 record's i8 topic length)
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
@@ -91,7 +93,7 @@ def topic_name_problem(topic: str) -> str | None:
     """Java's TopicValidator.validateTopic remark for a bad name, None when it is fine."""
     if not topic:
         return "The specified topic is blank."
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         return (f"The specified topic[{topic[:200]}] contains illegal characters, "
                 f"allowing only ^[%|a-zA-Z0-9_-]+$")
     if len(topic) > TOPIC_MAX_CHARS:
@@ -107,7 +109,7 @@ GROUP_MAX_CHARS = 255  # Validators.CHARACTER_MAX_LENGTH
 def group_name_ok(group: str) -> bool:
     """Java's Validators.checkGroup: the topic character set, at most 255 characters. Bounds
     what a client can make the broker keep (offsets, registrations)."""
-    return 0 < len(group) <= GROUP_MAX_CHARS and TOPIC_PATTERN.match(group) is not None
+    return 0 < len(group) <= GROUP_MAX_CHARS and TOPIC_PATTERN.fullmatch(group) is not None
 
 
 def retry_topic(group: str) -> str:
@@ -206,7 +208,7 @@ class TopicManager:
         if not (0 < tc.read_queue_nums <= limit and 0 < tc.write_queue_nums <= limit):
             raise TopicError(1, f"queue nums of topic[{tc.name}] must be in 1..{self.max_queues}")
         if tc.perm & ~0xF or tc.filter_type not in FILTER_TYPES:
-            raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type!r}")
+            raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type[:64]}")
         self._put(tc)
         return tc
 

@@ -41,11 +41,9 @@ class SendBackProcessor:
         self.topics = broker.topics
         self.send = send
 
-    def __call__(self, conn, cmd):
-        group = cmd.require_str("group")
-        offset = cmd.require_int("offset")
-        delay_level = cmd.ext_int("delayLevel", 0)
-        max_times = cmd.ext_int("maxReconsumeTimes", None)
+    def __call__(self, conn, cmd, req):
+        group, offset, delay_level = req.group, req.offset, req.delay_level
+        max_times = req.max_reconsume_times
         if max_times is None or cmd.version < VERSION_V3_4_9:
             max_times = self.broker.cfg.max_reconsume_times
         data = self.store.get_record(offset) if offset >= 0 else b""
@@ -57,7 +55,7 @@ class SendBackProcessor:
         for name in _SCHEDULE_PROPS:  # sent back while still a schedule entry: drop its routing
             props.pop(name, None)
         props.setdefault(PROP_RETRY_TOPIC, origin)
-        props[PROP_ORIGIN_MESSAGE_ID] = (cmd.ext_str("originMsgId") or props.get(PROP_ORIGIN_MESSAGE_ID)
+        props[PROP_ORIGIN_MESSAGE_ID] = (req.origin_msg_id or props.get(PROP_ORIGIN_MESSAGE_ID)
                                          or m.offset_msg_id)
         dead = m.reconsume_times >= max_times or delay_level < 0
         tc = self.topics.ensure_group_topic((DLQ_PREFIX if dead else RETRY_PREFIX) + group)

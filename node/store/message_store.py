@@ -44,7 +44,7 @@ from .write_mark import WriteMark
 
 log = logging.getLogger("tidemq.store")
 STORE_FORMAT = "tidemq-store 1"
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
+TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator.VALID_PATTERN_STR; fullmatch
 INLINE_DISPATCH_BYTES = 4 * 1024 * 1024   # set_confirmed_offset dispatches this much inline
 DISPATCH_SLICE = 2048                     # requests per catch-up slice (a few ms of work)
 
@@ -226,7 +226,7 @@ class MessageStore(StoreReader):
 
     def _topic_ok(self, m) -> bool:
         if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
-                or not TOPIC_PATTERN.match(m.topic):
+                or not TOPIC_PATTERN.fullmatch(m.topic):
             return False
         if len(self._valid_topics) < 100_000:  # bounded memo of names already checked
             self._valid_topics.add(m.topic)

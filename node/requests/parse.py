@@ -1,0 +1,81 @@
+"""Frame -> typed request, once, before the ACL and the processor run.
+
+Each row of the request table (node/requests/table.py) is compiled once into a parser, a
+straight-line function with one block per field (no per-request loop over the table, no
+reflection): the send codes are the hot path. A parser returns an instance of the row's
+request class (a slots dataclass, one attribute per field, plus `body` when the row decodes
+one) or raises RequestError, the one inbound error type: 1 SYSTEM_ERROR with a remark naming
+the field and the rule, before anything changed.
+
+Duplicate names: a field that may be sent under two names (a send's `topic` and `b`) and is
+sent under both with different values is refused; the same value twice is accepted. So the
+ACL and the processor can never read different values for one field.
+"""
+from __future__ import annotations
+
+from dataclasses import make_dataclass
+
+from node.requests.fields import Int, RequestError
+from node.requests.table import SPECS, Spec
+
+# Shorter than these, ASCII digits are always inside the kind's range (int32 has 10 digits).
+_SAFE_DIGITS = {32: 10, 64: 19}
+
+
+def _field_block(i: int, field, code: int, spec_name: str) -> list[str]:
+    first, *others = field.names
+    label = "/".join(field.names)
+    v = f"v{i}"
+    lines = [f"    {v} = ext.get({first!r})"]
+    for other in others:
+        lines += [f"    w = ext.get({other!r})",
+                  "    if w is not None:",
+                  f"        if {v} is None: {v} = w",
+                  f"        elif w != {v}: raise RequestError({_dup_remark(field.names)!r})"]
+    if field.required:
+        missing = f"request {code} {spec_name}: header field {label} is missing"
+        lines += [f"    if {v} is None: raise RequestError({missing!r})"]
+    else:
+        lines += [f"    if {v} is None: {v} = d{i}", "    else:"]
+    pad = "    " if field.required else "        "
+    kind = field.kind
+    if isinstance(kind, Int) and (kind.min is None or kind.min <= 0):
+        safe = _SAFE_DIGITS[kind.bits]
+        lines += [f"{pad}{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < {safe} "
+                  f"else k{i}({label!r}, {v})"]
+    else:
+        lines += [f"{pad}{v} = k{i}({label!r}, {v})"]
+    return lines
+
+
+def _dup_remark(names) -> str:
+    return (f"header field {names[0]} is given under several names ({', '.join(names)}) with "
+            f"different values; send it once")
+
+
+def compile_spec(code: int, spec: Spec):
+    """The parser of one table row: fn(cmd) -> request object."""
+    attrs = [f.attr for f in spec.fields] + (["body"] if spec.body is not None else [])
+    cls = make_dataclass(spec.name.title().replace("_", "") + "Request", attrs, slots=True)
+    env = {"cls": cls, "RequestError": RequestError, "body_fn": spec.body}
+    lines = ["def parse(cmd):", "    ext = cmd.ext"]
+    for i, field in enumerate(spec.fields):
+        env[f"k{i}"] = field.kind.convert
+        env[f"d{i}"] = field.default
+        lines += _field_block(i, field, code, spec.name)
+    args = [f"v{i}" for i in range(len(spec.fields))]
+    if spec.body is not None:
+        args.append("body_fn(cmd.body)")
+    lines.append(f"    return cls({', '.join(args)})")
+    exec(compile("\n".join(lines), f"<request parser {code}>", "exec"), env)  # noqa: S102
+    parse = env["parse"]
+    parse.request_class = cls
+    return parse
+
+
+PARSERS = {int(code): compile_spec(int(code), spec) for code, spec in SPECS.items()}
+
+
+def parse_request(cmd):
+    """The typed request of `cmd` (its code must be in the table); RequestError if refused."""
+    return PARSERS[cmd.code](cmd)
