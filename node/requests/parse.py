@@ -8,8 +8,9 @@ one) or raises RequestError, the one inbound error type: 1 SYSTEM_ERROR with a r
 the field and the rule, before anything changed.
 
 Duplicate names: a field that may be sent under two names (a send's `topic` and `b`) and is
-sent under both with different values is refused; the same value twice is accepted. So the
-ACL and the processor can never read different values for one field.
+sent under both with different values is refused; the same value twice ("true" and "1" are
+the same bool) is accepted. So the ACL and the processor can never read different values for
+one field.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def _field_block(i: int, field, code: int, spec_name: str) -> list[str]:
         lines += [f"    w = ext.get({other!r})",
                   "    if w is not None:",
                   f"        if {v} is None: {v} = w",
-                  f"        elif w != {v}: raise RequestError({_dup_remark(field.names)!r})"]
+                  f"        elif w != {v} and k{i}({label!r}, w) != k{i}({label!r}, {v}):",
+                  f"            raise RequestError({_dup_remark(field.names)!r})"]
     if field.required:
         missing = f"request {code} {spec_name}: header field {label} is missing"
         lines += [f"    if {v} is None: raise RequestError({missing!r})"]
