@@ -155,7 +155,14 @@ class RemotingServer:
                                            "on this connection"))
             return
         try:
-            response = self._run(conn, cmd, fn)
+            parser = self.parsers.get(code)
+            req = parser(cmd) if parser is not None else None  # rule 2
+            refusal = self.acl.check(conn.peer.rpartition(":")[0], cmd, req) if self.acl else None
+            if refusal is not None:  # rule 6
+                metrics.requests["acl_refused"] += 1
+                response = error_response(cmd, ResponseCode.NO_PERMISSION, refusal)
+            else:
+                response = fn(conn, cmd) if parser is None else fn(conn, cmd, req)
         except RequestError as exc:  # rule 2
             metrics.requests["malformed"] += 1
             response = error_response(cmd, exc.code, exc.remark)
@@ -169,13 +176,3 @@ class RemotingServer:
                                       f"the broker log has the details")
         if response is not DEFERRED:
             conn.reply(cmd, response)
-
-    def _run(self, conn: Connection, cmd: RemotingCommand, fn):
-        parser = self.parsers.get(cmd.code)
-        req = parser(cmd) if parser is not None else None
-        if self.acl is not None:
-            refusal = self.acl.check(conn.peer.rpartition(":")[0], cmd, req)
-            if refusal is not None:  # rule 6
-                self.metrics.requests["acl_refused"] += 1
-                return error_response(cmd, ResponseCode.NO_PERMISSION, refusal)
-        return fn(conn, cmd) if parser is None else fn(conn, cmd, req)

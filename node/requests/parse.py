@@ -16,20 +16,23 @@ from __future__ import annotations
 
 from dataclasses import make_dataclass
 
-from node.requests.fields import Int, RequestError
+from node.requests.fields import Bool, Int, Name, RequestError, Text
 from node.requests.table import SPECS, Spec
 
 # Shorter than these, ASCII digits are always inside the kind's range (int32 has 10 digits).
 _SAFE_DIGITS = {32: 10, 64: 19}
+_NAMES_MEMO_MAX = 16384  # valid names remembered per name kind (each at most 262 characters)
+_names_ok: dict[object, set] = {}  # Name kind -> names it accepted (kinds are frozen values)
 
 
-def _field_block(i: int, field, code: int, spec_name: str) -> list[str]:
-    first, *others = field.names
+def _field_block(i: int, field, code: int, spec) -> list[str]:
+    spec_name = spec.name
+    first, *others = field.names[::-1] if spec.letters_first else field.names
     label = "/".join(field.names)
     v = f"v{i}"
-    lines = [f"    {v} = ext.get({first!r})"]
+    lines = [f"    {v} = get({first!r})"]
     for other in others:
-        lines += [f"    w = ext.get({other!r})",
+        lines += [f"    w = get({other!r})",
                   "    if w is not None:",
                   f"        if {v} is None: {v} = w",
                   f"        elif w != {v} and k{i}({label!r}, w) != k{i}({label!r}, {v}):",
@@ -40,14 +43,27 @@ def _field_block(i: int, field, code: int, spec_name: str) -> list[str]:
     else:
         lines += [f"    if {v} is None: {v} = d{i}", "    else:"]
     pad = "    " if field.required else "        "
-    kind = field.kind
+    return lines + [pad + line for line in _convert_lines(i, field, label)]
+
+
+def _convert_lines(i: int, field, label: str) -> list[str]:
+    """The conversion of v<i>, inlined for the usual case; k<i> (the kind's convert) decides
+    and words the refusal otherwise."""
+    kind, v = field.kind, f"v{i}"
+    slow = f"k{i}({label!r}, {v})"
     if isinstance(kind, Int) and (kind.min is None or kind.min <= 0):
-        safe = _SAFE_DIGITS[kind.bits]
-        lines += [f"{pad}{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < {safe} "
-                  f"else k{i}({label!r}, {v})"]
-    else:
-        lines += [f"{pad}{v} = k{i}({label!r}, {v})"]
-    return lines
+        safe = _SAFE_DIGITS[kind.bits]  # digits only: never below a min of 0
+        return [f"{v} = int({v}) if {v}.isdigit() and {v}.isascii() and len({v}) < {safe} "
+                f"else {slow}"]
+    if isinstance(kind, Text):
+        return [f"if len({v}) > {kind.max_chars}: {slow}"]
+    if isinstance(kind, Bool):
+        return [f"{v} = {v} == 'true' or {v} == '1' or {v}.lower() == 'true'"]
+    if isinstance(kind, Name):  # names repeat: a bounded memo of the ones already checked
+        return [f"if {v} not in ok{i}:",
+                f"    {slow}",
+                f"    if {v} and len(ok{i}) < {_NAMES_MEMO_MAX}: ok{i}.add({v})"]
+    return [f"{v} = {slow}"]
 
 
 def _dup_remark(names) -> str:
@@ -60,11 +76,12 @@ def compile_spec(code: int, spec: Spec):
     attrs = [f.attr for f in spec.fields] + (["body"] if spec.body is not None else [])
     cls = make_dataclass(spec.name.title().replace("_", "") + "Request", attrs, slots=True)
     env = {"cls": cls, "RequestError": RequestError, "body_fn": spec.body}
-    lines = ["def parse(cmd):", "    ext = cmd.ext"]
+    lines = ["def parse(cmd):", "    get = cmd.ext.get"]
     for i, field in enumerate(spec.fields):
         env[f"k{i}"] = field.kind.convert
         env[f"d{i}"] = field.default
-        lines += _field_block(i, field, code, spec.name)
+        env[f"ok{i}"] = _names_ok.setdefault(field.kind, set())
+        lines += _field_block(i, field, code, spec)
     args = [f"v{i}" for i in range(len(spec.fields))]
     if spec.body is not None:
         args.append("body_fn(cmd.body)")

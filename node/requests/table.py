@@ -55,6 +55,7 @@ class Spec:
     body: object = None            # fn(bytes) -> decoded body (req.body), RequestError if bad
     body_resources: object = None  # fn(req) -> [(TOPIC | GROUP, name, perm)]
     record: tuple[str, int] | None = None  # (offset attribute, permission on its topic)
+    letters_first: bool = False  # 310 / 320: look the V2 letter up first (what clients send)
 
 
 def _f(attr, name, kind, required=False, default=None) -> F:
@@ -93,8 +94,8 @@ def _lock_resources(req) -> list:
 
 SPECS: dict[int, Spec] = {
     R.SEND_MESSAGE: Spec("SEND_MESSAGE", **_SEND_SPEC),
-    R.SEND_MESSAGE_V2: Spec("SEND_MESSAGE_V2", **_SEND_SPEC),
-    R.SEND_BATCH_MESSAGE: Spec("SEND_BATCH_MESSAGE", **_SEND_SPEC),
+    R.SEND_MESSAGE_V2: Spec("SEND_MESSAGE_V2", **_SEND_SPEC, letters_first=True),
+    R.SEND_BATCH_MESSAGE: Spec("SEND_BATCH_MESSAGE", **_SEND_SPEC, letters_first=True),
     R.PULL_MESSAGE: Spec("PULL_MESSAGE", (
         _f("group", "consumerGroup", GROUP_NAME, True), _f("topic", "topic", TOPIC_NAME, True),
         _f("queue_id", "queueId", I32, True), _f("queue_offset", "queueOffset", OFFSET, True),
