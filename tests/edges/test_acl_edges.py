@@ -17,16 +17,14 @@ from node.requests import SPECS
 from node.requests.table import TOPIC as TOPIC_KIND
 from tests.edges.cases import GROUP, TOPIC, leaked, valid_request
 from tests.edges.conftest import run, snapshot
-from tests.security.conftest import write_acl
-from tests.support.broker_proc import BrokerProcess
+from tests.security.conftest import ACL_BASE, SECRET_ADMIN, acl_broker_running
 from tests.support.raw_client import RawClient, send_ext_v2
 
 SECRET = "edge-secret-Hq2mW8"
-ROOT_SECRET = "edge-root-secret-Tn4kZ6"
 EDGE = Credentials("edge", SECRET)
-ROOT = Credentials("root", ROOT_SECRET)
+ROOT = Credentials("root", SECRET_ADMIN)
 DENIED_TOPIC, DENIED_GROUP = "EdgeDenied", "EdgeDeniedG"
-ACL = textwrap.dedent(f"""
+ACL = ACL_BASE + textwrap.dedent(f"""
     [[accounts]]
     access_key = "edge"
     secret_key = "{SECRET}"
@@ -34,22 +32,12 @@ ACL = textwrap.dedent(f"""
     default_group_perm = "DENY"
     topic_perms = {{ {TOPIC} = "PUB|SUB", EdgeScratch = "PUB|SUB", "%RETRY%{GROUP}" = "PUB|SUB" }}
     group_perms = {{ {GROUP} = "SUB" }}
-
-    [[accounts]]
-    access_key = "root"
-    secret_key = "{ROOT_SECRET}"
-    admin = true
-""")
+""")  # ACL_BASE has the admin account "root"
 
 
 @pytest.fixture(scope="module")
 def acl_broker(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("edge-acl")
-    path = write_acl(tmp / "acl.toml", ACL)
-    b = BrokerProcess(str(tmp / "store"), ("security.acl_enable=true", f"security.acl_file={path}"))
-    b.start()
-
-    async def setup():
+    async def setup(b):
         for topic in (TOPIC, DENIED_TOPIC):
             r = await _signed(b.addr, R.UPDATE_AND_CREATE_TOPIC, {
                 "topic": topic, "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"},
@@ -58,14 +46,9 @@ def acl_broker(tmp_path_factory):
             ext, body = valid_request(R.SEND_MESSAGE)
             r = await _signed(b.addr, R.SEND_MESSAGE, {**ext, "topic": topic}, body, creds=ROOT)
             assert r.code == 0, r.remark
-    try:
-        run(setup())
+    with acl_broker_running(tmp_path_factory.mktemp("edge-acl"), ACL) as b:
+        run(setup(b))
         yield b
-    finally:
-        try:
-            b.stop()
-        finally:
-            b.kill()
 
 
 async def _signed(addr, code, ext, body=b"", creds=EDGE):
