@@ -93,8 +93,7 @@ class Name:
     allow_empty: bool = False
 
     def describe(self) -> str:
-        return (f"a name of 1 to {self.max_chars} characters of letters, digits, '%', '|', "
-                f"'_' and '-'")
+        return f"a name of 1 to {self.max_chars} characters from A-Z a-z 0-9 % | _ -"
 
     def convert(self, name: str, text: str) -> str:
         if not text and self.allow_empty:

@@ -27,6 +27,7 @@ def test_bad_field_is_refused_or_answered_cleanly(edge_broker, case):
             if case.refused:
                 assert r.code == 1, (r.code, r.remark)
                 assert "header field" in r.remark and case.names[0] in r.remark, r.remark
+                assert "'" not in r.remark, r.remark  # names the field, never quotes a value
                 assert await snapshot(c, edge_broker.root_dir) == before
             else:
                 assert r.code != 1 or (r.remark and "internal error" not in r.remark), r.remark
