@@ -47,9 +47,7 @@ SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", T
                            "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", REPLICATED_STATE_TOPIC})
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                                      TRANS_CHECK_MAX_TIME_TOPIC, REPLICATED_STATE_TOPIC})
-# Matched whole (fullmatch): with match(), "$" also matches before a final newline, and
-# "name\n" would be accepted (and made a directory).
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_CHARS = 127  # TopicValidator.TOPIC_MAX_LENGTH (a V1 record's i8 topic length)
 FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
@@ -93,6 +91,7 @@ def topic_name_problem(topic: str) -> str | None:
     """Java's TopicValidator.validateTopic remark for a bad name, None when it is fine."""
     if not topic:
         return "The specified topic is blank."
+    # fullmatch: with match(), "$" also matches before a final newline, so "name\n" passed
     if not TOPIC_PATTERN.fullmatch(topic):
         return (f"The specified topic[{topic[:200]}] contains illegal characters, "
                 f"allowing only ^[%|a-zA-Z0-9_-]+$")

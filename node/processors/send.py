@@ -45,9 +45,9 @@ from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCo
 from client.protocol.remoting import RemotingCommand, encode_frame
 
 from node.dedup import DedupWindow, duplicate_reply
-from node.log_limit import RateLimitedLog
 from node import send_divert
 from node.processors.common import error, topic_not_exist_remark
+from node.log_limit import RateLimitedLog
 from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
                                         json_reply_template)
 from node.server import DEFERRED
@@ -135,7 +135,7 @@ class SendProcessor:
         t0 = time.perf_counter()
         topic = req.topic
         queue_id = req.queue_id
-        sys_flag = req.sys_flag
+        sys_flag, flag, born_ts, reconsume = req.sys_flag, req.flag, req.born_ts, req.reconsume_times
         batch = req.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         props_text = req.properties
 
@@ -190,25 +190,25 @@ class SendProcessor:
                 entries = decode_batch(body, props_text.encode())
             except BatchError as exc:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {exc}")
-            msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, req.born_ts,
-                                               born_host, store_host, req.reconsume_times)
+            msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, born_ts,
+                                               born_host, store_host, reconsume)
         else:
             if len(body) > self.max_body:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"the message body is {len(body)} bytes; the limit is {self.max_body}")
             if divert:  # a half message or a schedule entry (node/send_divert.py)
                 try:
-                    msgs = [send_divert.build(self.broker, divert, req.group, topic, queue_id,
-                                              req.flag, body, props, sys_flag, req.born_ts,
-                                              born_host, store_host, req.reconsume_times,
+                    msgs = [send_divert.build(self.broker, divert, req.group,
+                                              topic, queue_id, flag, body, props, sys_flag,
+                                              born_ts, born_host, store_host, reconsume,
                                               int(time.time() * 1000))]
                 except ValueError as exc:  # DelayError
                     return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
             else:
                 msgs = StoreMessage.many_from_wire(topic, queue_id,
-                                                   ((req.flag, body, props_text.encode()),),
-                                                   sys_flag, req.born_ts, born_host, store_host,
-                                                   req.reconsume_times)
+                                                   ((flag, body, props_text.encode()),),
+                                                   sys_flag, born_ts, born_host, store_host,
+                                                   reconsume)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(rec.PROP_WAIT) != "false")
         if self.dedup.enabled:
