@@ -39,7 +39,7 @@ _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spe
 TOPIC_MAX_CHARS = 127  # a V1 record's topic length is a signed byte
 DELAY_LEVEL_MAX = 18  # levels of the default messageDelayLevel (spec SH 7.5); not a cap: a
 # broker may configure more levels, and it caps a level past its last one itself
-_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator (spec remoting.md 3.3)
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator (spec remoting.md 3.3)
 
 
 class Message:

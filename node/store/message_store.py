@@ -44,7 +44,7 @@ from .write_mark import WriteMark
 
 log = logging.getLogger("tidemq.store")
 STORE_FORMAT = "tidemq-store 1"
-TOPIC_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")  # TopicValidator.VALID_PATTERN_STR; fullmatch
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
 INLINE_DISPATCH_BYTES = 4 * 1024 * 1024   # set_confirmed_offset dispatches this much inline
 DISPATCH_SLICE = 2048                     # requests per catch-up slice (a few ms of work)
 
