@@ -13,8 +13,8 @@ Rules:
 2. A request whose code is in the request table (node/requests/) is parsed into a typed
    request first: a missing, malformed or out-of-range field, or one field sent under two
    names with different values, is answered 1 SYSTEM_ERROR with the table's remark before the
-   ACL or the processor runs (nothing changes). The ACL and the processor read that typed
-   request. A processor exception becomes 1 SYSTEM_ERROR "internal error ..." with no
+   ACL or the processor runs (nothing changes; an unsigned malformed request also gets 1,
+   not 16). The ACL and the processor read that typed request. A processor exception becomes 1 SYSTEM_ERROR "internal error ..." with no
    exception text (the log has it: one line per code and exception type per 10 s, with the
    count of those held back); the connection stays up.
 3. Overload answers 2 SYSTEM_BUSY "[OVERLOAD]system busy, ..." and changes nothing: past
