@@ -104,7 +104,7 @@ def deliver_at(msg, epoch_ms):
 def check_topic(topic):
     """Java `Validators.checkTopic`; cached, topics repeat on every message."""
     if not isinstance(topic, str) or not topic or len(topic) > TOPIC_MAX_CHARS \
-            or not _TOPIC_CHARS.match(topic):
+            or not _TOPIC_CHARS.fullmatch(topic):
         raise errors.IllegalArgument(f"topic must be 1..{TOPIC_MAX_CHARS} of [%|a-zA-Z0-9_-], "
                                      f"got {topic!r}")
     return True

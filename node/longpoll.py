@@ -27,7 +27,10 @@ import threading
 from client.protocol.codes import ResponseCode
 from client.protocol.remoting import RemotingCommand
 
+from node.log_limit import RateLimitedLog
+
 log = logging.getLogger("tidemq.longpoll")
+_errors = RateLimitedLog(log)
 
 
 def error_response(request, code, remark):
@@ -111,10 +114,11 @@ class PullHoldService:
             return  # already answered
         try:
             response = self.execute(h, final)
-        except Exception as exc:
-            log.exception("held pull failed")
+        except Exception as exc:  # logged once per cause per 10 s; no exception text replied
+            _errors.error(type(exc).__name__, "held pull failed", exc_info=exc)
             response = error_response(h.request, ResponseCode.SYSTEM_ERROR,
-                                      f"{type(exc).__name__}: {exc}")
+                                      "internal error while serving a held pull; the broker "
+                                      "log has the details")
         if response is None:
             return
         self._forget(h)

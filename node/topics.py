@@ -94,7 +94,8 @@ def topic_name_problem(topic: str) -> str | None:
     """Java's TopicValidator.validateTopic remark for a bad name, None when it is fine."""
     if not topic:
         return "The specified topic is blank."
-    if not TOPIC_PATTERN.match(topic):
+    # fullmatch: with match(), "$" also matches before a final newline, so "name\n" passed
+    if not TOPIC_PATTERN.fullmatch(topic):
         return (f"The specified topic[{topic[:200]}] contains illegal characters, "
                 f"allowing only ^[%|a-zA-Z0-9_-]+$")
     if len(topic) > TOPIC_MAX_CHARS:
@@ -110,7 +111,7 @@ GROUP_MAX_CHARS = 255  # Validators.CHARACTER_MAX_LENGTH
 def group_name_ok(group: str) -> bool:
     """Java's Validators.checkGroup: the topic character set, at most 255 characters. Bounds
     what a client can make the broker keep (offsets, registrations)."""
-    return 0 < len(group) <= GROUP_MAX_CHARS and TOPIC_PATTERN.match(group) is not None
+    return 0 < len(group) <= GROUP_MAX_CHARS and TOPIC_PATTERN.fullmatch(group) is not None
 
 
 def retry_topic(group: str) -> str:
@@ -209,7 +210,7 @@ class TopicManager:
         if not (0 < tc.read_queue_nums <= limit and 0 < tc.write_queue_nums <= limit):
             raise TopicError(1, f"queue nums of topic[{tc.name}] must be in 1..{self.max_queues}")
         if tc.perm & ~0xF or tc.filter_type not in FILTER_TYPES:
-            raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type!r}")
+            raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type[:64]}")
         self._put(tc)
         return tc
 

@@ -1,10 +1,12 @@
 """Requests whose resource is a stored record: its topic is known only after reading it.
 
+The request table (node/requests/table.py, a row's `record`) says which field holds the offset:
+
 | code | record at | needs on the record's topic |
 |---|---|---|
-| 33 view message by id | ext offset | SUB |
-| 36 send back | ext offset | SUB (else a group's SUB would copy any topic's message into its retry topic) |
-| 37 end transaction | ext commitLogOffset | PUB (the half message's REAL_TOPIC) |
+| 33 view message by id | offset | SUB |
+| 36 send back | offset | SUB (else a group's SUB would copy any topic's message into its retry topic) |
+| 37 end transaction | commitLogOffset | PUB (the half message's REAL_TOPIC) |
 
 A record stored in an internal topic (delayed messages in SCHEDULE_TOPIC_XXXX, half messages)
 belongs to its REAL_TOPIC property; an internal record without one (transaction op records) is
@@ -17,29 +19,23 @@ from __future__ import annotations
 import struct
 
 from client.protocol import record as rec
-from client.protocol.codes import RequestCode as R
-from node.acl.accounts import PUB, SUB
 from node.acl.resources import AclRequestError, is_internal_topic
+from node.requests import SPECS
 
-RECORD_CODES = {R.VIEW_MESSAGE_BY_ID: ("offset", SUB), R.CONSUMER_SEND_MSG_BACK: ("offset", SUB),
-                R.END_TRANSACTION: ("commitLogOffset", PUB)}
+RECORD_CODES = frozenset(code for code, spec in SPECS.items() if spec.record is not None)
 ADMIN_ONLY = None  # record_needs' topic when only an admin may touch the record
 _I64 = struct.Struct(">q")
 
 
-def record_needs(cmd, read_record) -> tuple[str | None, int] | None:
+def record_needs(code: int, req, read_record) -> tuple[str | None, int] | None:
     """(topic, perm) the caller needs on the record this request names, ADMIN_ONLY as the topic
     for an internal record, or None when the code names no record or none starts there.
     read_record(offset) -> bytes (the store's get_record)."""
-    rule = RECORD_CODES.get(cmd.code)
-    if rule is None:
+    spec = SPECS.get(code)
+    if spec is None or spec.record is None or req is None:
         return None
-    field, perm = rule
-    raw = (cmd.ext or {}).get(field)
-    try:
-        offset = int(raw)
-    except (TypeError, ValueError):
-        raise AclRequestError(f"request {cmd.code} lacks a numeric {field}") from None
+    field, perm = spec.record
+    offset = getattr(req, field)  # an int64: the table checked it
     data = read_record(offset) if offset >= 0 else b""
     if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
         return None

@@ -1,10 +1,12 @@
-"""What a request needs, per request code (spec remoting.md 8, Java's PlainAccessValidator).
+"""What a request needs: the resources its row of the request table (node/requests/table.py)
+names, read from the typed request, the same object the processor reads (Java's
+PlainAccessValidator reads them from the raw header, each request code its own way).
 
-    needs(cmd) -> [(TOPIC | GROUP, name, perm), ...]
+    needs(code, req) -> [(TOPIC | GROUP, name, perm), ...]
 
-| code | needs |
+| code | needs (the table's resources) |
 |---|---|
-| 10 / 310 / 320 send | topic PUB; for a `%RETRY%<g>` topic, group g SUB (320: TideMQ, Java skips it) |
+| 10 / 310 / 320 send | topic PUB (under either of its names: a field sent under both with different values never gets here); for a `%RETRY%<g>` topic, group g SUB |
 | 11 pull | topic SUB + group SUB |
 | 12 query message | topic SUB |
 | 14 / 15 query / update consumer offset | group SUB + topic SUB (14: TideMQ, Java skips it) |
@@ -12,7 +14,7 @@
 | 35 unregister, 38 consumer list | consumerGroup SUB (when given) |
 | 36 send back | group SUB |
 | 29 / 30 / 31 / 32 queue offsets and times, 202 topic stats | topic SUB (TideMQ, Java skips it) |
-| 208 consume stats | consumerGroup SUB, topic SUB when given (TideMQ) |
+| 208 consume stats | consumerGroup SUB, topic SUB when given (TideMQ); without a topic the reply lists only topics the caller may SUB |
 | 41 / 42 lock / unlock queues | the body's consumerGroup SUB (TideMQ: locks block that group) |
 | other codes | nothing beyond a valid signature |
 
@@ -21,17 +23,14 @@ Internal topics (delayed and half messages of every topic, transaction bookkeepi
 `TIDEMQ_SYS_*` broker state) are for admin accounts only, whatever the code (TideMQ; Java leaves them to the default permission).
 
 A `%RETRY%<g>` name where a topic is expected counts as group g (Java keys groups by their retry
-topic). ADMIN_CODES need an admin account. A body or header that cannot be read yields
-AclRequestError: the request is refused, nothing is handed to a processor.
+topic). ADMIN_CODES need an admin account. A request the table refuses (RequestError) never
+reaches the ACL: the server answers it first.
 """
 from __future__ import annotations
 
-import json
-
 from client.protocol.codes import RequestCode as R
-from client.protocol.remoting import ProtocolError
-from client.protocol.route_json import decode_heartbeat
-from node.acl.accounts import PUB, SUB
+from node.acl.accounts import SUB
+from node.requests import GROUP, SPECS, TOPIC
 from node.topics import (
     SCHEDULE_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
@@ -39,7 +38,6 @@ from node.topics import (
     TRANS_OP_HALF_TOPIC,
 )
 
-TOPIC, GROUP = "topic", "group"
 RETRY_PREFIX = "%RETRY%"
 # Java's Permission.ADMIN_CODE (17, 25, 200, 207, 215) plus 222 reset offsets: every code that
 # changes broker-wide configuration or other groups' progress.
@@ -56,8 +54,6 @@ _INTERNAL_PREFIX = "TIDEMQ_SYS_"  # TideMQ's own, e.g. the replicated broker sta
 
 def is_internal_topic(name: str) -> bool:
     return name in INTERNAL_TOPICS or name.startswith(_INTERNAL_PREFIX)
-_TOPIC_READS = frozenset({R.SEARCH_OFFSET_BY_TIMESTAMP, R.GET_MAX_OFFSET, R.GET_MIN_OFFSET,
-                          R.GET_EARLIEST_MSG_STORETIME, R.GET_TOPIC_STATS_INFO})
 
 
 class AclRequestError(ValueError):
@@ -71,55 +67,17 @@ def topic_resource(name: str, perm: int):
     return (TOPIC, name, perm)
 
 
-def _ext(cmd, *keys) -> str:
-    for key in keys:
-        value = cmd.ext.get(key) if cmd.ext else None
-        if value:
-            return value
-    raise AclRequestError(f"request {cmd.code} lacks {' / '.join(keys)}")
-
-
-def needs(cmd) -> list[tuple[str, str, int]]:
-    code = cmd.code
-    if code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE):
-        return [topic_resource(_ext(cmd, "topic", "b"), PUB)]
-    if code == R.PULL_MESSAGE:
-        return [topic_resource(_ext(cmd, "topic"), SUB), (GROUP, _ext(cmd, "consumerGroup"), SUB)]
-    if code == R.QUERY_MESSAGE:
-        return [topic_resource(_ext(cmd, "topic"), SUB)]
-    if code in (R.QUERY_CONSUMER_OFFSET, R.UPDATE_CONSUMER_OFFSET):
-        return [(GROUP, _ext(cmd, "consumerGroup"), SUB), topic_resource(_ext(cmd, "topic"), SUB)]
-    if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
-        group = cmd.ext.get("consumerGroup") if cmd.ext else None
-        return [(GROUP, group, SUB)] if group else []
-    if code == R.CONSUMER_SEND_MSG_BACK:
-        return [(GROUP, _ext(cmd, "group"), SUB)]
-    if code in _TOPIC_READS:
-        return [topic_resource(_ext(cmd, "topic"), SUB)]
-    if code == R.GET_CONSUME_STATS:
-        topic = cmd.ext.get("topic") if cmd.ext else None
-        group = (GROUP, _ext(cmd, "consumerGroup"), SUB)
-        return [group, topic_resource(topic, SUB)] if topic else [group]
-    if code in (R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ):
-        return [(GROUP, _lock_group(cmd), SUB)]
-    if code == R.HEART_BEAT:
-        try:
-            hb = decode_heartbeat(cmd.body)
-        except ProtocolError as exc:
-            raise AclRequestError(f"unreadable heartbeat body: {exc}") from None
-        out = []
-        for consumer in hb.consumers:
-            out.append((GROUP, consumer.group_name, SUB))
-            out.extend(topic_resource(sub.topic, SUB) for sub in consumer.subscriptions)
-        return out
-    return []
-
-
-def _lock_group(cmd) -> str:
-    try:
-        group = json.loads(bytes(cmd.body or b"").decode("utf-8", "replace"))["consumerGroup"]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        group = None
-    if not isinstance(group, str) or not group:
-        raise AclRequestError(f"request {cmd.code} body lacks consumerGroup")
-    return group
+def needs(code: int, req) -> list[tuple[str, str, int]]:
+    """The resources of `req` (a typed request of `code`), in the table's order."""
+    spec = SPECS.get(code)
+    if spec is None or req is None:
+        return []
+    out = []
+    for kind, attr, perm in spec.resources:
+        name = getattr(req, attr)
+        if name:
+            out.append(topic_resource(name, perm) if kind == TOPIC else (GROUP, name, perm))
+    if spec.body_resources is not None:
+        out.extend(topic_resource(name, perm) if kind == TOPIC else (GROUP, name, perm)
+                   for kind, name, perm in spec.body_resources(req))
+    return out

@@ -11,7 +11,7 @@ Order of checks (RocketMQ 4.9.8's, with the TideMQ differences marked):
    for 12 QUERY_MESSAGE also without `_UNIQUE_KEY_QUERY` (Java clients sign it, Java
    brokers leave it out);
 6. ADMIN_CODES need an admin account;
-7. every resource of `resources.needs(cmd)`, and for 33/36/37 the topic of the record they name
+7. every resource of `resources.needs(code, request)` (the typed request the processor reads), and for 33/36/37 the topic of the record they name
    (`record_access.py`, read before any processor runs), needs its permission (Java's checkPermission:
    DENY wins, ANY = PUB or SUB, else the bits must overlap); an admin account with no
    explicit permissions may do everything (Java's rule).
@@ -53,6 +53,7 @@ from node.acl.resources import (
     needs,
     topic_resource,
 )
+from node.requests import PARSERS, RequestError
 
 log = logging.getLogger("tidemq.acl")
 _QUERY_SKIP = (SIGNATURE, "_UNIQUE_KEY_QUERY")
@@ -112,8 +113,9 @@ class AclValidator:
         log.info("ACL file %s reloaded: %d accounts", self.path, len(self.table.accounts))
 
     # -- check -----------------------------------------------------------------------------
-    def check(self, peer_ip: str, cmd) -> str | None:
-        """None when the request may run, else the refusal remark."""
+    def check(self, peer_ip: str, cmd, req=None) -> str | None:
+        """None when the request may run, else the refusal remark. `req` is the typed request
+        (node/requests/); the server passes it, other callers may let it be parsed here."""
         self.maybe_reload()
         table = self.table
         if table.global_white and table.global_white.matches(peer_ip):
@@ -142,8 +144,12 @@ class AclValidator:
         if account.admin and not account.topic_perms and not account.group_perms:
             return None
         try:
-            wanted = needs(cmd)
-            on_record = record_needs(cmd, self.record_reader) if self.record_reader else None
+            if req is None and code in PARSERS:
+                req = PARSERS[code](cmd)
+            wanted = needs(code, req)
+            on_record = record_needs(code, req, self.record_reader) if self.record_reader else None
+        except RequestError as exc:
+            return self._refuse("bad_request", f"[ACL] {exc.remark}")
         except AclRequestError as exc:
             return self._refuse("bad_request", f"[ACL] {exc}")
         if on_record is not None:
@@ -163,6 +169,28 @@ class AclValidator:
                 return self._refuse("permission", f"[ACL] {who} has no {perm_name(perm)} "
                                                   f"permission on {kind} {name!r}")
         return None
+
+    def topic_reader(self, peer_ip: str, cmd):
+        """For a request check() let through: fn(topic) -> may its caller SUB on that topic,
+        or None when the caller may read every topic. Replies that list many topics (208
+        without a topic) show only those."""
+        table = self.table
+        if table.global_white and table.global_white.matches(peer_ip):
+            return None
+        key = (cmd.ext or {}).get("AccessKey") or ""
+        account = table.accounts.get(key) if key else table.anonymous
+        if account is None:
+            return lambda topic: False
+        if account.admin and not account.topic_perms and not account.group_perms:
+            return None
+
+        def may_read(topic: str) -> bool:
+            kind, name, perm = topic_resource(topic, SUB)
+            if kind != GROUP and is_internal_topic(name) and not account.admin:
+                return False
+            owned = account.group_perm(name) if kind == GROUP else account.topic_perm(name)
+            return has_perm(perm, owned)
+        return may_read
 
     def _signature_ok(self, secret: str, cmd, ext: dict) -> bool:
         given = ext.get(SIGNATURE)

@@ -5,10 +5,17 @@ Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer
 41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own), operator codes 202/207/215/222 (ops.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
+
+Every code here has a row in the request table (node/requests/table.py) and vice versa (a
+missing row fails start-up here; tests/edges/test_request_table.py checks both ways). The
+server parses the frame with that row; a processor is `fn(conn, cmd, req)` and reads the
+typed request `req`, never `cmd.ext`.
 """
 from __future__ import annotations
 
 from client.protocol.codes import RequestCode as R
+
+from node.requests import PARSERS
 
 from node.processors.admin import AdminProcessor
 from node.processors.client_manage import ClientManageProcessor
@@ -54,5 +61,5 @@ def register_all(server, broker) -> ClientManageProcessor:
                   ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,
                   R.DELETE_TOPIC_IN_BROKER: ops.delete_topic})
     for code, fn in table.items():
-        server.register(code, fn)
+        server.register(code, fn, PARSERS[int(code)])  # KeyError: a code without a table row
     return clients

@@ -5,7 +5,8 @@ GET_BROKER_RUNTIME_INFO (28), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) (spec rem
     (cpp sends the ints as JSON numbers; the decoder turns them into text). A bad name, a system
     topic or a bad queue count -> 1 with the reason; nothing changes.
 28: KVTable {"table": {k: "v"}}, every value a string.
-41/42: body {"consumerGroup","clientId","mqSet":[{"topic","brokerName","queueId"}]}; 41 replies
+41/42: body {"consumerGroup","clientId","mqSet":[{"topic","brokerName","queueId"}]} (decoded
+    by the request table, node/requests/bodies.py); 41 replies
     {"lockOKMQSet":[...]} with the queues granted, 42 replies 0 with no body.
 """
 from __future__ import annotations
@@ -13,15 +14,13 @@ from __future__ import annotations
 import json
 import time
 
-from client.protocol.codes import PERM_READ_WRITE, ResponseCode
-from client.protocol.remoting import ProtocolError
+from client.protocol.codes import ResponseCode
 
 from node import __version__
 from node.processors.common import error, ok
 from node.store.reader import store_timestamp_of
 from node.topics import TopicConfig, TopicError
 
-MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
 
 
 class AdminProcessor:
@@ -33,12 +32,9 @@ class AdminProcessor:
         self.locks = broker.locks
         self.boot_ms = int(time.time() * 1000)
 
-    def create_topic(self, conn, cmd):
-        topic = cmd.require_str("topic")
-        tc = TopicConfig(topic, cmd.require_int("readQueueNums"), cmd.require_int("writeQueueNums"),
-                         cmd.ext_int("perm", int(PERM_READ_WRITE)),
-                         cmd.ext_str("topicFilterType", "SINGLE_TAG"),
-                         cmd.ext_int("topicSysFlag", 0), cmd.ext_bool("order"))
+    def create_topic(self, conn, cmd, req):
+        tc = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.filter_type,
+                         req.topic_sys_flag, req.order)
         repl = getattr(self.broker, "replication", None)
         if repl is not None and not repl.is_master:  # topic configs come from the master
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
@@ -50,10 +46,10 @@ class AdminProcessor:
             return error(cmd, exc.code, str(exc))
         return ok(cmd)
 
-    def all_topics(self, conn, cmd):
+    def all_topics(self, conn, cmd, req):
         return ok(cmd, body=self.topics.all_json())
 
-    def runtime_info(self, conn, cmd):
+    def runtime_info(self, conn, cmd, req):
         s = self.store
         m = self.metrics
         now_ms = int(time.time() * 1000)
@@ -93,15 +89,15 @@ class AdminProcessor:
         data = s.commit_log.read_record(s.min_offset) if s.max_offset > s.min_offset else b""
         return store_timestamp_of(data) if len(data) >= 92 else 0
 
-    def lock_batch(self, conn, cmd):
-        group, client_id, mqs = _lock_body(cmd)
+    def lock_batch(self, conn, cmd, req):
+        group, client_id, mqs = req.body.group, req.body.client_id, req.body.mqs
         granted = self.locks.lock(group, client_id, mqs, self.broker.loop.time())
         body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in granted]}
         return ok(cmd, body=json.dumps(body, separators=(",", ":")).encode())
 
-    def unlock_batch(self, conn, cmd):
-        group, client_id, mqs = _lock_body(cmd)
-        self.locks.unlock(group, client_id, mqs)
+    def unlock_batch(self, conn, cmd, req):
+        body = req.body
+        self.locks.unlock(body.group, body.client_id, body.mqs)
         return ok(cmd)
 
 
@@ -114,18 +110,3 @@ def _role_fields(broker) -> dict:
     return {"brokerRole": str(m["role"]), "haEpoch": m["epoch"],
             "inSyncReplicas": m["in_sync_size"]}
 
-
-def _lock_body(cmd):
-    try:
-        doc = json.loads(bytes(cmd.body).decode("utf-8", "replace"))
-        group, client_id = doc["consumerGroup"], doc["clientId"]
-        mqs = [(mq["topic"], mq["brokerName"], int(mq["queueId"])) for mq in doc.get("mqSet") or ()]
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        raise ProtocolError(f"bad lock batch body: {exc!r}") from None
-    if not isinstance(group, str) or not isinstance(client_id, str):
-        raise ProtocolError("bad lock batch body: consumerGroup and clientId must be strings")
-    if len(mqs) > MAX_LOCK_QUEUES:
-        raise ProtocolError(f"bad lock batch body: more than {MAX_LOCK_QUEUES} queues")
-    if not all(isinstance(t, str) and isinstance(b, str) for t, b, _ in mqs):
-        raise ProtocolError("bad lock batch body: topic and brokerName must be strings")
-    return group, client_id, mqs

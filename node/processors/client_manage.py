@@ -12,7 +12,6 @@ import json
 import logging
 
 from client.protocol.codes import RequestCode, ResponseCode
-from client.protocol.route_json import decode_heartbeat
 
 from node.clients import TooManyGroups
 from node.processors.common import error, ok
@@ -29,8 +28,8 @@ class ClientManageProcessor:
         self.topics = broker.topics
         self.loop = broker.loop
 
-    def heartbeat(self, conn, cmd):
-        hb = decode_heartbeat(cmd.body)
+    def heartbeat(self, conn, cmd, req):
+        hb = req.body  # decoded by the request table (node/requests/bodies.py)
         names = [c.group_name for c in hb.consumers] + hb.producer_groups
         if len(hb.client_id) > CLIENT_ID_MAX_CHARS or not all(group_name_ok(g) for g in names):
             return error(cmd, ResponseCode.SYSTEM_ERROR,
@@ -47,14 +46,14 @@ class ClientManageProcessor:
         self.notify(changed)
         return ok(cmd)
 
-    def unregister(self, conn, cmd):
-        changed = self.clients.unregister(conn, cmd.require_str("clientID"),
-                                          cmd.ext_str("producerGroup"), cmd.ext_str("consumerGroup"))
+    def unregister(self, conn, cmd, req):
+        changed = self.clients.unregister(conn, req.client_id, req.producer_group,
+                                          req.consumer_group)
         self.notify(changed)
         return ok(cmd)
 
-    def consumer_list(self, conn, cmd):
-        group = cmd.require_str("consumerGroup")
+    def consumer_list(self, conn, cmd, req):
+        group = req.group
         ids = self.clients.consumer_ids(group)
         if not ids:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")

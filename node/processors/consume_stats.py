@@ -13,6 +13,8 @@ carries "minOffset" and "lag" (TideMQ additions: the lag counts from the min off
 retention deleted past the commit, as the consumer-lag gauge does). `broadcastOffsetTable`,
 a TideMQ addition, lists broadcasting members' own offsets (node/broadcast_offsets.py). A group
 with neither offsets nor a live subscription here is 26 SUBSCRIPTION_GROUP_NOT_EXIST, as in Java.
+With ACL on, a request without a topic lists only the topics its caller may SUB (the lag of a
+topic is information about it).
 """
 from __future__ import annotations
 
@@ -29,12 +31,16 @@ class ConsumeStatsProcessor:
     def __init__(self, broker):
         self.broker = broker
 
-    def __call__(self, conn, cmd):
-        group = cmd.require_str("consumerGroup")
-        only_topic = cmd.ext_str("topic") or None
+    def __call__(self, conn, cmd, req):
+        group = req.group
+        only_topic = req.topic or None
+        acl = self.broker.server.acl
+        may_read = acl.topic_reader(conn.peer.rpartition(":")[0], cmd) if acl else None
         store, name = self.broker.store, self.broker.cfg.broker_name
         table, members = {}, []
         for (_, topic), queues in sorted(progress_table(self.broker, group, only_topic).items()):
+            if may_read is not None and not may_read(topic):
+                continue
             for qid, offset in sorted(queues.items()):
                 mq = json.dumps({"brokerName": name, "queueId": qid, "topic": topic},
                                 separators=(",", ":"), sort_keys=True)
@@ -47,7 +53,8 @@ class ConsumeStatsProcessor:
                              "lastTimestamp": last}
         for (key, topic), queues in sorted(self.broker.offsets.table.items()):
             owner, client_id = split_member(key)
-            if owner != group or client_id is None or (only_topic and topic != only_topic):
+            if owner != group or client_id is None or (only_topic and topic != only_topic) or (
+                    may_read is not None and not may_read(topic)):
                 continue
             for qid, offset in sorted(queues.items()):
                 members.append({"clientId": client_id, "topic": topic, "brokerName": name,

@@ -1,11 +1,15 @@
 """Consumer offsets and queue offsets (spec remoting.md 4.5).
 
-14 QUERY_CONSUMER_OFFSET: the stored offset; with none, Java's "hot" rule: 0 when the queue
+14 QUERY_CONSUMER_OFFSET: the stored offset when it is >= 0; with none (or a negative one,
+   as some clients commit -1 for "nothing consumed"), Java's "hot" rule: 0 when the queue
    is empty or its offset 0 still exists and is hot (within 40% of RAM of the log's end,
    accessMessageInMemoryMaxRatio), so a new group on a young topic reads it from the start;
    else 22 QUERY_NOT_FOUND, and the client honours consume-from (LAST: the max offset).
    Answer fast: cpp reads a failure or timeout as "start at max".
-15 UPDATE_CONSUMER_OFFSET: store commitOffset (cpp sends it "oneway" with flag 0).
+15 UPDATE_CONSUMER_OFFSET: store commitOffset (cpp sends it "oneway" with flag 0). A negative
+   commitOffset is answered 0 and stores nothing: the group keeps its last real position
+   (RocketMQ stores it, then answers queries as if there were none; a group that had
+   consumed would restart at the first offset or at the end instead of where it was).
    14 and 15 with `broadcastClientId` read and write a broadcast member's own offset
    (node/broadcast_offsets.py); such a query with nothing stored is 22, never the hot rule.
 29 SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after `timestamp` (the max
@@ -21,7 +25,7 @@ from client.protocol.codes import ResponseCode
 from node import broadcast_offsets
 from node.offsets import OffsetTableFull
 from node.processors.common import error, ok
-from node.topics import AUTO_CREATE_TOPIC, group_name_ok, topic_name_problem
+from node.topics import AUTO_CREATE_TOPIC, topic_name_problem
 
 
 # Java: accessMessageInMemoryMaxRatio (40) percent of physical memory.
@@ -35,16 +39,14 @@ class OffsetProcessor:
         self.replication = getattr(broker, "replication", None)
         self.reset_fence = getattr(broker, "reset_fence", None)
 
-    def query_consumer_offset(self, conn, cmd):
-        group = cmd.require_str("consumerGroup")
-        topic = cmd.require_str("topic")
-        queue_id = cmd.require_int("queueId")
-        member = cmd.ext_str(broadcast_offsets.EXT_CLIENT_ID)  # node/broadcast_offsets.py
+    def query_consumer_offset(self, conn, cmd, req):
+        group, topic, queue_id = req.group, req.topic, req.queue_id
+        member = req.member  # node/broadcast_offsets.py
         try:
             offset = self.offsets.query(broadcast_offsets.member_key(group, member), topic, queue_id)
         except broadcast_offsets.BadClientId as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-        if offset is None:
+        if offset is None or offset < 0:
             if member is None and self._offset_zero_is_hot(topic, queue_id):
                 offset = 0
             else:
@@ -67,41 +69,41 @@ class OffsetProcessor:
         unit = cq.get(0) if cq is not None else None
         return unit is not None and store.max_offset - unit[0] < HOT_BYTES
 
-    def update_consumer_offset(self, conn, cmd):
-        group, topic = cmd.require_str("consumerGroup"), cmd.require_str("topic")
-        queue_id, offset = cmd.require_int("queueId"), cmd.require_int("commitOffset")
-        if not group_name_ok(group) or topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
+    def update_consumer_offset(self, conn, cmd, req):
+        group, topic, queue_id, offset = req.group, req.topic, req.queue_id, req.commit_offset
+        if topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
-                         f"bad consumer group {group[:300]!r} or topic {topic[:300]!r}")
+                         f"bad topic name for a consumer offset: {topic_name_problem(topic)}")
         repl = self.replication
         if repl is not None and not repl.is_master:
             # A slave's offsets are the master's (replicated with the log): commit there.
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); commit consumer "
                          f"offsets to the master (broker id 0)")
+        if offset < 0:  # "nothing consumed": keep the last real position (module docstring)
+            return ok(cmd)
         fence = self.reset_fence
         if fence is not None and not fence.allow_commit(conn, group, topic, queue_id, offset):
             return ok(cmd)  # older than an offset reset this client has not handled yet
         try:
-            key = broadcast_offsets.member_key(group, cmd.ext_str(broadcast_offsets.EXT_CLIENT_ID))
+            key = broadcast_offsets.member_key(group, req.member)
             self.offsets.commit(key, topic, queue_id, offset)
         except (OffsetTableFull, broadcast_offsets.BadClientId) as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return ok(cmd)
 
-    def max_offset(self, conn, cmd):
-        value = self.store.max_queue_offset(cmd.require_str("topic"), cmd.require_int("queueId"))
+    def max_offset(self, conn, cmd, req):
+        value = self.store.max_queue_offset(req.topic, req.queue_id)
         return ok(cmd, {"offset": str(value)})
 
-    def min_offset(self, conn, cmd):
-        value = self.store.min_queue_offset(cmd.require_str("topic"), cmd.require_int("queueId"))
+    def min_offset(self, conn, cmd, req):
+        value = self.store.min_queue_offset(req.topic, req.queue_id)
         return ok(cmd, {"offset": str(value)})
 
-    def offset_by_time(self, conn, cmd):
-        value = self.store.offset_by_time(cmd.require_str("topic"), cmd.require_int("queueId"),
-                                          cmd.require_int("timestamp"))
+    def offset_by_time(self, conn, cmd, req):
+        value = self.store.offset_by_time(req.topic, req.queue_id, req.timestamp)
         return ok(cmd, {"offset": str(value)})
 
-    def earliest_time(self, conn, cmd):
-        value = self.store.earliest_msg_time(cmd.require_str("topic"), cmd.require_int("queueId"))
+    def earliest_time(self, conn, cmd, req):
+        value = self.store.earliest_msg_time(req.topic, req.queue_id)
         return ok(cmd, {"timestamp": str(value)})

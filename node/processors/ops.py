@@ -36,7 +36,7 @@ from client.protocol.codes import RequestCode, ResponseCode
 from client.protocol.remoting import RemotingCommand
 
 from node.processors.common import error, ok, topic_not_exist_remark
-from node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError, group_name_ok
+from node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError
 
 log = logging.getLogger("tidemq.ops")
 
@@ -69,8 +69,8 @@ class OpsProcessor:
         return self.broker.replicated_state
 
     # -- 202 --------------------------------------------------------------------------------
-    def topic_stats(self, conn, cmd):
-        topic = cmd.require_str("topic")
+    def topic_stats(self, conn, cmd, req):
+        topic = req.topic
         tc = self.broker.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
@@ -84,13 +84,9 @@ class OpsProcessor:
         return ok(cmd, body=_body({"offsetTable": table}))
 
     # -- 222 --------------------------------------------------------------------------------
-    def reset_offset(self, conn, cmd):
-        topic = cmd.require_str("topic")
-        group = cmd.require_str("group")
-        timestamp = cmd.require_int("timestamp")
-        force = (cmd.ext_str("isForce") or "true").lower() != "false"
-        if not group_name_ok(group):
-            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad consumer group name {group!r}")
+    def reset_offset(self, conn, cmd, req):
+        topic, group, timestamp = req.topic, req.group, req.timestamp
+        force = (req.is_force or "true").lower() != "false"
         tc = self.broker.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
@@ -130,10 +126,8 @@ class OpsProcessor:
         return ok(cmd, body=body)
 
     # -- 207 --------------------------------------------------------------------------------
-    def delete_group(self, conn, cmd):
-        group = cmd.require_str("groupName")
-        if not group_name_ok(group):
-            return error(cmd, ResponseCode.SYSTEM_ERROR, f"bad consumer group name {group!r}")
+    def delete_group(self, conn, cmd, req):
+        group = req.group  # a valid group name: the request table checked it
         refused = self._not_writable(cmd)
         if refused is not None:
             return refused
@@ -144,8 +138,8 @@ class OpsProcessor:
         return ok(cmd)
 
     # -- 215 --------------------------------------------------------------------------------
-    def delete_topic(self, conn, cmd):
-        topic = cmd.require_str("topic")
+    def delete_topic(self, conn, cmd, req):
+        topic = req.topic
         if topic in SYSTEM_TOPICS or topic == AUTO_CREATE_TOPIC:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"the system topic {topic} cannot be "
                                                           f"deleted")
@@ -160,7 +154,10 @@ class OpsProcessor:
         except TopicError as exc:
             return error(cmd, exc.code, str(exc))
         except Exception as exc:  # the topic store refused (ZooKeeper away): nothing changed
-            return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic {topic} not deleted: {exc}")
+            log.warning("topic %s not deleted: %s", topic, exc)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic {topic} not deleted: the topic "
+                                                          f"store refused the change; see the "
+                                                          f"broker log")
         b.store.queues.remove_topic(topic)
         removed = b.offsets.remove_topic(topic)
         b.metrics.forget_topic(topic)

@@ -69,14 +69,10 @@ class PullProcessor:
         self.short_polling_s = cfg.short_polling_ms / 1000
         self.max_suspend_s = cfg.max_pull_suspend_ms / 1000
 
-    def __call__(self, conn, cmd: RemotingCommand):
+    def __call__(self, conn, cmd: RemotingCommand, req):
         t0 = time.perf_counter()
-        group = cmd.require_str("consumerGroup")
-        topic = cmd.require_str("topic")
-        queue_id = cmd.require_int("queueId")
-        offset = cmd.require_int("queueOffset")
-        max_nums = cmd.require_int("maxMsgNums")
-        sys_flag = cmd.require_int("sysFlag")
+        group, topic, queue_id = req.group, req.topic, req.queue_id
+        offset, max_nums, sys_flag = req.queue_offset, req.max_msgs, req.sys_flag
         tc = self.topics.table.get(topic)
         if tc is None and topic.startswith(RETRY_PREFIX):
             tc = self.topics.create_in_send(topic, None, 1)
@@ -90,14 +86,14 @@ class PullProcessor:
                          f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                          f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
                          f"consumer:[{conn.peer}]")
-        expression_type = cmd.ext_str("expressionType")
+        expression_type = req.expression_type
         if expression_type and expression_type != "TAG":
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"The broker does not support consumer to filter message by "
                          f"{expression_type}")
-        codes = self._filter(cmd, group, topic, sys_flag)
+        codes = self._filter(req, group, topic, sys_flag)
         if sys_flag & _COMMIT and (self.replication is None or self.replication.is_master):
-            commit = cmd.ext_int("commitOffset", -1)
+            commit = req.commit_offset
             fence = self.reset_fence
             if commit >= 0 and fence is not None and \
                     not fence.allow_commit(conn, group, topic, queue_id, commit):
@@ -110,11 +106,11 @@ class PullProcessor:
         if self.reset_fence is not None:  # a pull at the reset offset: the reset was handled
             self.reset_fence.saw_pull(conn, group, topic, queue_id, offset)
         limit = max(1, min(max_nums, self.max_msgs))
-        args = (codes, limit)
+        args = (codes, limit, offset)
         res, code = self._read(topic, queue_id, offset, args)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & _SUSPEND:
             if self.long_polling:
-                timeout_s = min(max(cmd.ext_int("suspendTimeoutMillis", 0), 0) / 1000,
+                timeout_s = min(max(req.suspend_ms, 0) / 1000,
                                 self.max_suspend_s)
             else:
                 timeout_s = self.short_polling_s
@@ -128,13 +124,13 @@ class PullProcessor:
         self.metrics.get_latency[topic].observe(time.perf_counter() - t0)
         return response
 
-    def _filter(self, cmd, group: str, topic: str, sys_flag: int):
+    def _filter(self, req, group: str, topic: str, sys_flag: int):
         if sys_flag & _SUBSCRIPTION:
-            return tag_codes(cmd.ext_str("subscription"))
+            return tag_codes(req.subscription)
         sub = self.clients.subscription(group, topic)
         if sub is not None:
             return subscription_codes(sub)
-        return tag_codes(cmd.ext_str("subscription"))
+        return tag_codes(req.subscription)
 
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (longpoll rule 4)."""
@@ -144,12 +140,12 @@ class PullProcessor:
                 held.offset = res.next_begin_offset  # skip what the filter rejected
             if code != 0 and code != ResponseCode.PULL_OFFSET_MOVED:
                 return None  # keep holding
-        elif code == ResponseCode.PULL_NOT_FOUND and held.offset > held.request.ext_int("queueOffset"):
+        elif code == ResponseCode.PULL_NOT_FOUND and held.offset > held.args[2]:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY  # messages were passed over by the filter
         return self._respond(held.request, held.topic, res, code)
 
     def _read(self, topic, queue_id, offset, args):
-        codes, limit = args
+        codes, limit, _ = args  # the third: the offset the pull asked for
         res = self.store.get_messages(topic, queue_id, offset, limit, self.max_bytes, codes)
         status = res.status
         if status in _EMPTY:

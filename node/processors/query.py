@@ -31,13 +31,9 @@ class QueryProcessor:
         self.store = broker.store
         self.max_msgs = broker.cfg.query_max_msgs
 
-    def query_message(self, conn, cmd):
-        topic = cmd.require_str("topic")
-        key = cmd.require_str("key")
-        max_num = cmd.require_int("maxNum")
-        begin = cmd.ext_int("beginTimestamp", 0)
-        end = cmd.ext_int("endTimestamp", 2**62)
-        if cmd.ext_bool("_UNIQUE_KEY_QUERY"):
+    def query_message(self, conn, cmd, req):
+        topic, key, max_num, begin, end = req.topic, req.key, req.max_num, req.begin_ms, req.end_ms
+        if req.unique_key:
             max_num = _UNIQUE_MAX
         max_num = max(1, min(max_num, self.max_msgs))
         records = _cap(self.store.query_by_key(topic, key, max_num, begin, end))
@@ -48,8 +44,8 @@ class QueryProcessor:
                "indexLastUpdatePhyoffset": str(self.store.dispatcher.dispatched_offset)}
         return ok(cmd, ext, join_records(records, self.broker.store_host))
 
-    def view_message(self, conn, cmd):
-        offset = cmd.require_int("offset")
+    def view_message(self, conn, cmd, req):
+        offset = req.offset
         data = self.store.get_record(offset) if offset >= 0 else b""
         if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
             return error(cmd, ResponseCode.SYSTEM_ERROR,

@@ -16,8 +16,8 @@ class RouteProcessor:
     def __init__(self, broker):
         self.routing = broker.routing
 
-    def __call__(self, conn, cmd):
-        topic = cmd.require_str("topic")
+    def __call__(self, conn, cmd, req):
+        topic = req.topic
         route = self.routing.route(topic)
         if route is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST,

@@ -1,8 +1,9 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
 
-Header (spec remoting.md 3.1): code 10 uses full names, 310/320 one-letter keys. The request
-is a batch when the code is 320 or `batch`/`m` is true: cpp 1.2.4 sends batches as code 10 with
-batch "1" (the C++ batch form); Java and Go send 320.
+Header (spec remoting.md 3.1): code 10 uses full names, 310/320 one-letter keys; the request
+table (node/requests/table.py) declares both, parses and range-checks them before this runs.
+The request is a batch when the code is 320 or `batch`/`m` is true: cpp 1.2.4 sends batches
+as code 10 with batch "1" (the C++ batch form); Java and Go send 320.
 
 Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
   broker not writable -> 16; bad topic name -> 1; forbidden system topic -> 16; unknown topic
@@ -44,11 +45,12 @@ import time
 
 from client.protocol import record as rec
 from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCode, SerializeType
-from client.protocol.remoting import ProtocolError, RemotingCommand, encode_frame, parse_int
+from client.protocol.remoting import RemotingCommand, encode_frame
 
 from node.dedup import DedupWindow, duplicate_reply
 from node import send_divert, system_properties
 from node.processors.common import error, topic_not_exist_remark
+from node.log_limit import RateLimitedLog
 from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
                                         json_reply_template)
 from node.server import DEFERRED
@@ -58,28 +60,16 @@ from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFI
                          topic_name_problem)
 
 log = logging.getLogger("tidemq.send")
+_put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
 _I64 = struct.Struct(">q")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
 
-# Header field names: (full name for code 10, letter for 310/320).
-F_GROUP, F_TOPIC, F_DEFAULT_TOPIC, F_DEFAULT_QUEUES = 0, 1, 2, 3
-F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_FLAG, F_PROPS, F_RECONSUME, F_BATCH = 4, 5, 6, 7, 8, 9, 10
-_FULL = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
-         "bornTimestamp", "flag", "properties", "reconsumeTimes", "batch")
-_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "m")
 _WRITE = int(PermName.WRITE)
 _PUT_CODES = {PutStatus.PUT_OK: 0, PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
               PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
               PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE}
-
-
-def _int(name: str, value) -> int:
-    """parse_int with a fast path for the usual plain non-negative decimal text."""
-    if value.__class__ is str and value.isdigit() and value.isascii() and len(value) < 19:
-        return int(value)
-    return parse_int(name, value)
 
 
 class BatchError(ValueError):
@@ -158,22 +148,13 @@ class SendProcessor:
         if self._window_current:
             self.dedup.rebuild(self.store)
 
-    def __call__(self, conn, cmd: RemotingCommand):
+    def __call__(self, conn, cmd: RemotingCommand, req):
         t0 = time.perf_counter()
-        ext = cmd.ext
-        names = _FULL if cmd.code == RequestCode.SEND_MESSAGE else _V2
-        topic = ext.get(names[F_TOPIC])
-        if topic is None:
-            raise ProtocolError(f"request code {cmd.code}: missing header field {names[F_TOPIC]!r}")
-        queue_id = _int(names[F_QUEUE_ID], ext.get(names[F_QUEUE_ID], "-1"))
-        sys_flag = _int(names[F_SYS_FLAG], ext.get(names[F_SYS_FLAG], "0"))
-        born_ts = _int(names[F_BORN_TS], ext.get(names[F_BORN_TS], "0"))
-        flag = _int(names[F_FLAG], ext.get(names[F_FLAG], "0"))
-        reconsume = _int(names[F_RECONSUME], ext.get(names[F_RECONSUME], "0"))
-        batch_text = ext.get(names[F_BATCH])
-        batch = cmd.code == RequestCode.SEND_BATCH_MESSAGE or (
-            batch_text is not None and batch_text.lower() in ("true", "1"))
-        props_text = ext.get(names[F_PROPS]) or ""
+        topic = req.topic
+        queue_id = req.queue_id
+        sys_flag, flag, born_ts, reconsume = req.sys_flag, req.flag, req.born_ts, req.reconsume_times
+        batch = req.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
+        props_text = req.properties
 
         if self.replication is not None:
             refusal = self.replication.write_refusal()
@@ -195,9 +176,7 @@ class SendProcessor:
             if topic in NOT_ALLOWED_SEND_TOPICS:
                 return error(cmd, ResponseCode.NO_PERMISSION,
                              f"Sending message to topic[{topic}] is forbidden.")
-            default_queues = parse_int(names[F_DEFAULT_QUEUES],
-                                       ext.get(names[F_DEFAULT_QUEUES], "4"))
-            tc = self.topics.create_in_send(topic, ext.get(names[F_DEFAULT_TOPIC]), default_queues)
+            tc = self.topics.create_in_send(topic, req.default_topic, req.default_queues)
             if tc is None:
                 return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
         if not tc.perm & _WRITE:
@@ -240,7 +219,7 @@ class SendProcessor:
             raw = system_properties.from_client(props_text.encode(), self._cluster, props)
             if divert:  # a half message or a schedule entry (node/send_divert.py)
                 try:
-                    msgs = [send_divert.build(self.broker, divert, ext.get(names[F_GROUP]) or "",
+                    msgs = [send_divert.build(self.broker, divert, req.group,
                                               topic, queue_id, flag, body,
                                               rec.decode_properties(raw), sys_flag,
                                               born_ts, born_host, store_host, reconsume,
@@ -282,9 +261,11 @@ class SendProcessor:
         try:
             self._put_group(pending)
         except Exception as exc:  # never leave a request unanswered
-            log.exception("group put failed")
+            _put_errors.error(type(exc).__name__, "group put failed", exc_info=exc)
             for conn, cmd, *_ in pending:
-                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR, f"put failed: {exc!r}"))
+                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR,
+                                         "the message was not stored (internal error); the broker "
+                                         "log has the details"))
 
     def _put_group(self, pending) -> None:
         msgs = pending[0][2] if len(pending) == 1 else [m for p in pending for m in p[2]]

@@ -43,11 +43,9 @@ class SendBackProcessor:
         self.topics = broker.topics
         self.send = send
 
-    def __call__(self, conn, cmd):
-        group = cmd.require_str("group")
-        offset = cmd.require_int("offset")
-        delay_level = cmd.ext_int("delayLevel", 0)
-        max_times = cmd.ext_int("maxReconsumeTimes", None)
+    def __call__(self, conn, cmd, req):
+        group, offset, delay_level = req.group, req.offset, req.delay_level
+        max_times = req.max_reconsume_times
         if max_times is None or cmd.version < VERSION_V3_4_9:
             max_times = self.broker.cfg.max_reconsume_times
         data = self.store.get_record(offset) if offset >= 0 else b""

@@ -28,18 +28,16 @@ class EndTransactionProcessor:
     def __init__(self, broker):
         self.broker = broker
 
-    def __call__(self, conn, cmd):
-        group = cmd.require_str("producerGroup")
-        half_offset = cmd.require_int("tranStateTableOffset")
-        phys = cmd.require_int("commitLogOffset")
-        decision = cmd.require_int("commitOrRollback")
+    def __call__(self, conn, cmd, req):
+        group, half_offset = req.group, req.half_offset
+        phys, decision = req.commit_log_offset, req.decision
         if not self.broker.role.state_ready:  # a new master decides once its state is applied
             return error(cmd, ResponseCode.NO_PERMISSION,
                          f"the broker[{self.broker.cfg.broker_name}] is not a master; "
                          f"END_TRANSACTION is forbidden")
         try:
             self.broker.transactions.end(group, half_offset, phys, decision, self.broker.schedule,
-                                         cmd.ext_bool("fromTransactionCheck"))
+                                         req.from_check)
         except EndIllegal as exc:
             log.warning("END_TRANSACTION from %s refused: %s", conn.peer, exc)
             return error(cmd, ResponseCode.ILLEGAL_OPERATION, str(exc))
@@ -60,9 +58,8 @@ def parked_transactions(broker):
     ext beginOffset (queue offset, default 0), maxNum (1..256, default 32). Reply body: the
     records as a pull's (REAL_TOPIC, PGROUP, __transactionId__, TRANSACTION_CHECK_TIMES in
     their properties); ext minOffset, maxOffset, nextBeginOffset."""
-    def handle(conn, cmd):
-        begin = cmd.ext_int("beginOffset", 0)
-        max_num = cmd.ext_int("maxNum", 32)
+    def handle(conn, cmd, req):
+        begin, max_num = req.begin_offset, req.max_num
         if begin < 0 or not 0 < max_num <= PARKED_MAX_NUM:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"beginOffset must be >= 0 and maxNum in 1..{PARKED_MAX_NUM}")

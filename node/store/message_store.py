@@ -229,7 +229,7 @@ class MessageStore(StoreReader):
 
     def _topic_ok(self, m) -> bool:
         if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
-                or not TOPIC_PATTERN.match(m.topic):
+                or not TOPIC_PATTERN.fullmatch(m.topic):
             return False
         if len(self._valid_topics) < 100_000:  # bounded memo of names already checked
             self._valid_topics.add(m.topic)

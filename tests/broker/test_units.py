@@ -17,6 +17,7 @@ from node.offsets import ConsumerOffsets, OffsetTableFull
 from node.processors.send import BatchError, decode_batch
 from node.processors.send_reply import json_reply_template
 from node.records import patch_store_host
+from node.requests import parse_request
 from node.store.fileio import OS_FILE_SYSTEM
 from tests.support.raw_client import batch_body
 
@@ -202,8 +203,9 @@ def test_flush_disk_timeout_is_code_10_with_the_send_reply(tmp_path):
                 target=cb, args=(PutStatus.FLUSH_DISK_TIMEOUT,)).start()
             conn = FakeConn()
             send = broker.server.processors[RequestCode.SEND_MESSAGE]
-            cmd = RemotingCommand(10, opaque=5, ext=send_ext("FdtT", 0))
-            send(conn, cmd)
+            # header values as the frame decoder gives them: text
+            cmd = RemotingCommand(10, opaque=5, ext={k: str(v) for k, v in send_ext("FdtT", 0).items()})
+            send(conn, cmd, parse_request(cmd))
             for _ in range(100):
                 await asyncio.sleep(0.01)
                 if conn.frames:

@@ -1,6 +1,7 @@
 """Security tests: real brokers with ACL / TLS on, real certificates from `tidemq certs`."""
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 
@@ -54,6 +55,23 @@ def write_acl(path, text=ACL_BASE) -> str:
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     return str(path)
+
+
+@contextlib.contextmanager
+def acl_broker_running(tmp, text: str):
+    """A started broker with ACL on and `text` as its accounts file, stopped (then killed if
+    still there) on exit."""
+    path = write_acl(tmp / "acl.toml", text)
+    b = BrokerProcess(str(tmp / "store"), ("security.acl_enable=true",
+                                           f"security.acl_file={path}"))
+    try:
+        b.start()
+        yield b
+    finally:
+        try:
+            b.stop()
+        finally:
+            b.kill()
 
 
 def tls_settings(certs) -> tuple:

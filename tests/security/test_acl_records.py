@@ -19,9 +19,8 @@ from client.producer import Producer
 from client.protocol.codes import RequestCode, ResponseCode
 from client.protocol.record import decode_offset_msg_id
 from client.security import ClientSecurity
-from tests.security.conftest import SECRET_ADMIN, write_acl
+from tests.security.conftest import SECRET_ADMIN, acl_broker_running
 from tests.security.test_acl_broker import max_offset
-from tests.support.broker_proc import BrokerProcess
 from tests.support.raw_client import RawClient
 
 SECRET_READER = "reader-secret-Wq7uT1"
@@ -46,18 +45,8 @@ ACL = textwrap.dedent(f"""
 
 @pytest.fixture(scope="module")
 def rec_broker(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("acl-records")
-    path = write_acl(tmp / "acl.toml", ACL)
-    b = BrokerProcess(str(tmp / "store"), ("security.acl_enable=true",
-                                           f"security.acl_file={path}"))
-    try:
-        b.start()
+    with acl_broker_running(tmp_path_factory.mktemp("acl-records"), ACL) as b:
         yield b, asyncio.run(_send_as_root(b.addr))
-    finally:
-        try:
-            b.stop()
-        finally:
-            b.kill()
 
 
 async def _send_as_root(addr) -> dict:

@@ -108,6 +108,10 @@ def test_perm_forms_and_java_check_permission():
     assert has_perm(PUB, PUB | SUB) and not has_perm(PUB, SUB) and not has_perm(SUB, DENY | SUB)
 
 
+# The rest of a pull's required header (the request table refuses a pull without them).
+PULL_FIELDS = {"queueId": "0", "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0"}
+
+
 def _signed(code, ext, body=b"", creds=ALICE):
     ext = {k: str(v) for k, v in ext.items()}
     return RemotingCommand.request(code, sign_ext(ext, body, creds), body)
@@ -134,7 +138,7 @@ def test_validator_decisions(tmp_path):
     assert "needs an admin account" in v.check("127.0.0.1", admin)
     root = _signed(R.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}, creds=Credentials("root", "admin-secret-Kp3vR7"))
     assert v.check("127.0.0.1", root) is None
-    far = _signed(R.PULL_MESSAGE, {"topic": "T", "consumerGroup": "g"}, creds=Credentials("faraway", "faraway-secret-1"))
+    far = _signed(R.PULL_MESSAGE, {**PULL_FIELDS, "topic": "T", "consumerGroup": "g"}, creds=Credentials("faraway", "faraway-secret-1"))
     assert "may not be used from 127.0.0.1" in v.check("127.0.0.1", far)
     assert v.check("10.9.9.7", far) is None
     anon = RemotingCommand.request(R.SEND_MESSAGE, {"topic": "AclOrders", "AccessKey": ""}, b"")
@@ -150,7 +154,7 @@ def test_heartbeat_body_groups_and_topics_are_checked(tmp_path):
     assert v.check("127.0.0.1", _signed(R.HEART_BEAT, {}, encode_heartbeat(hb))) is None
     hb.consumers[0].subscriptions.append(SubscriptionData("AclClosed"))
     assert "topic 'AclClosed'" in v.check("127.0.0.1", _signed(R.HEART_BEAT, {}, encode_heartbeat(hb)))
-    assert "unreadable heartbeat" in v.check("127.0.0.1", _signed(R.HEART_BEAT, {}, b"{nope"))
+    assert "bad heartbeat body" in v.check("127.0.0.1", _signed(R.HEART_BEAT, {}, b"{nope"))
 
 
 def test_query_message_signed_with_or_without_unique_key_query(tmp_path):
@@ -167,7 +171,7 @@ def test_query_message_signed_with_or_without_unique_key_query(tmp_path):
 def test_anonymous_allowed_only_when_configured(tmp_path):
     text = ACL_BASE + '\n[anonymous]\ndefault_topic_perm = "SUB"\ndefault_group_perm = "SUB"\n'
     v = _validator(tmp_path, text)
-    pull = RemotingCommand.request(R.PULL_MESSAGE, {"topic": "T", "consumerGroup": "g",
+    pull = RemotingCommand.request(R.PULL_MESSAGE, {**PULL_FIELDS, "topic": "T", "consumerGroup": "g",
                                                     "AccessKey": "", "Signature": "junk"})
     assert v.check("127.0.0.1", pull) is None
     send = RemotingCommand.request(R.SEND_MESSAGE, {"topic": "T"})
@@ -263,7 +267,7 @@ def test_records_are_checked_against_their_own_topic(tmp_path):
     assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "600"}) is None      # delayed AclAudit: SUB
     assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "250"}) is None      # nothing starts there
     assert check(R.VIEW_MESSAGE_BY_ID, {"offset": "200"}, root) is None
-    assert "numeric offset" in check(R.VIEW_MESSAGE_BY_ID, {"offset": "x"})
+    assert "offset must be an integer" in check(R.VIEW_MESSAGE_BY_ID, {"offset": "x"})
     back = {"group": "g", "delayLevel": "0"}
     assert check(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": "100"}) is None
     assert "'AclClosed'" in check(R.CONSUMER_SEND_MSG_BACK, {**back, "offset": "200"})
@@ -283,14 +287,15 @@ def test_reads_java_leaves_open_and_internal_topics(tmp_path):
 
     for code in (R.GET_MAX_OFFSET, R.GET_MIN_OFFSET, R.GET_EARLIEST_MSG_STORETIME,
                  R.SEARCH_OFFSET_BY_TIMESTAMP, R.GET_TOPIC_STATS_INFO):
-        assert check(code, {"topic": "AclAudit", "queueId": "0"}) is None
-        assert "'AclClosed'" in check(code, {"topic": "AclClosed", "queueId": "0"})
-        assert "lacks topic" in check(code, {"queueId": "0"})
+        q = {"queueId": "0", "timestamp": "0"}
+        assert check(code, {**q, "topic": "AclAudit"}) is None
+        assert "'AclClosed'" in check(code, {**q, "topic": "AclClosed"})
+        assert "header field topic is missing" in check(code, {"queueId": "0"})
     assert check(R.GET_CONSUME_STATS, {"consumerGroup": "g"}) is None
     assert "'AclClosed'" in check(R.GET_CONSUME_STATS, {"consumerGroup": "g", "topic": "AclClosed"})
     lock = b'{"consumerGroup": "g", "clientId": "c", "mqSet": []}'
     assert check(R.LOCK_BATCH_MQ, {}, lock) is None
-    assert "lacks consumerGroup" in check(R.UNLOCK_BATCH_MQ, {}, b"[1]")
+    assert "bad lock batch body" in check(R.UNLOCK_BATCH_MQ, {}, b"[1]")
     for topic in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TIDEMQ_SYS_BROKER_STATE"):
         assert "internal topic" in check(R.QUERY_MESSAGE, {"topic": topic, "key": "k",
                                                             "maxNum": "1"})

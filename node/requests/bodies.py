@@ -1,0 +1,49 @@
+"""Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks), so
+the ACL and the processor read the same decoded value. A body that cannot be read is a
+RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from client.protocol.remoting import ProtocolError
+from client.protocol.route_json import decode_heartbeat
+
+from node.requests.fields import RequestError
+
+MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
+
+
+@dataclass(frozen=True, slots=True)
+class LockBody:
+    group: str
+    client_id: str
+    mqs: list  # [(topic, broker name, queue id)]
+
+
+def heartbeat_body(body: bytes):
+    try:
+        return decode_heartbeat(body)
+    except (ProtocolError, ValueError, TypeError, RecursionError):
+        raise RequestError("bad heartbeat body: it must be a HeartbeatData JSON object with "
+                           "clientID, producerDataSet and consumerDataSet") from None
+
+
+def lock_body(body: bytes) -> LockBody:
+    """{"consumerGroup","clientId","mqSet":[{"topic","brokerName","queueId"}]}."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+        group, client_id = doc["consumerGroup"], doc["clientId"]
+        mqs = [(mq["topic"], mq["brokerName"], int(mq["queueId"])) for mq in doc.get("mqSet") or ()]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise RequestError("bad lock batch body: it must be a JSON object with consumerGroup, "
+                           "clientId and mqSet [{topic, brokerName, queueId}]") from None
+    if not isinstance(group, str) or not group or not isinstance(client_id, str):
+        raise RequestError("bad lock batch body: consumerGroup and clientId must be strings")
+    if len(mqs) > MAX_LOCK_QUEUES:
+        raise RequestError(f"bad lock batch body: more than {MAX_LOCK_QUEUES} queues")
+    if not all(isinstance(t, str) and isinstance(b, str) and -2**31 <= q < 2**31
+               for t, b, q in mqs):
+        raise RequestError("bad lock batch body: topic and brokerName must be strings, queueId "
+                           "an int32")
+    return LockBody(group, client_id, mqs)
