@@ -42,6 +42,9 @@ class MappedFileQueue:
         # Warm files made before the writer sees them by writing zeros (OsMapping.warm): set
         # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
         self.zero_fill = False
+        # fn(start) before the writer creates a file itself; raises to refuse (the store's
+        # disk guard: no room for the file).
+        self.before_make = None
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -117,6 +120,8 @@ class MappedFileQueue:
                 self._place(mf, prepared)
                 return mf
         try:
+            if self.before_make is not None:
+                self.before_make(start)
             mf = self._make_on_demand(start)
         finally:
             with self._lock:
@@ -226,6 +231,15 @@ class MappedFileQueue:
             del self._making[start]
             self._lock.notify_all()
         return held is not mf
+
+    def next_file_made(self) -> bool:
+        """Whether the file after the last one exists already (prepared or being made)."""
+        with self._lock:
+            last = self.last()
+            if last is None:
+                return False
+            start = last.start_offset + self.file_bytes
+            return start in self._prepared or isinstance(self._making.get(start), MappedFile)
 
     def ensure_prepared(self, start: int) -> None:
         """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""
