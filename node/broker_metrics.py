@@ -103,8 +103,8 @@ class BrokerCollector:
                      1 if guard.full else 0)
         yield _gauge("tidemq_store_disk_free_bytes", "Free bytes of the store's file system "
                      "at the disk guard's last probe.", guard.free_bytes)
-        yield _counter("tidemq_store_disk_refused_puts", "Puts refused (SERVICE_NOT_AVAILABLE) "
-                       "because the disk is full.", guard.refused_puts)
+        yield _counter("tidemq_store_disk_refused_messages", "Messages refused "
+                       "(SERVICE_NOT_AVAILABLE) because the disk is full.", guard.refused_messages)
         yield _counter("tidemq_store_commitlog_files_deleted", "Commit-log files deleted by "
                        "retention.", retention.deleted_files)
         yield _gauge("tidemq_store_retention_held_files", "Expired commit-log files kept "

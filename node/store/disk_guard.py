@@ -14,7 +14,7 @@ Rules:
    calls `check_room()` before it creates a commit-log file itself, so a burst between two
    passes meets the check before the file system's ENOSPC.
 5. Each change of state is logged once: ERROR when writes stop (with why), WARNING when they
-   resume. `refused_puts` counts the puts refused meanwhile.
+   resume. `refused_messages` counts the messages refused meanwhile.
 The probe is injectable for tests: fn(path) -> DiskUsage.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class DiskGuard:
         self.reason = ""
         self.used_ratio = 0.0
         self.free_bytes = 0
-        self.refused_puts = 0
+        self.refused_messages = 0
         self._enospc = False  # rule 3: full since a real ENOSPC, whatever the ratios say
 
     @property
@@ -106,23 +106,24 @@ class DiskGuard:
                       "frees; no unconsumed message is deleted to make room", reason)
         elif self.full and not full:
             log.warning("disk has room again (%.1f%% used, %.1f MiB free): writes accepted "
-                        "again after %d refused put(s)", self.used_ratio * 100,
-                        self.free_bytes / MIB, self.refused_puts)
+                        "again (%d message(s) refused so far)", self.used_ratio * 100,
+                        self.free_bytes / MIB, self.refused_messages)
         self.full, self.reason = full, reason
 
-    def refuse(self) -> DiskFull:
-        """The error a refused put raises (counted)."""
-        self.refused_puts += 1
+    def refuse(self, messages: int = 0) -> DiskFull:
+        """The error a refused put of `messages` raises (counted)."""
+        self.refused_messages += messages
         return DiskFull(f"the message store is not writable: disk full ({self.reason})")
 
     def check_room(self, _start: int = 0) -> None:
         """The writer is about to create a commit-log file itself (rule 4): raise DiskFull,
-        before any byte is written, if the file system cannot hold it."""
+        before any byte is written, if the file system cannot hold it (the put that called
+        counts its messages when it catches this)."""
         if self.enabled and self.refresh():
             raise self.refuse()
 
-    def note_enospc(self) -> DiskFull:
-        """A write met a real ENOSPC (rule 3): writes are refused from now on."""
+    def note_enospc(self, messages: int = 0) -> DiskFull:
+        """A write of `messages` met a real ENOSPC (rule 3): writes are refused from now on."""
         self._enospc = True
         self.refresh()
-        return self.refuse()
+        return self.refuse(messages)

@@ -243,7 +243,7 @@ class MessageStore(StoreReader):
         for m in msgs:
             self.validate(m)
         if self.disk_guard.full:
-            raise self.disk_guard.refuse()
+            raise self.disk_guard.refuse(len(msgs))
         with self.put_lock:
             if not self.writable:
                 raise StoreClosed("store is not accepting writes")
@@ -252,9 +252,12 @@ class MessageStore(StoreReader):
             ts = int(self.clock() * 1000)
             try:
                 requests, end = self.commit_log.append(msgs, self.queue_table, ts)
+            except DiskFull:  # no room for the next file: nothing was written
+                self.disk_guard.refused_messages += len(msgs)
+                raise
             except OSError as exc:  # nothing was written (CommitLog.append rule 4)
                 if exc.errno in NO_SPACE_ERRNOS:
-                    raise self.disk_guard.note_enospc() from None
+                    raise self.disk_guard.note_enospc(len(msgs)) from None
                 raise
             self.dispatcher.enqueue(requests)
             self.raw_parsed_offset = end  # whole records only: a later raw append starts here

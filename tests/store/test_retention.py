@@ -211,7 +211,7 @@ def test_writes_refused_above_warning_ratio_and_resumed_below_resume_ratio(world
     world.disk = 0.50
     store.disk_guard.refresh()
     assert store.put([message(5001)]).placed[0][0] == end
-    assert store.disk_guard.refused_puts == 2
+    assert store.disk_guard.refused_messages == 2
 
 
 def test_writer_checks_room_before_it_creates_a_file(world_store):
