@@ -254,3 +254,59 @@ def test_opt_in_deletes_unconsumed_files_loudly_and_counts_them(tmp_path):
     finally:
         b.stop()
         b.kill()
+
+
+def test_slave_with_a_full_disk_pauses_replication_and_catches_up_once_space_frees(tmp_path):
+    """A slave whose disk fills refuses the replicated bytes before writing them: it stays
+    up, reports disk full once, keeps a log that is a byte-exact prefix of the master's, and
+    catches up by itself once space frees."""
+    from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
+    from tests.support.ports import free_port
+    secret, port = ha_secret_file(tmp_path), free_port()
+    async_master = ("ha.replication_mode=ASYNC_MASTER",)
+    master = BrokerProcess(str(tmp_path / "master"),
+                           SMALL_DISK + ha_master_settings(secret, port, *async_master),
+                           small_store=False).start()
+    with small_filesystem("tmpfs", 48, tmp_path) as mnt:
+        ballast = f"{mnt}/ballast"
+        write_ballast(ballast, 24 * MIB)
+        slave = _broker(mnt, tmp_path, *ha_slave_settings(secret, port, 1)).start()
+        try:
+            ledger = Ledger()
+            run(_produce_n(master.addr, "SlaveFull", ledger, 1900))  # about 30 MiB
+            end = _metric(master, "tidemq_store_max_offset_bytes")
+            _wait(lambda: _metric(slave, "tidemq_store_disk_full") == 1, "slave disk full")
+            stalled = _metric(slave, "tidemq_store_max_offset_bytes")
+            assert 0 < stalled < end
+            time.sleep(1.0)
+            assert _metric(slave, "tidemq_store_max_offset_bytes") == stalled  # not writing
+            assert slave.alive and "replication paused" in slave.log_text()
+            os.remove(ballast)
+            _wait(lambda: _metric(slave, "tidemq_store_max_offset_bytes") == end,
+                  "slave caught up", timeout_s=60)
+            assert _metric(slave, "tidemq_store_disk_full") == 0
+            _assert_clean_log(slave)
+            assert slave.log_text().count("replication paused") <= 3  # no flood
+            assert slave.stop() == 0
+            assert _log_bytes(slave.root_dir, int(end)) == _log_bytes(master.root_dir, int(end))
+        finally:
+            slave.stop()
+            slave.kill()
+            master.stop()
+            master.kill()
+
+
+def _wait(pred, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _log_bytes(root: str, end: int) -> bytes:
+    out = bytearray()
+    directory = os.path.join(root, "commitlog")
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            out += f.read()
+    return bytes(out[:end])
