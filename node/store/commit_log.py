@@ -19,8 +19,8 @@ import struct
 from client.protocol import record as rec
 
 from .errors import OffsetMismatch
-from .message import is_dispatched_to_queue
 from .mapped_file_queue import MappedFileQueue
+from .message import is_dispatched_to_queue
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
@@ -55,9 +55,7 @@ class CommitLog:
         encoded into a staging buffer and written with one pwrite per file they land in
         (MappedFile.write says why); otherwise straight into the mapping, which saves a copy
         when fsyncs are rare."""
-        crc = self.whole_record_crc
-        extra = rec.CRC_RESERVED_BYTES if crc else 0
-        encode = rec.encode_into
+        extra = rec.CRC_RESERVED_BYTES if self.whole_record_crc else 0
         mf = self.queue.writable_file(self.start_offset)
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         end, nbytes = self._prepare_rolls(msgs, extra, wrote, fsize, start)

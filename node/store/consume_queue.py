@@ -142,15 +142,22 @@ class ConsumeQueue:
 
     def truncate_by_phys(self, phys_offset: int) -> None:
         """Drop units pointing at or beyond `phys_offset` (the log was cut there)."""
-        lo, hi = self.min_queue_offset, self.max_queue_offset
-        while lo < hi:  # first unit with phys >= phys_offset (units are phys-ordered)
+        self.truncate_to(self.first_at_phys(phys_offset))
+
+    def first_at_phys(self, phys_offset: int, lo: int | None = None,
+                      hi: int | None = None) -> int:
+        """The first queue offset in [lo, hi) (default: the whole queue) whose unit points
+        at or beyond `phys_offset`, else hi (binary search: units are phys-ordered)."""
+        lo = self.min_queue_offset if lo is None else lo
+        hi = self.max_queue_offset if hi is None else hi
+        while lo < hi:
             mid = (lo + hi) // 2
             unit = self.get(mid)
             if unit is not None and unit[1] != PRE_BLANK_SIZE and unit[0] >= phys_offset:
                 hi = mid
             else:
                 lo = mid + 1
-        self.truncate_to(lo)
+        return lo
 
     def truncate_to(self, queue_offset: int) -> None:
         """Durably drop units at or after `queue_offset`."""

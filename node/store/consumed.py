@@ -77,19 +77,6 @@ def needed_from(queues, progress: ConsumerProgress) -> Pin | None:
     return best
 
 
-def _first_unit_from_phys(cq, phys: int, lo: int, hi: int) -> int:
-    """The first queue offset in [lo, hi) whose message starts at or after `phys` (binary
-    search: a queue's physical offsets grow with its queue offsets; pre-blanks count low)."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        unit = cq.get(mid)
-        if unit is not None and unit[1] != PRE_BLANK_SIZE and unit[0] >= phys:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def losses(queues, progress: ConsumerProgress, start: int, end: int) -> dict:
     """{(group, topic): messages in commit-log bytes [start, end) the group has not consumed}."""
     out: dict[tuple[str, str], int] = {}
@@ -97,8 +84,8 @@ def losses(queues, progress: ConsumerProgress, start: int, end: int) -> dict:
         lo, hi = cq.min_queue_offset, cq.max_queue_offset
         if lo >= hi:
             continue
-        first = _first_unit_from_phys(cq, start, lo, hi)
-        past = _first_unit_from_phys(cq, end, first, hi)
+        first = cq.first_at_phys(start, lo, hi)
+        past = cq.first_at_phys(end, first, hi)
         if first >= past:
             continue
         for group, need in _positions(progress, topic, qid, lo):

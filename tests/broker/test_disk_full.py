@@ -9,15 +9,29 @@ full, never SYSTEM_ERROR or a traceback) and accepted again once space frees; a 
 deletion of unconsumed data is loud and counted.
 """
 import asyncio
+import json
 import os
 import re
 import time
 import urllib.request
 
-from client.protocol.codes import RequestCode as R, ResponseCode
+from client.protocol.codes import RequestCode as R
+from client.protocol.codes import ResponseCode
 from tests.store.helpers import payload
-from tests.support.broker_proc import BrokerProcess
-from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+from tests.support.broker_proc import (
+    BrokerProcess,
+    ha_master_settings,
+    ha_secret_file,
+    ha_slave_settings,
+)
+from tests.support.ports import free_port
+from tests.support.raw_client import (
+    RawClient,
+    decode_records,
+    properties,
+    pull_ext,
+    send_ext,
+)
 from tests.support.small_fs import small_filesystem, used_ratio, write_ballast
 
 from .conftest import run
@@ -260,8 +274,6 @@ def test_slave_with_a_full_disk_pauses_replication_and_catches_up_once_space_fre
     """A slave whose disk fills refuses the replicated bytes before writing them: it stays
     up, reports disk full once, keeps a log that is a byte-exact prefix of the master's, and
     catches up by itself once space frees."""
-    from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
-    from tests.support.ports import free_port
     secret, port = ha_secret_file(tmp_path), free_port()
     async_master = ("ha.replication_mode=ASYNC_MASTER",)
     master = BrokerProcess(str(tmp_path / "master"),
@@ -310,3 +322,43 @@ def _log_bytes(root: str, end: int) -> bytes:
         with open(os.path.join(directory, name), "rb") as f:
             out += f.read()
     return bytes(out[:end])
+
+
+def _heartbeat(client_id: str, group: str, topic: str) -> bytes:
+    return json.dumps({"clientID": client_id, "consumerDataSet": [{
+        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": [
+            {"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [],
+             "subVersion": "1700000000000"}]}]}).encode()
+
+
+def test_a_subscribed_group_without_commits_holds_the_files(tmp_path):
+    """A group that subscribes (a live member's heartbeat) and has committed nothing has
+    consumed nothing: retention keeps every file although another group consumed them all,
+    and deletes them once the subscriber is gone (its connection closes)."""
+    b = _broker(str(tmp_path), tmp_path).start()
+    try:
+        ledger, topic = Ledger(), "Held"
+        run(_produce_n(b.addr, topic, ledger, 1))
+
+        async def subscribed_while_consumed():
+            async with await RawClient.connect(b.addr) as c:
+                r = await c.request(R.HEART_BEAT, {}, _heartbeat("10.0.0.1@sub", "SUB", topic))
+                assert r.code == 0
+                await _produce_n(b.addr, topic, ledger, 300)  # about 5 files
+                counts = {q: len([k for k in ledger.acked if k[0] == q]) for q in range(QUEUES)}
+                await _commit(b.addr, "CG", topic, counts)  # CG consumed everything
+                _wait(lambda: _metric(b, "tidemq_store_retention_held_files") >= 3, "held")
+                assert _metric(b, "tidemq_store_min_offset_bytes") == 0
+                return counts
+
+        counts = run(subscribed_while_consumed())
+        assert "group 'SUB' has not consumed topic 'Held'" in b.log_text()
+        # SUB's connection closed: it no longer subscribes and never committed.
+        _wait(lambda: _metric(b, "tidemq_store_min_offset_bytes") > 0, "files deleted")
+        assert _metric(b, "tidemq_store_retention_unconsumed_deleted_messages_total") == 0
+        deleted = run(_check_every_ack_readable(b.addr, topic, ledger, counts))
+        assert deleted > 0
+    finally:
+        b.stop()
+        b.kill()
