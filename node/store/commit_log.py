@@ -83,15 +83,16 @@ class CommitLog:
         else:
             out, pos = mf.buf, wrote
         seg, seg_at = pos, wrote  # stage[seg:pos] goes to this file at position seg_at
+        filled = []  # files rolled out of: their `wrote` moves once the whole batch is written
         for m in msgs:
             size = m.size_no_crc + extra
             if size + rec.BLANK_SIZE > fsize - wrote:
                 rec.encode_blank(out, pos, fsize - wrote)
                 if through:
                     pos += rec.BLANK_SIZE
-                    mf.write(memoryview(stage)[seg:pos], seg_at)
-                mf.wrote = fsize
-                mf = self.queue.writable_file()
+                    mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
+                filled.append(mf)
+                mf = self.queue.next_file(mf)
                 wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
                 if through:
                     seg, seg_at = pos, wrote
@@ -110,7 +111,9 @@ class CommitLog:
             requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
                              m.keys, m.uniq_key, m.sys_flag))
         if through:
-            mf.write(memoryview(stage)[seg:pos], seg_at)
+            mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
+        for f in filled:
+            f.wrote = f.size
         mf.wrote = wrote
         return requests, start + wrote
 

@@ -110,10 +110,11 @@ class DiskGuard:
                         self.free_bytes / MIB, self.refused_messages)
         self.full, self.reason = full, reason
 
-    def refuse(self, messages: int = 0) -> DiskFull:
+    def refuse(self, messages: int = 0, reason: str = "") -> DiskFull:
         """The error a refused put of `messages` raises (counted)."""
         self.refused_messages += messages
-        return DiskFull(f"the message store is not writable: disk full ({self.reason})")
+        return DiskFull(f"the message store is not writable: disk full "
+                        f"({self.reason or reason})")
 
     def check_room(self, _start: int = 0) -> None:
         """The writer is about to create a commit-log file itself (rule 4): raise DiskFull,
@@ -125,5 +126,5 @@ class DiskGuard:
     def note_enospc(self, messages: int = 0) -> DiskFull:
         """A write of `messages` met a real ENOSPC (rule 3): writes are refused from now on."""
         self._enospc = True
-        self.refresh()
-        return self.refuse(messages)
+        self.refresh()  # the probe may see room already: the next put then tries again
+        return self.refuse(messages, "the file system answered ENOSPC")

@@ -160,6 +160,11 @@ class MappedFileQueue:
             else last.start_offset + self.file_bytes
         return self._obtain(start)
 
+    def next_file(self, mf: MappedFile) -> MappedFile:
+        """The file after `mf`, for a writer rolling out of it before it publishes `mf` as
+        full (CommitLog.append moves `wrote` once its whole batch is written)."""
+        return self._obtain(mf.start_offset + self.file_bytes)
+
     def make_file(self, start: int, warm: bool = True, paced: bool = True) -> MappedFile:
         """Create, map and warm (zero-filling when fresh and zero_fill) a file no other
         thread can reach: the store's first file at open, or the writer's own on-demand
