@@ -379,7 +379,6 @@ class SlaveClient:
                     raise TypeError(f"unexpected slave action {a!r}")
             if flush:
                 await _blocking(store.flush_log, 0)
-
             if ack is not None:
                 _write(writer, ack)
             if parse:

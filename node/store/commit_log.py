@@ -8,8 +8,10 @@ Rules:
 3. append_raw() (a slave's path) writes bytes exactly as the master stored them, so replica
    files are byte-identical.
 4. An append that fails (a full disk, an I/O error) leaves nothing behind: every file it
-   rolls into is made before the first byte is written, and a write failing after that is
-   undone (log end, bytes and queue offsets back where they were) before the error is raised.
+   rolls into is made before the first byte is written; the files' ends move only once the
+   whole batch is written (so the flusher never syncs or confirms part of one); a write
+   failing after that is undone (log end, bytes and queue offsets back where they were)
+   before the error is raised.
 """
 from __future__ import annotations
 

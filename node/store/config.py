@@ -96,8 +96,9 @@ class StoreConfig:
         if not all(0 < r <= 1 for r in ratios) or not ratios[0] <= ratios[1] <= ratios[2]:
             problems.append("disk ratios must satisfy 0 < max_used <= clean_forcibly <= warning <= 1")
         if not 0 < self.disk_resume_ratio <= self.disk_warning_ratio:
-            problems.append("disk_resume_ratio must satisfy 0 < disk_resume_ratio <= "
-                            "disk_warning_ratio")
+            problems.append(f"disk_resume_ratio={self.disk_resume_ratio}: must be > 0 and <= "
+                            f"disk_warning_ratio={self.disk_warning_ratio} (writes refused "
+                            f"above the warning ratio resume at or below this one)")
         try:
             self.delete_hours()
         except ValueError:
