@@ -145,7 +145,7 @@ async def _check_every_ack_readable(addr: str, topic: str, ledger: Ledger,
 def _metric(b: BrokerProcess, name: str) -> float:
     with urllib.request.urlopen(b.admin_url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
     assert m, f"{name} not exported"
     return float(m.group(1))
 

@@ -17,7 +17,7 @@ import pytest
 
 
 def _run(cmd) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
     if done.returncode != 0:
         pytest.fail(f"{' '.join(map(str, cmd))} failed ({done.returncode}): "
                     f"{done.stderr.strip()}")
@@ -25,10 +25,10 @@ def _run(cmd) -> None:
 
 def _unmount(mnt: str) -> None:
     for _ in range(50):  # a just-killed broker may hold files for a moment
-        if subprocess.run(["umount", mnt], capture_output=True).returncode == 0:
+        if subprocess.run(["umount", mnt], capture_output=True, check=False).returncode == 0:
             return
         time.sleep(0.1)
-    subprocess.run(["umount", "-l", mnt], capture_output=True)
+    subprocess.run(["umount", "-l", mnt], capture_output=True, check=False)
 
 
 @contextlib.contextmanager
@@ -67,7 +67,6 @@ def write_ballast(path: str, size_bytes: int) -> None:
     """A file of real blocks the test removes to free space."""
     with open(path, "wb") as f:
         chunk = b"\xa5" * (1 << 20)
-        for _ in range(size_bytes // len(chunk)):
-            f.write(chunk)
+        f.writelines(chunk for _ in range(size_bytes // len(chunk)))
         f.flush()
         os.fsync(f.fileno())
