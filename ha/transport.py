@@ -228,6 +228,7 @@ class SlaveClient:
         self.last_error: str | None = None
         self.connects = 0
         self.anchored = False   # a Truncate/ResetLog ran: the store's parse position is ours
+        self.store_refused = False  # the last store step was refused (a full disk)
         self._task: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._writer: asyncio.StreamWriter | None = None
@@ -260,7 +261,7 @@ class SlaveClient:
             refused = await self._connect_once()
             if self.session is not None and self.session.accepted:
                 backoff = cfg.reconnect_min_ms   # it worked for a while: retry quickly
-            wait = cfg.reconnect_max_ms if refused else backoff
+            wait = cfg.reconnect_max_ms if refused or self.store_refused else backoff
             backoff = min(cfg.reconnect_max_ms, backoff * 2)
             await asyncio.sleep(wait / 1000)
 
@@ -341,6 +342,7 @@ class SlaveClient:
                         parse = True
                     else:
                         store.append_raw(a.offset, a.data)
+                    self.store_refused = False
                 elif isinstance(a, Flush):
                     flush = True
                 elif isinstance(a, SendFrame):
@@ -385,8 +387,17 @@ class SlaveClient:
                 store.set_confirmed_offset(confirm)
             return True
         except Exception as e:  # a failing store step: resynchronise from durable state
-            log.exception("HA slave: store step failed")
-            self.last_error = f"store step failed: {e!r}"
+            if getattr(e, "retriable", False):
+                # The store refuses for now (a full disk: nothing of the refused bytes was
+                # written): stop replicating, say so once, retry at the slow reconnect pace.
+                if not self.store_refused:
+                    log.error("HA slave: the store refuses replicated data (%s); replication "
+                              "paused, retried every %d ms", e, self.config.reconnect_max_ms)
+                self.store_refused = True
+                self.last_error = f"store refuses writes: {e}"
+            else:
+                log.exception("HA slave: store step failed")
+                self.last_error = f"store step failed: {e!r}"
             self.history.assign(self.epoch_file.load())
             writer.close()
             return False

@@ -24,7 +24,7 @@ import socket
 from client.protocol.codes import RequestCode
 from client.protocol.record import encode_host
 
-from node import security
+from node import retention_progress, security
 from node.admin_http import AdminHttp
 from node.bridge import LoopBridge
 from node.broker_metrics import BrokerCollector
@@ -129,6 +129,7 @@ class Broker:
                                                  security.admin_ssl(cfg))
         self._spawn(self._flush_offsets_loop(), "offsets-flush")
         self._spawn(self._housekeeping_loop(), "housekeeping")
+        self._spawn(retention_progress.publish_loop(self), "retention-progress")
         self._spawn(self.schedule.run(), "delayed-delivery")
         self._spawn(self.transactions.run(), "transaction-check")
         if self.cluster is not None:   # from here on the coordinator drives the role

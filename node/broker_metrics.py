@@ -94,12 +94,29 @@ class BrokerCollector:
                 ("tidemq_store_disk_clean_forcibly_ratio", scfg.disk_clean_forcibly_ratio,
                  "unexpired files are deleted above it"),
                 ("tidemq_store_disk_warning_ratio", scfg.disk_warning_ratio,
-                 "writes are refused above it")):
+                 "writes are refused above it"),
+                ("tidemq_store_disk_resume_ratio", scfg.disk_resume_ratio,
+                 "refused writes are accepted again at or below it")):
             yield _gauge(name, f"Configured store setting: {what}.", value)
+        guard, retention = store.disk_guard, store.retention
         yield _gauge("tidemq_store_disk_full", "1 while writes are refused for disk use.",
-                     1 if store.retention.disk_full else 0)
+                     1 if guard.full else 0)
+        yield _gauge("tidemq_store_disk_free_bytes", "Free bytes of the store's file system "
+                     "at the disk guard's last probe.", guard.free_bytes)
+        yield _counter("tidemq_store_disk_refused_messages", "Messages refused "
+                       "(SERVICE_NOT_AVAILABLE) because the disk is full.", guard.refused_messages)
         yield _counter("tidemq_store_commitlog_files_deleted", "Commit-log files deleted by "
-                       "retention.", store.retention.deleted_files)
+                       "retention.", retention.deleted_files)
+        yield _gauge("tidemq_store_retention_held_files", "Expired commit-log files kept "
+                     "because they hold messages a group has not consumed.",
+                     retention.held_files)
+        yield _counter("tidemq_store_retention_unconsumed_deleted_files", "Commit-log files "
+                       "deleted while holding unconsumed messages "
+                       "(store.retention_delete_unconsumed).", retention.unconsumed_deleted_files)
+        yield _counter("tidemq_store_retention_unconsumed_deleted_messages", "Unconsumed "
+                       "messages deleted, counted once per group "
+                       "(store.retention_delete_unconsumed).",
+                       retention.unconsumed_deleted_messages)
         yield _counter("tidemq_store_commitlog_fsyncs", "Commit-log fdatasyncs (under "
                        "SYNC_FLUSH one per group commit).", store.flush_service.fsyncs)
 

@@ -57,11 +57,19 @@ STORE_DOCS = {
     "min_free_fds": "File descriptors kept free for connections and the store's own files: a "
                     "send that needs a new consume-queue file past it is refused with "
                     "SERVICE_NOT_AVAILABLE (14). Each consume-queue file holds one descriptor.",
-    "file_reserved_hours": "Retention: commit-log files older than this may be deleted.",
+    "file_reserved_hours": "Retention: commit-log files younger than this are kept; older ones "
+                           "go once every subscribed group has consumed them.",
     "delete_when": "Retention: hours (00-23, ';'-separated) when old files are deleted.",
-    "disk_max_used_ratio": "Retention: delete old files above this disk use.",
-    "disk_clean_forcibly_ratio": "Retention: delete even young files above this disk use.",
-    "disk_warning_ratio": "Refuse writes above this disk use.",
+    "disk_max_used_ratio": "Retention: delete old (consumed) files at any hour above this disk "
+                           "use.",
+    "disk_clean_forcibly_ratio": "Retention, with retention_delete_unconsumed only: delete even "
+                                 "young files above this disk use.",
+    "retention_delete_unconsumed": "Opt-in: delete files by time and disk use alone, even with "
+                                   "messages a subscribed group has not consumed (each file "
+                                   "logged at WARNING with the groups and counts affected).",
+    "disk_warning_ratio": "Refuse writes (SERVICE_NOT_AVAILABLE, 14) above this disk use, or "
+                          "when the free space cannot hold the next files; 1 = no check.",
+    "disk_resume_ratio": "Accept writes again once disk use is back below this (hysteresis).",
     "clean_interval_ms": "Retention check period.",
     "delete_files_batch_max": "Retention: most files deleted per pass.",
     "preallocate_at_ratio": "Create the next commit-log file when the current one is this full.",

@@ -115,6 +115,7 @@ class ScheduleService:
     # -- the delivering side ------------------------------------------------------------------
     async def run(self) -> None:
         serving = False
+        paused = False  # logged once per pause: a full disk lasts many rounds
         while True:
             delay_ms = TICK_MS
             if not self.broker.role.state_ready:   # a master whose replicated state is applied
@@ -125,8 +126,13 @@ class ScheduleService:
             if serving:
                 try:
                     delay_ms = self.round(int(time.time() * 1000))
+                    if paused:
+                        log.warning("delayed delivery resumed")
+                    paused = False
                 except (DiskFull, StoreClosed) as exc:
-                    log.warning("delayed delivery paused: %s", exc)
+                    if not paused:
+                        log.warning("delayed delivery paused: %s", exc)
+                    paused = True
             await asyncio.sleep(max(delay_ms, 2) / 1000)
 
     def queues(self) -> list[int]:

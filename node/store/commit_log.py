@@ -7,6 +7,11 @@ Rules:
    max_offset.
 3. append_raw() (a slave's path) writes bytes exactly as the master stored them, so replica
    files are byte-identical.
+4. An append that fails (a full disk, an I/O error) leaves nothing behind: every file it
+   rolls into is made before the first byte is written; the files' ends move only once the
+   whole batch is written (so the flusher never syncs or confirms part of one); a write
+   failing after that is undone (log end, bytes and queue offsets back where they were)
+   before the error is raised.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from client.protocol import record as rec
 
 from .errors import OffsetMismatch
 from .mapped_file_queue import MappedFileQueue
+from .message import is_dispatched_to_queue
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
@@ -51,14 +57,25 @@ class CommitLog:
         encoded into a staging buffer and written with one pwrite per file they land in
         (MappedFile.write says why); otherwise straight into the mapping, which saves a copy
         when fsyncs are rare."""
-        crc = self.whole_record_crc
-        extra = rec.CRC_RESERVED_BYTES if crc else 0
-        encode = rec.encode_into
+        extra = rec.CRC_RESERVED_BYTES if self.whole_record_crc else 0
         mf = self.queue.writable_file(self.start_offset)
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         end, nbytes = self._prepare_rolls(msgs, extra, wrote, fsize, start)
         if self.write_guard is not None:
             self.write_guard(end)
+        requests = []
+        try:
+            return self._encode_and_write(msgs, queue_table, store_ts, mf, nbytes, requests)
+        except BaseException:
+            self._undo(start + wrote, end, requests, queue_table)
+            raise
+
+    def _encode_and_write(self, msgs, queue_table: dict, store_ts: int, mf, nbytes: int,
+                          requests: list):
+        crc = self.whole_record_crc
+        extra = rec.CRC_RESERVED_BYTES if crc else 0
+        encode = rec.encode_into
+        wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         through = self.write_through
         if through:
             stage = self._stage
@@ -68,39 +85,48 @@ class CommitLog:
         else:
             out, pos = mf.buf, wrote
         seg, seg_at = pos, wrote  # stage[seg:pos] goes to this file at position seg_at
-        requests = []
+        filled = []  # files rolled out of: their `wrote` moves once the whole batch is written
         for m in msgs:
             size = m.size_no_crc + extra
             if size + rec.BLANK_SIZE > fsize - wrote:
                 rec.encode_blank(out, pos, fsize - wrote)
                 if through:
                     pos += rec.BLANK_SIZE
-                    mf.write(memoryview(stage)[seg:pos], seg_at)
-                mf.wrote = fsize
-                mf = self.queue.writable_file()
+                    mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
+                filled.append(mf)
+                mf = self.queue.next_file(mf)
                 wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
                 if through:
                     seg, seg_at = pos, wrote
                 else:
                     out, pos = mf.buf, wrote
-            if m.dispatchable:
-                key = (m.topic, m.queue_id)
-                qoff = queue_table.get(key, 0)
-                queue_table[key] = qoff + 1
-            else:
-                qoff = 0  # RocketMQ writes 0 for PREPARED/ROLLBACK records
+            # RocketMQ writes queue offset 0 for PREPARED/ROLLBACK records
+            qoff = queue_table.get((m.topic, m.queue_id), 0) if m.dispatchable else 0
             phys = start + wrote
             encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
                    m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
                    m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
+            if m.dispatchable:  # after the encode: _undo restores from `requests` alone
+                queue_table[(m.topic, m.queue_id)] = qoff + 1
             wrote += size
             pos += size
             requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
                              m.keys, m.uniq_key, m.sys_flag))
         if through:
-            mf.write(memoryview(stage)[seg:pos], seg_at)
+            mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
+        for f in filled:
+            f.wrote = f.size
         mf.wrote = wrote
         return requests, start + wrote
+
+    def _undo(self, begin: int, end: int, requests, queue_table: dict) -> None:
+        """Rule 4: put the log end, the bytes up to `end` and the queue offsets of `requests`
+        back as they were before an append from `begin` failed."""
+        for r in requests:
+            if is_dispatched_to_queue(r[9]):
+                key = (r[0], r[1])
+                queue_table[key] = min(queue_table[key], r[2])
+        self.truncate(begin, scan_stale=True, stale_limit=end)
 
     def _prepare_rolls(self, msgs, extra: int, wrote: int, fsize: int, start: int):
         """Create every file this batch will roll into before writing a byte, so a failure to

@@ -53,12 +53,19 @@ class StoreConfig:
     # connections and the store's own files): past it, sends to a queue that needs a new file
     # are refused (fd_budget.py).
     min_free_fds: int = 128
-    # Retention.
+    # Retention (retention.py): by default a file goes only once every subscribed group has
+    # consumed all of it AND it is older than file_reserved_hours; retention_delete_unconsumed
+    # restores RocketMQ's rules (time and disk use alone), which delete unconsumed messages.
     file_reserved_hours: float = 72.0
     delete_when: str = "04"
     disk_max_used_ratio: float = 0.75
     disk_clean_forcibly_ratio: float = 0.85
+    retention_delete_unconsumed: bool = False
+    # Disk guard (disk_guard.py): writes are refused above disk_warning_ratio, or when the free
+    # space cannot hold the next files, and accepted again below disk_resume_ratio; a warning
+    # ratio of 1 turns the check off (a full disk then shows as ENOSPC, answered the same way).
     disk_warning_ratio: float = 0.90
+    disk_resume_ratio: float = 0.85
     clean_interval_ms: int = 10_000
     delete_files_batch_max: int = 10
     # The next commit-log file is created (and warmed, paced) when the current one is this
@@ -92,6 +99,10 @@ class StoreConfig:
         ratios = (self.disk_max_used_ratio, self.disk_clean_forcibly_ratio, self.disk_warning_ratio)
         if not all(0 < r <= 1 for r in ratios) or not ratios[0] <= ratios[1] <= ratios[2]:
             problems.append("disk ratios must satisfy 0 < max_used <= clean_forcibly <= warning <= 1")
+        if not 0 < self.disk_resume_ratio <= self.disk_warning_ratio:
+            problems.append(f"disk_resume_ratio={self.disk_resume_ratio}: must be > 0 and <= "
+                            f"disk_warning_ratio={self.disk_warning_ratio} (writes refused "
+                            f"above the warning ratio resume at or below this one)")
         try:
             self.delete_hours()
         except ValueError:

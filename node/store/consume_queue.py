@@ -232,15 +232,29 @@ class ConsumeQueue:
         self._truncate_by_phys(phys_offset)
 
     def _truncate_by_phys(self, phys_offset: int) -> None:
-        lo, hi = self.min_queue_offset, self.max_queue_offset
-        while lo < hi:  # first unit with phys >= phys_offset (units are phys-ordered)
+        self._truncate_to(self._first_at_phys(phys_offset, None, None))
+
+    def first_at_phys(self, phys_offset: int, lo: int | None = None,
+                      hi: int | None = None) -> int:
+        """The first queue offset in [lo, hi) (default: the whole queue) whose unit points
+        at or beyond `phys_offset`, else hi (binary search: units are phys-ordered). A parked
+        queue is mapped for the search: retention must never read an unmapped queue as
+        empty."""
+        if self.parked:
+            return self._while_mapped(self._first_at_phys, phys_offset, lo, hi)
+        return self._first_at_phys(phys_offset, lo, hi)
+
+    def _first_at_phys(self, phys_offset: int, lo: int | None, hi: int | None) -> int:
+        lo = self.min_queue_offset if lo is None else lo
+        hi = self.max_queue_offset if hi is None else hi
+        while lo < hi:
             mid = (lo + hi) // 2
             unit = self._get(mid)
             if unit is not None and unit[1] != PRE_BLANK_SIZE and unit[0] >= phys_offset:
                 hi = mid
             else:
                 lo = mid + 1
-        self._truncate_to(lo)
+        return lo
 
     def truncate_to(self, queue_offset: int) -> None:
         """Durably drop units at or after `queue_offset`."""

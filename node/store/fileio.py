@@ -27,14 +27,19 @@ _WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
 _WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files
 _ZERO_SYNC_BYTES = 32 << 20   # a zero-fill writes back as it goes: no burst of dirty pages
 ZEROS = bytes(_WARM_CHUNK)    # one chunk of zeros, shared with MappedFile's cut and scan
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 
 def _preallocate(fd: int, size: int) -> None:
     """Reserve the blocks now: writes into a sparse mapping fault and allocate page by page
-    (measured here: 141k vs 319k appends/s of 1 KiB), and a full disk would SIGBUS."""
+    (measured here: 141k vs 319k appends/s of 1 KiB), and a full disk would SIGBUS. A full
+    disk (ENOSPC, EDQUOT) is raised, never papered over with a sparse file: writing into that
+    mapping would SIGBUS the process."""
     try:
         os.posix_fallocate(fd, 0, size)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in NO_SPACE_ERRNOS:
+            raise
         os.ftruncate(fd, size)  # file systems without fallocate: sparse, still full length
 
 
@@ -47,9 +52,16 @@ class OsMapping:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._fill_lock = threading.Lock()  # a zero chunk lands whole before the writer enters
         try:
-            self.fresh = os.fstat(fd).st_size < size  # no data of ours in it: zero_fill may write
+            old_size = os.fstat(fd).st_size
+            self.fresh = old_size < size  # no data of ours in it: zero_fill may write
             if self.fresh:
-                _preallocate(fd, size)
+                try:
+                    _preallocate(fd, size)
+                except OSError:
+                    # A failed fallocate may leave part of the blocks and a longer file: give
+                    # them back, and leave no odd-sized file for the next start to refuse.
+                    os.ftruncate(fd, old_size)
+                    raise
             self.buf = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(fd)

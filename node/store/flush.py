@@ -143,8 +143,9 @@ class FlushService:
 
 
 class MaintenanceService:
-    """Every derived_flush_interval_ms: flush consume queues and index, save the checkpoint,
-    prepare the next commit-log file; every clean_interval_ms: retention."""
+    """Every derived_flush_interval_ms: probe the disk (writes refused or accepted again),
+    flush consume queues and index, save the checkpoint, prepare the next commit-log file;
+    every clean_interval_ms: retention."""
 
     def __init__(self, store, retention):
         self.store = store
@@ -165,6 +166,7 @@ class MaintenanceService:
         last_clean = time.monotonic()
         while not self._stop.wait(period):
             try:
+                self.store.disk_guard.refresh()
                 self.store.prepare_next_file()
                 self.store.save_checkpoint()
                 if time.monotonic() - last_clean >= cfg.clean_interval_ms / 1000:

@@ -59,15 +59,18 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote >= self.size
 
-    def write(self, data, pos: int | None = None) -> None:
+    def write(self, data, pos: int | None = None, publish: bool = True) -> None:
         """Write at `pos` (default: the end) through the file, not the mapping: an fdatasync
         after writes through a shared mapping costs 0.4-0.6 ms here (the kernel
         write-protects every page it cleans and the next write faults it back), after pwrite
-        about 0.13 ms. Readers still read the mapping: it shows the same page cache."""
+        about 0.13 ms. Readers still read the mapping: it shows the same page cache.
+        publish=False leaves `wrote` alone: the caller moves it once a whole batch is written
+        (the flusher must not make part of a batch that may still fail durable)."""
         pos = self.wrote if pos is None else pos
         assert 0 <= pos and pos + len(data) <= self.size, (pos, len(data), self.size)
         self._mapping.pwrite(data, pos)
-        self.wrote = max(self.wrote, pos + len(data))
+        if publish:
+            self.wrote = max(self.wrote, pos + len(data))
 
     def read(self, pos: int, size: int) -> bytes:
         end = min(pos + size, self.wrote)

@@ -47,6 +47,9 @@ class MappedFileQueue:
         self.zero_fill = False
         self.map_only = False  # rule 4
         self.admit = None      # rule 4: fn(what, count=1) raising OSError to refuse files
+        # fn(start) before the writer creates a file itself; raises to refuse (the store's
+        # disk guard: no room for the file).
+        self.before_make = None
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -124,6 +127,8 @@ class MappedFileQueue:
                 self._place(mf, prepared)
                 return mf
         try:
+            if self.before_make is not None:
+                self.before_make(start)
             mf = self._make_on_demand(start)
         finally:
             with self._lock:
@@ -161,6 +166,11 @@ class MappedFileQueue:
         start = (start_offset - start_offset % self.file_bytes) if last is None \
             else last.start_offset + self.file_bytes
         return self._obtain(start)
+
+    def next_file(self, mf: MappedFile) -> MappedFile:
+        """The file after `mf`, for a writer rolling out of it before it publishes `mf` as
+        full (CommitLog.append moves `wrote` once its whole batch is written)."""
+        return self._obtain(mf.start_offset + self.file_bytes)
 
     def make_file(self, start: int, warm: bool = True, paced: bool = True) -> MappedFile:
         """Create, map and warm (zero-filling when fresh and zero_fill) a file no other
@@ -264,6 +274,15 @@ class MappedFileQueue:
                         if mf is not None:
                             self._prepared[start] = mf
             start += self.file_bytes
+
+    def next_file_made(self) -> bool:
+        """Whether the file after the last one exists already (prepared or being made)."""
+        with self._lock:
+            last = self.last()
+            if last is None:
+                return False
+            start = last.start_offset + self.file_bytes
+            return start in self._prepared or isinstance(self._making.get(start), MappedFile)
 
     def ensure_prepared(self, start: int) -> None:
         """Make sure the file starting at `start` exists (prepared, not yet in the queue)."""

@@ -29,10 +29,11 @@ from client.protocol import record as rec
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
+from .disk_guard import DiskGuard, disk_usage as probe_disk
 from .dispatch import Dispatcher
 from .errors import (DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed,
                      StoreCorrupt, StoreLocked)
-from .fileio import OS_FILE_SYSTEM
+from .fileio import NO_SPACE_ERRNOS, OS_FILE_SYSTEM
 from .flush import FlushService, MaintenanceService
 from .index_file import IndexService
 from .log_throttle import LogThrottle
@@ -68,7 +69,7 @@ class AppendResult:
 
 class MessageStore(StoreReader):
     def __init__(self, config: StoreConfig, fs=OS_FILE_SYSTEM, clock=time.time,
-                 disk_usage=None):
+                 disk_usage=probe_disk):
         self.config = config
         self.fs = fs
         self.clock = clock
@@ -89,7 +90,9 @@ class MessageStore(StoreReader):
         self.put_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
         self._confirm_lock = threading.Lock()
-        self.retention = Retention(self, clock, disk_usage) if disk_usage else Retention(self, clock)
+        self.disk_guard = DiskGuard(self, disk_usage)
+        self.commit_log.queue.before_make = self.disk_guard.check_room
+        self.retention = Retention(self, self.disk_guard, clock)
         self.flush_service = FlushService(self)
         self.maintenance = MaintenanceService(self, self.retention)
         self.recovery_report = None
@@ -126,7 +129,7 @@ class MessageStore(StoreReader):
             with open(abort, "w") as f:
                 f.write(str(os.getpid()))
             self.fs.fsync_dir(root)
-            self.retention.check_disk()
+            self.disk_guard.refresh()
         except BaseException:
             self._release_lock()
             raise
@@ -242,9 +245,8 @@ class MessageStore(StoreReader):
             raise MessageIllegal("empty batch")
         for m in msgs:
             self.validate(m)
-        if self.retention.disk_full:
-            raise DiskFull("disk use is above the warning ratio; writes are refused until "
-                           "retention frees space")
+        if self.disk_guard.full:
+            raise self.disk_guard.refuse(len(msgs))
         with self.put_lock:
             if not self.writable:
                 raise StoreClosed("store is not accepting writes")
@@ -252,7 +254,15 @@ class MessageStore(StoreReader):
                 raise StoreClosed(self.put_refusal)
             self._reserve_queue_files(msgs)
             ts = int(self.clock() * 1000)
-            requests, end = self.commit_log.append(msgs, self.queue_table, ts)
+            try:
+                requests, end = self.commit_log.append(msgs, self.queue_table, ts)
+            except DiskFull:  # no room for the next file: nothing was written
+                self.disk_guard.refused_messages += len(msgs)
+                raise
+            except OSError as exc:  # nothing was written (CommitLog.append rule 4)
+                if exc.errno in NO_SPACE_ERRNOS:
+                    raise self.disk_guard.note_enospc(len(msgs)) from None
+                raise
             self.dispatcher.enqueue(requests)
             self.raw_parsed_offset = end  # whole records only: a later raw append starts here
         if self._local_confirm and not self._sync_flush:
@@ -397,9 +407,17 @@ class MessageStore(StoreReader):
         preallocate_at_ratio full (AllocateMappedFileService)."""
         q = self.commit_log.queue
         last = q.last()
-        if last is None or last.wrote < last.size * self.config.preallocate_at_ratio:
+        if last is None or last.wrote < last.size * self.config.preallocate_at_ratio \
+                or q.next_file_made():
             return
-        q.prepare_next()
+        if self.disk_guard.enabled and self.disk_guard.refresh():
+            return  # no room: puts are refused meanwhile, and the writer checks again
+        try:
+            q.prepare_next()
+        except OSError as exc:
+            if exc.errno not in NO_SPACE_ERRNOS:
+                raise
+            self.disk_guard.note_enospc()
 
     # -- HA ------------------------------------------------------------------------------
     def read_raw(self, offset: int, max_bytes: int) -> bytes:
@@ -410,8 +428,17 @@ class MessageStore(StoreReader):
         queued for dispatch; they become visible as the confirmed offset passes them. With
         parse=False the caller calls parse_raw() later (HA acknowledges first: parsing and
         dispatch are visibility work, not durability)."""
+        if self.disk_guard.full:
+            raise self.disk_guard.refuse()
         with self.put_lock:
-            self.commit_log.append_raw(offset, data)
+            try:
+                self.commit_log.append_raw(offset, data)
+            except OSError as exc:
+                # What was written before the failed file stays: a slave's raw log may end
+                # anywhere, and the next link cuts to a record boundary and resumes there.
+                if exc.errno in NO_SPACE_ERRNOS:
+                    raise self.disk_guard.note_enospc() from None
+                raise
             if parse:
                 self._parse_raw(self.raw_parsed_offset)
 

@@ -169,7 +169,8 @@ def test_alert_rule_unit_tests_pass():
     "TideMQReplicationLagBytes", "TideMQConsumerLagGrowing", "TideMQDiskAboveCleanRatio",
     "TideMQDiskAboveWarningRatio", "TideMQFlushDiskTimeouts", "TideMQFlushSlaveTimeouts",
     "TideMQZooKeeperSessionLost", "TideMQTlsCertificateExpiresSoon",
-    "TideMQTlsCertificateExpired"])
+    "TideMQTlsCertificateExpired", "TideMQDiskFullWritesRefused",
+    "TideMQUnconsumedMessagesDeleted"])
 def test_every_required_alert_exists_and_is_unit_tested(alert):
     rules = yaml.safe_load(open(os.path.join(DEPLOY, "prometheus", "rules", "tidemq-alerts.yml")))
     names = {r.get("alert") for g in rules["groups"] for r in g["rules"]}

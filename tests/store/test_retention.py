@@ -1,10 +1,18 @@
-"""Retention with small files, a controllable clock and a controllable disk-usage probe."""
+"""Retention with small files, a controllable clock, a controllable disk probe and consumer
+progress set the way the broker publishes it (node/retention_progress.py).
+
+Default: only expired files that every consuming group has consumed go. Opt-in
+(retention_delete_unconsumed): RocketMQ's rules, with a WARNING and a count per file of
+unconsumed messages deleted."""
+import logging
 import os
 import time
 
 import pytest
 
 from client.protocol import record as rec
+from node.store.consumed import NO_GROUP, ConsumerProgress
+from node.store.disk_guard import DiskUsage
 from node.store.errors import DiskFull
 from node.store.message_store import MessageStore
 from node.store.reader import GetStatus
@@ -12,27 +20,43 @@ from node.store.reader import GetStatus
 from .helpers import message, small_config
 
 HOUR = 3600
+MESSAGES = 1200
 
 
 class World:
     def __init__(self):
         self.now = time.mktime((2026, 11, 22, 4, 30, 0, 0, 0, -1))  # 04:30 local: a delete hour
         self.disk = 0.10
+        self.free_bytes = 1 << 40
 
     def clock(self):
         return self.now
 
     def usage(self, _path):
-        return self.disk
+        return DiskUsage(self.disk, self.free_bytes)
+
+
+def _open(tmp_path, world, **overrides):
+    store = MessageStore(small_config(tmp_path, file_reserved_hours=72, delete_when="04",
+                                      **overrides),
+                         clock=world.clock, disk_usage=world.usage).open()
+    for s in range(0, MESSAGES, 4):
+        store.put([message(i, 400, queues=2) for i in range(s, s + 4)])
+    return store
 
 
 @pytest.fixture
 def world_store(tmp_path):
     world = World()
-    store = MessageStore(small_config(tmp_path, file_reserved_hours=72, delete_when="04"),
-                         clock=world.clock, disk_usage=world.usage).open()
-    for s in range(0, 1200, 4):
-        store.put([message(i, 400, queues=2) for i in range(s, s + 4)])
+    store = _open(tmp_path, world)
+    yield world, store
+    store.close()
+
+
+@pytest.fixture
+def opt_in_store(tmp_path):
+    world = World()
+    store = _open(tmp_path, world, retention_delete_unconsumed=True)
     yield world, store
     store.close()
 
@@ -43,11 +67,33 @@ def _age_files(store, world, count, hours):
         os.utime(mf.path, (t, t))
 
 
-def test_expired_files_deleted_only_in_the_delete_hour(world_store):
+def _consumed(store, upto: dict, group="G"):
+    """Publish progress: `group` committed upto[qid] on topic T."""
+    store.retention.progress = ConsumerProgress({"T": {group: dict(upto)}})
+
+
+def _all_consumed(store):
+    _consumed(store, {q: store.max_queue_offset("T", q) for q in (0, 1)})
+
+
+def _readable(store, qid, offset=0):
+    """Messages readable in queue `qid` from `offset` (every one decodes)."""
+    count = 0
+    while True:
+        r = store.get_messages("T", qid, offset, 1000, max_bytes=1 << 30)
+        if r.status != GetStatus.FOUND:
+            return count
+        count += sum(1 for m in r.messages if rec.decode_record(m))
+        offset = r.next_begin_offset
+
+
+def test_expired_consumed_files_deleted_only_in_the_delete_hour(world_store):
     world, store = world_store
+    _all_consumed(store)
     files_before = len(store.commit_log.queue.files)
     world.now = time.mktime((2026, 11, 22, 13, 0, 0, 0, 0, -1))
     _age_files(store, world, 3, 100)
+    _all_consumed(store)
     assert store.retention.run_once() == 0                     # wrong hour, disk fine
     world.now = time.mktime((2026, 11, 23, 4, 10, 0, 0, 0, -1))
     assert store.retention.run_once() == 3                     # the delete hour
@@ -64,8 +110,9 @@ def test_expired_files_deleted_only_in_the_delete_hour(world_store):
     assert store.query_by_key("T", "U000000000000") == []
 
 
-def test_disk_pressure_deletes_expired_files_at_any_hour(world_store):
+def test_disk_pressure_deletes_expired_consumed_files_at_any_hour(world_store):
     world, store = world_store
+    _all_consumed(store)
     world.now = time.mktime((2026, 11, 22, 13, 0, 0, 0, 0, -1))
     _age_files(store, world, 2, 100)
     assert store.retention.run_once() == 0
@@ -73,23 +120,111 @@ def test_disk_pressure_deletes_expired_files_at_any_hour(world_store):
     assert store.retention.run_once() == 2
 
 
-def test_forced_clean_deletes_unexpired_files(world_store):
+def test_unconsumed_files_are_kept_whatever_their_age_and_the_disk(world_store, caplog):
+    """The default: no acknowledged message is deleted before its groups consumed it."""
     world, store = world_store
+    files = len(store.commit_log.queue.files)
+    _age_files(store, world, files, 1000)
+    world.disk = 0.99
+    # No progress published (a bare store): nothing is known consumed.
+    assert store.retention.run_once(manual=True) == 0
+    # A group consumed queue 0 only; queue 1 is unconsumed from its first message.
+    _consumed(store, {0: store.max_queue_offset("T", 0)})
+    with caplog.at_level(logging.WARNING, logger="tidemq.store.retention"):
+        assert store.retention.run_once(manual=True) == 0
+    assert store.retention.held_files == files - 1
+    assert "group 'G' has not consumed topic 'T' queue 1 from queue offset 0" in caplog.text
+    # A topic no group consumes is unconsumed too.
+    store.retention.progress = ConsumerProgress({"Other": {"G": {}}})
+    assert store.retention.run_once(manual=True) == 0
+    for qid in (0, 1):
+        assert _readable(store, qid) == MESSAGES // 2
+    # Consumed up to the middle of the log: exactly the files below that point go.
+    mid = {q: store.max_queue_offset("T", q) // 2 for q in (0, 1)}
+    _consumed(store, mid)
+    first_needed = min(store.queues.get("T", q).get(mid[q])[0] for q in (0, 1))
+    deleted = store.retention.run_once(manual=True)
+    assert deleted > 0 and store.min_offset <= first_needed
+    for qid in (0, 1):
+        assert _readable(store, qid, mid[qid]) == MESSAGES // 2 - mid[qid]
+    assert store.retention.unconsumed_deleted_messages == 0
+
+
+def test_young_consumed_files_are_kept_above_the_forcible_ratio(world_store):
+    world, store = world_store
+    _all_consumed(store)
+    world.now = time.mktime((2026, 11, 22, 13, 0, 0, 0, 0, -1))
+    world.disk = 0.87  # above disk_clean_forcibly_ratio: deletes only with the opt-in
+    assert store.retention.run_once() == 0
+
+
+def test_opt_in_forced_clean_deletes_unexpired_unconsumed_files_loudly(opt_in_store, caplog):
+    world, store = opt_in_store
     world.now = time.mktime((2026, 11, 22, 13, 0, 0, 0, 0, -1))
     world.disk = 0.87  # above disk_clean_forcibly_ratio (85%)
-    n = store.retention.run_once()
-    assert n == min(10, len(store.commit_log.queue.files) - 1 + n)  # batch max, never the last
-    assert n > 0 and store.commit_log.queue.files
+    _consumed(store, {0: 10})  # G read 10 messages of queue 0 and none of queue 1
+    before = {q: store.min_queue_offset("T", q) for q in (0, 1)}
+    with caplog.at_level(logging.WARNING, logger="tidemq.store.retention"):
+        n = store.retention.run_once()
+    assert n == 10  # delete_files_batch_max, never the last
+    lost = {q: store.min_queue_offset("T", q) - before[q] for q in (0, 1)}
+    assert lost[0] > 10 and lost[1] > 0
+    warnings = [r for r in caplog.records if "holding unconsumed messages" in r.getMessage()]
+    assert len(warnings) == 10 and all(r.levelno == logging.WARNING for r in warnings)
+    assert "group 'G' topic 'T'" in warnings[0].getMessage()
+    assert store.retention.unconsumed_deleted_files == 10
+    assert store.retention.unconsumed_deleted_messages == lost[0] - 10 + lost[1]
 
 
-def test_writes_refused_above_warning_ratio_and_resumed_below(world_store):
+def test_opt_in_counts_a_topic_nobody_consumes(opt_in_store, caplog):
+    world, store = opt_in_store
+    _age_files(store, world, 2, 100)
+    with caplog.at_level(logging.WARNING, logger="tidemq.store.retention"):
+        assert store.retention.run_once() == 2
+    lost = sum(store.min_queue_offset("T", q) for q in (0, 1))
+    assert store.retention.unconsumed_deleted_messages == lost > 0
+    assert NO_GROUP in caplog.text
+
+
+def test_opt_in_consumed_files_delete_silently(opt_in_store, caplog):
+    world, store = opt_in_store
+    _all_consumed(store)
+    _age_files(store, world, 2, 100)
+    with caplog.at_level(logging.WARNING, logger="tidemq.store.retention"):
+        assert store.retention.run_once() == 2
+    assert "unconsumed" not in caplog.text
+    assert store.retention.unconsumed_deleted_files == 0
+
+
+def test_writes_refused_above_warning_ratio_and_resumed_below_resume_ratio(world_store):
     world, store = world_store
     world.disk = 0.95
-    store.retention.check_disk()
+    store.disk_guard.refresh()
     end = store.max_offset
-    with pytest.raises(DiskFull, match="warning ratio"):
+    with pytest.raises(DiskFull, match="disk full .*95.0% used.*disk_warning_ratio"):
         store.put([message(5000)])
     assert store.max_offset == end
+    world.disk = 0.88  # below the warning ratio, above the resume ratio: still refused
+    store.disk_guard.refresh()
+    with pytest.raises(DiskFull):
+        store.put([message(5000)])
     world.disk = 0.50
-    store.retention.check_disk()
+    store.disk_guard.refresh()
     assert store.put([message(5001)]).placed[0][0] == end
+    assert store.disk_guard.refused_messages == 2
+
+
+def test_writer_checks_room_before_it_creates_a_file(world_store):
+    """A burst between two probes: the writer finds no room for its next file and refuses
+    before writing a byte, although the last probe said the disk was fine."""
+    world, store = world_store
+    world.free_bytes = store.disk_guard.needed_bytes() - 1
+    end = store.max_offset
+    queue_ends = {qid: store.max_queue_offset("T", qid) for qid in (0, 1)}
+    with pytest.raises(DiskFull, match="MiB free"):
+        for i in range(MESSAGES, MESSAGES + 1000):  # bounded: a file holds ~130 messages
+            store.put([message(i, 400, queues=2)])
+            end = store.max_offset
+            queue_ends = {qid: store.max_queue_offset("T", qid) for qid in (0, 1)}
+    assert store.max_offset == end
+    assert {qid: store.max_queue_offset("T", qid) for qid in (0, 1)} == queue_ends
