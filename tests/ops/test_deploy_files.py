@@ -170,7 +170,7 @@ def test_alert_rule_unit_tests_pass():
     "TideMQDiskAboveWarningRatio", "TideMQFlushDiskTimeouts", "TideMQFlushSlaveTimeouts",
     "TideMQZooKeeperSessionLost", "TideMQTlsCertificateExpiresSoon",
     "TideMQTlsCertificateExpired", "TideMQDiskFullWritesRefused",
-    "TideMQUnconsumedMessagesDeleted"])
+    "TideMQUnconsumedMessagesDeleted", "TideMQUndeliverableParked"])
 def test_every_required_alert_exists_and_is_unit_tested(alert):
     rules = yaml.safe_load(open(os.path.join(DEPLOY, "prometheus", "rules", "tidemq-alerts.yml")))
     names = {r.get("alert") for g in rules["groups"] for r in g["rules"]}
