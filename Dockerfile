@@ -6,7 +6,7 @@ FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /opt/tidemq
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY client ./client
 COPY node ./node
 COPY ha ./ha

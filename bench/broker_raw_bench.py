@@ -25,11 +25,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.ha_bench import scrape  # noqa: E402
-from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
-from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tests.support.raw_client import batch_body, properties, send_ext, send_ext_v2  # noqa: E402
-
+from tidemq.protocol.codes import RequestCode, SerializeType  # noqa: E402
+from tidemq.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 
 _UNIQ_DIGITS = 31
 _UNIQ_SLOT = b"#" * _UNIQ_DIGITS  # same width as the number written into it
@@ -101,7 +100,7 @@ async def latency(addr, frames, count):
     reader, writer = await asyncio.open_connection(host, int(port))
     decoder = FrameDecoder()
     samples = []
-    for i in range(count):
+    for _i in range(count):
         t = time.perf_counter()
         writer.write(frames.take(1))
         got = []

@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without install
 
-from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
-from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
+from tidemq.protocol.codes import RequestCode, SerializeType  # noqa: E402
+from tidemq.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 
 SEND_EXT = {
     "producerGroup": "please_rename_unique_group_name",

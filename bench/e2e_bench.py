@@ -36,15 +36,17 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.admin import Admin  # noqa: E402
-from client.consumer import PushConsumer  # noqa: E402
-from client.message import Message  # noqa: E402
-from client.producer import Producer  # noqa: E402
-from client.pull_consumer import PullConsumer  # noqa: E402
+from bench import (
+    calibration,  # noqa: E402
+    messaging_phases,  # noqa: E402
+    security_phases,  # noqa: E402
+)
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
-from bench import calibration  # noqa: E402
-from bench import messaging_phases  # noqa: E402
-from bench import security_phases  # noqa: E402
+from tidemq.admin import Admin  # noqa: E402
+from tidemq.consumer.pull import PullConsumer  # noqa: E402
+from tidemq.consumer.push import PushConsumer  # noqa: E402
+from tidemq.message import Message  # noqa: E402
+from tidemq.producer.producer import Producer  # noqa: E402
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB, incompressible enough to stay under the threshold
 TOPIC = "Bench"
@@ -158,7 +160,7 @@ async def consume(addr, header, total, timeout_s):
     await consumer.start()
     try:
         end = await asyncio.wait_for(done, timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         end = time.perf_counter()
     await consumer.shutdown()
     return count / (end - (first or t0)), count

@@ -28,10 +28,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.producer import Producer  # noqa: E402
 from tests.support.cluster import ClusterHarness, create_topic, produce, read_all  # noqa: E402
 from tests.support.history import History  # noqa: E402
 from tests.support.zookeeper import ZkCluster  # noqa: E402
+from tidemq.producer.producer import Producer  # noqa: E402
 
 TOPIC = "FailoverBench"
 

@@ -25,13 +25,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.acl import Credentials, sign_ext  # noqa: E402
-from client.protocol import record as rec  # noqa: E402
-from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
-from client.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame  # noqa: E402
-from client.protocol.route_json import (ConsumerData, HeartbeatData, SubscriptionData,  # noqa: E402
-                                        decode_heartbeat, encode_heartbeat)
-from ha import protocol as hp  # noqa: E402
+from tidemq.acl_signing import Credentials, sign_ext  # noqa: E402
+from tidemq.ha import protocol as hp  # noqa: E402
+from tidemq.protocol import record as rec  # noqa: E402
+from tidemq.protocol.codes import RequestCode, SerializeType  # noqa: E402
+from tidemq.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame  # noqa: E402
+from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData, decode_heartbeat, encode_heartbeat  # noqa: E402
 
 
 def mutate(rng: random.Random, data: bytes, pool: list[bytes]) -> bytes:
@@ -119,7 +118,7 @@ def _record(data):
 
 
 def _acl_target_factory(work_dir):
-    from node.acl.validator import AclValidator
+    from tidemq.node.security.acl.validator import AclValidator
     path = os.path.join(work_dir, "acl.toml")
     with open(path, "w") as f:
         f.write('[[accounts]]\naccess_key = "a"\nsecret_key = "s"\n'

@@ -30,9 +30,6 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer
 from tests.support.broker_proc import (
     BrokerProcess,
     ha_master_settings,
@@ -41,6 +38,9 @@ from tests.support.broker_proc import (
 )
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, pull_ext
+from tidemq.admin import Admin
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB
 TOPIC = "HABench"

@@ -14,12 +14,12 @@ import asyncio
 import random
 import time
 
-from client.admin import Admin
-from client.consumer import PushConsumer
-from client.message import Message
-from client.orderly import OrderlyPushConsumer
-from client.producer import Producer
-from client.transaction import TransactionProducer, TransactionState
+from tidemq.admin import Admin
+from tidemq.consumer.orderly import OrderlyPushConsumer
+from tidemq.consumer.push import PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.producer.transactional import TransactionProducer, TransactionState
 
 TXN_WORKERS = 64
 ORDERLY_QUEUES = 8

@@ -27,10 +27,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from client.admin import Admin  # noqa: E402
-from client.message import Message  # noqa: E402
-from client.producer import Producer  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
+from tidemq.admin import Admin  # noqa: E402
+from tidemq.message import Message  # noqa: E402
+from tidemq.producer.producer import Producer  # noqa: E402
 
 BODY = os.urandom(512).hex().encode()  # 1 KiB
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -125,7 +125,7 @@ def main() -> None:
         asyncio.run(produce(broker.addr, "BenchIn", rows, args.queues))
         produce_s = time.perf_counter() - t0
         produce_cpu_us = (tree_cpu_s() - c0) / rows * 1e6
-        from pipeline.spark_session import local_session
+        from tidemq.pipeline.spark_session import local_session
         t0 = time.perf_counter()
         spark = local_session(app="tidemq-pipeline-bench")
         session_s = time.perf_counter() - t0

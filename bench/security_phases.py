@@ -4,19 +4,19 @@
     (compare with batch_send_msgs_s)
   - acl_async_send_msgs_s: the async-send phase (256 in flight) with every request signed by
     the SDK and checked by the broker (compare with async_send_async_flush_msgs_s)
-Each uses its own ASYNC_FLUSH broker, started here with a development CA (node/dev_certs.py).
+Each uses its own ASYNC_FLUSH broker, started here with a development CA (node/tools/dev_certs.py).
 """
 from __future__ import annotations
 
 import asyncio
 import os
 
-from client.acl import Credentials
-from client.admin import Admin
-from client.producer import Producer
-from client.security import ClientSecurity
-from node.dev_certs import make_dev_certs
 from tests.support.broker_proc import BrokerProcess
+from tidemq.acl_signing import Credentials
+from tidemq.admin import Admin
+from tidemq.node.tools.dev_certs import make_dev_certs
+from tidemq.producer.producer import Producer
+from tidemq.security import ClientSecurity
 
 _SECRET = "bench-secret-0123456789"
 

@@ -32,11 +32,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import calibration  # noqa: E402
-from node.bridge import LoopBridge  # noqa: E402
-from node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
-from node.store.message import StoreMessage  # noqa: E402
-from node.store.message_store import MessageStore  # noqa: E402
-from node.store.recovery import scan  # noqa: E402
+from tidemq.node.remoting.loop_bridge import LoopBridge  # noqa: E402
+from tidemq.node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
+from tidemq.node.store.message import StoreMessage  # noqa: E402
+from tidemq.node.store.message_store import MessageStore  # noqa: E402
+from tidemq.node.store.recovery import scan  # noqa: E402
 
 BODY = os.urandom(1024)
 QUEUES = 8

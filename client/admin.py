@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import time
 
-from client import errors, pull_api
-from client.config import ClientConfig, make_config
-from client.instance import ClientInstance
-from client.message import split_records
-from client.protocol.codes import PERM_READ_WRITE, RequestCode, ResponseCode
-from client.protocol.record import RecordError, decode_offset_msg_id
-from client.protocol.route_json import HeartbeatData
-from client.route import subscribe_queues
+from tidemq import errors
+from tidemq.config import ClientConfig, make_config
+from tidemq.consumer import broker_calls as pull_api
+from tidemq.instance import ClientInstance
+from tidemq.message import split_records
+from tidemq.protocol.codes import PERM_READ_WRITE, RequestCode, ResponseCode
+from tidemq.protocol.record import RecordError, decode_offset_msg_id
+from tidemq.protocol.route_json import HeartbeatData
+from tidemq.topic_routes import subscribe_queues
 
 QUERY_MAX_NUM = 64
 
@@ -88,7 +89,7 @@ class Admin:
         """GET_CONSUME_STATS (208): {"group", "queues": [{"topic", "broker", "queue_id",
         "broker_offset", "consumer_offset", "lag"}], "broadcast": [the same + "client_id"]}.
         "queues" has every queue of the topics the group subscribes to or committed on;
-        consumer_offset -1 where it never committed (node/consumer_progress.py)."""
+        consumer_offset -1 where it never committed (node/consumers/progress.py)."""
         ext = {"consumerGroup": group}
         if topic:
             ext["topic"] = topic

@@ -148,7 +148,7 @@ class ConsumerConfig(ClientConfig):
         for name in ("rebalance_interval_s", "offset_commit_interval_s", "pull_error_backoff_s"):
             if not getattr(self, name) > 0:
                 out.append(f"{name} must be > 0")
-        from client.rebalance import STRATEGIES  # pure module; imported late to keep this leaf
+        from tidemq.consumer.rebalance import STRATEGIES  # pure module; imported late to keep this leaf
         if self.allocate_strategy not in STRATEGIES:
             out.append(f"allocate_strategy must be one of {sorted(STRATEGIES)}")
         return out

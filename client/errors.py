@@ -21,7 +21,7 @@ Rules:
    fail-over an old master answers it.
 """
 
-from client.protocol.codes import ResponseCode
+from tidemq.protocol.codes import ResponseCode
 
 
 class TideMQError(Exception):

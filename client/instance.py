@@ -17,12 +17,12 @@ import itertools
 import logging
 import os
 
-from client import errors, security
-from client.message import local_ip
-from client.protocol.codes import RequestCode, ResponseCode
-from client.protocol.route_json import encode_heartbeat
-from client.remoting_client import RemotingClient
-from client.route import RouteTable
+from tidemq import errors, security
+from tidemq.message import local_ip
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.route_json import encode_heartbeat
+from tidemq.remoting_client import RemotingClient
+from tidemq.topic_routes import RouteTable
 
 log = logging.getLogger(__name__)
 

@@ -29,10 +29,17 @@ import struct
 import time
 import zlib
 
-from client import errors
-from client.protocol.record import (
-    PROP_DELAY, PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, PROP_WAIT, SYSFLAG_COMPRESSED, RecordError,
-    decode_record)
+from tidemq import errors
+from tidemq.protocol.record import (
+    PROP_DELAY,
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    PROP_WAIT,
+    SYSFLAG_COMPRESSED,
+    RecordError,
+    decode_record,
+)
 
 _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
 _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spec SH 1.1)

@@ -32,10 +32,10 @@ import itertools
 import logging
 import struct
 
-from client import errors
-from client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
-from client.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame_head
-from client.security import sign_head
+from tidemq import errors
+from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
+from tidemq.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame_head
+from tidemq.security import sign_head
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +352,7 @@ class RemotingClient:
                                            self._sweep_interval_s, creds), host, port,
                 ssl=ssl_ctx, server_hostname=host if ssl_ctx is not None else None),
                 self.connect_timeout_s)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise errors.ConnectionError(f"cannot connect to {addr}: {exc!r}", addr=addr,
                                          written=False) from None
         if self._closed:

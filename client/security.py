@@ -1,6 +1,6 @@
 """Client-side security: request signing (ACL 1.0) and TLS for every SDK connection.
 
-    from client.security import ClientSecurity, load_credentials
+    from tidemq.security import ClientSecurity, load_credentials
     sec = ClientSecurity(credentials=load_credentials("creds.toml"), tls_ca_file="ca.pem")
     Producer("g", "127.0.0.1:10911", security=sec)
 
@@ -27,10 +27,10 @@ try:
 except ImportError:  # optional speed-up, as in client.protocol.remoting
     from json import loads as _loads
 
-from client.acl import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, Credentials, sign_ext
-from client.protocol.codes import SerializeType
-from client.protocol.remoting import decode_frame, encode_frame_head
-from client.tls import client_context
+from tidemq.acl_signing import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, Credentials, sign_ext
+from tidemq.protocol.codes import SerializeType
+from tidemq.protocol.remoting import decode_frame, encode_frame_head
+from tidemq.tls import client_context
 
 _PREFIX = struct.Struct(">iI")
 _I32 = struct.Struct(">i")

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from client.consumer import PushConsumer
-from client.orderly import OrderlyPushConsumer
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
+from tidemq.consumer.orderly import OrderlyPushConsumer
+from tidemq.consumer.pull import PullConsumer
+from tidemq.consumer.push import PushConsumer
+from tidemq.producer.producer import Producer
 
 _MARGIN_S = 5.0
 

@@ -57,7 +57,7 @@ class ClusterPaths:
         self.base = f"{self.root}/{cluster}"
         self.groups = f"{self.base}/groups"
 
-    def group(self, group: str) -> "GroupPaths":
+    def group(self, group: str) -> GroupPaths:
         return GroupPaths(self, check_name("group", group))
 
 
@@ -103,14 +103,14 @@ class GroupState:
                       "in_sync": sorted(self.in_sync)})
 
     @classmethod
-    def decode(cls, data: bytes | None) -> "GroupState":
+    def decode(cls, data: bytes | None) -> GroupState:
         doc = _load(data, "group state")
         try:
             return cls(int(doc["epoch"]), doc.get("master"), frozenset(doc.get("in_sync", ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise LayoutError(f"group state: {exc!r}") from None
 
-    def replace(self, **kw) -> "GroupState":
+    def replace(self, **kw) -> GroupState:
         d = {"epoch": self.epoch, "master": self.master, "in_sync": self.in_sync}
         d.update(kw)
         return GroupState(d["epoch"], d["master"], frozenset(d["in_sync"]))
@@ -128,7 +128,7 @@ class Leader:
         return _dump(asdict(self))
 
     @classmethod
-    def decode(cls, data: bytes | None) -> "Leader":
+    def decode(cls, data: bytes | None) -> Leader:
         doc = _load(data, "leader")
         try:
             return cls(str(doc["node"]), int(doc["epoch"]), str(doc.get("addr", "")),
@@ -156,7 +156,7 @@ class Member:
         return _dump(asdict(self))
 
     @classmethod
-    def decode(cls, data: bytes | None) -> "Member":
+    def decode(cls, data: bytes | None) -> Member:
         doc = _load(data, "member")
         try:
             return cls(str(doc["node"]), int(doc.get("broker_id", 0)), str(doc.get("addr", "")),

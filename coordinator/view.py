@@ -22,7 +22,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from client.protocol.route_json import BrokerData, QueueData, TopicRouteData
+from tidemq.protocol.route_json import BrokerData, QueueData, TopicRouteData
 
 from .layout import ClusterPaths, GroupState, LayoutError, Leader, Member, decode_topic
 from .zk import UNREACHABLE, NoNodeError, ZkSession, stop_task

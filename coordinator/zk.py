@@ -22,9 +22,16 @@ import asyncio
 import logging
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import (BadVersionError, ConnectionClosedError, ConnectionLoss,
-                              NoAuthError, NodeExistsError, NoNodeError, NotEmptyError,
-                              SessionExpiredError)
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SessionExpiredError,
+)
 from kazoo.retry import KazooRetry
 
 from .zk_security import ZkSecurity

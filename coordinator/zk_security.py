@@ -1,6 +1,6 @@
 """ZkSecurity: how a TideMQ process talks to ZooKeeper safely: TLS and digest ACLs.
 
-Used by brokers (node/cluster.py builds it from `zookeeper.*`), name servers and `tidemq
+Used by brokers (node/replication/cluster_mode.py builds it from `zookeeper.*`), name servers and `tidemq
 handoff` (command-line flags, `add_cli_options` / `from_cli`).
 
 Rules:

@@ -89,7 +89,7 @@ class EpochHistory:
         """(epoch, start, end) of the entry whose range holds `offset`: the newest entry with
         start <= offset; end is the next larger start, None when open-ended."""
         found = None
-        for i, (e, s) in enumerate(self._entries):
+        for _i, (e, s) in enumerate(self._entries):
             if s > offset:
                 return (found[0], found[1], s) if found else None
             found = (e, s)

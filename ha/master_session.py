@@ -190,7 +190,7 @@ class MasterSession:
         if why is not None:
             return self._refuse(hs, why)
         self.state, self.node_id = STREAMING, hs.node_id
-        self.broker_id, self.remoting_addr = hs.broker_id, hs.addr  # routes: node/group_route.py
+        self.broker_id, self.remoting_addr = hs.broker_id, hs.addr  # routes: node/replication/static_group.py
         self.next_offset = self.acked = start
         reply = self._reply(hs, True, "", start, reset, log)
         return [SendFrame(reply, self.conn)]

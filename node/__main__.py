@@ -1,6 +1,6 @@
-"""`python -m node [-c broker.toml] [--set key=value ...]`: run a broker."""
+"""`python -m tidemq.node [-c broker.toml] [--set key=value ...]`: run a broker."""
 import sys
 
-from node.main import run_broker
+from tidemq.node.main import run_broker
 
 sys.exit(run_broker(sys.argv[1:]))

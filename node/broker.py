@@ -21,30 +21,30 @@ import logging
 import os
 import socket
 
-from client.protocol.codes import RequestCode
-from client.protocol.record import encode_host
-
-from node import retention_progress, security
-from node.admin_http import AdminHttp
-from node.bridge import LoopBridge
-from node.broker_metrics import BrokerCollector
-from node.clients import ClientManager
-from node.group_route import ReplicatedRouting
-from node.locks import QueueLocks
-from node.longpoll import PullHoldService
-from node.metrics import Metrics
-from node.offsets import ConsumerOffsets
-from node.processors import register_all
-from node.replicated_state import ReplicatedState
-from node.reset_fence import ResetFence
-from node.replication import ReplicaRole, Replication, store_config
-from node.routing import StandaloneRole, StandaloneRouting
-from node.schedule import ScheduleService
-from node.server import RemotingServer
-from node.store.fileio import OS_FILE_SYSTEM
-from node.store.message_store import MessageStore
-from node.topics import FileTopicConfigStore, TopicManager
-from node.transactions import TransactionService
+from tidemq.node import retention_progress
+from tidemq.node.consumers.client_registry import ClientManager
+from tidemq.node.consumers.long_polling import PullHoldService
+from tidemq.node.consumers.offset_table import ConsumerOffsets
+from tidemq.node.consumers.queue_locks import QueueLocks
+from tidemq.node.consumers.reset_fence import ResetFence
+from tidemq.node.ops.admin_http import AdminHttp
+from tidemq.node.ops.counters import Metrics
+from tidemq.node.ops.scrape import BrokerCollector
+from tidemq.node.processors import register_all
+from tidemq.node.remoting.loop_bridge import LoopBridge
+from tidemq.node.remoting.server import RemotingServer
+from tidemq.node.replication.replicated_state import ReplicatedState
+from tidemq.node.replication.roles import StandaloneRole, StandaloneRouting
+from tidemq.node.replication.service import ReplicaRole, Replication, store_config
+from tidemq.node.replication.static_group import ReplicatedRouting
+from tidemq.node.security import settings as security
+from tidemq.node.sending.schedule import ScheduleService
+from tidemq.node.sending.transaction_service import TransactionService
+from tidemq.node.store.fileio import OS_FILE_SYSTEM
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.topics import FileTopicConfigStore, TopicManager
+from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.record import encode_host
 
 log = logging.getLogger("tidemq.broker")
 HOUSEKEEPING_INTERVAL_S = 10.0
@@ -62,9 +62,9 @@ class Broker:
         self._tasks: list[asyncio.Task] = []
         self.admin = None
         self.server = None
-        self.replication = None  # node/replication.py when cfg.ha.role is MASTER or SLAVE
+        self.replication = None  # node/replication/service.py when cfg.ha.role is MASTER or SLAVE
         self.replicated_state = None
-        self.cluster = None      # node/cluster.py in cluster mode (zookeeper.hosts set)
+        self.cluster = None      # node/replication/cluster_mode.py in cluster mode (zookeeper.hosts set)
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -76,7 +76,7 @@ class Broker:
         root = cfg.store.root_dir
         self.role = StandaloneRole()
         if not cfg.standalone:  # cluster mode: ZooKeeper first, it keeps the topic configs
-            from node.cluster import ClusterNode  # lazily: kazoo is the `cluster` extra
+            from tidemq.node.replication.cluster_mode import ClusterNode  # lazily: kazoo is the `cluster` extra
             self.cluster = ClusterNode(cfg)
             await self.cluster.connect()
         topic_store = (FileTopicConfigStore(root, OS_FILE_SYSTEM) if self.cluster is None
@@ -142,7 +142,7 @@ class Broker:
                  self.admin_port)
 
     async def _start_replication(self) -> None:
-        """HA (node/replication.py): replay the replicated state the log holds past the
+        """HA (node/replication/service.py): replay the replicated state the log holds past the
         offsets file, then take the configured role (issue 6 will drive roles instead)."""
         self.replication = Replication(self.cfg, self.store, self.addr)
         if self.cluster is not None:
@@ -250,7 +250,7 @@ class Broker:
         m.gauge("tidemq_topics", "Topics in the topic table.", lambda: len(self.topics.table))
         m.gauge("tidemq_consumer_groups", "Consumer groups with live members.",
                 lambda: len(self.clients.consumers))
-        # delay / transaction / retry / DLQ series: node/broker_metrics.py (_messaging)
+        # delay / transaction / retry / DLQ series: node/ops/scrape.py (_messaging)
         not_after = security.served_cert_not_after(self.cfg)
         if not_after is not None:  # read once: the certificate loaded at start is the one served
             m.gauge("tidemq_tls_cert_not_after_timestamp_seconds", "Expiry (notAfter, Unix "

@@ -21,10 +21,10 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
-from node.config_fields import config_field
-from node.delay_plan import DelayPlanError, parse_levels
-from node.security import SecuritySection, security_problems
-from node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
+from tidemq.node.config_fields import config_field
+from tidemq.node.security.settings import SecuritySection, security_problems
+from tidemq.node.sending.delay_plan import DelayPlanError, parse_levels
+from tidemq.node.store.config import ASYNC_FLUSH, StoreConfig, StoreConfigError
 
 MIB = 1024 * 1024
 # A batch reply joins one 32-56 character msgId per message into its header, whose length
@@ -105,7 +105,7 @@ class ZooKeeperConfig:
 
 @dataclass(frozen=True)
 class HASection:
-    """Replication (`[ha]`, issue 5; node/replication.py builds ha.config.HAConfig from it)."""
+    """Replication (`[ha]`, issue 5; node/replication/service.py builds ha.config.HAConfig from it)."""
     role: str = _f("standalone", "standalone (no replication), MASTER or SLAVE (a static role), "
                                  "or cluster (ZooKeeper elects; needs zookeeper.hosts).")
     node_id: str = _f("", "This node's id in its broker group; empty = broker_id as text.")
@@ -226,7 +226,7 @@ class BrokerConfig:
                                        metadata={"doc": "[zookeeper] table"})
     ha: HASection = field(default_factory=HASection, metadata={"doc": "[ha] table"})
     security: SecuritySection = field(default_factory=SecuritySection,
-                                      metadata={"doc": "[security] table (node/security.py)"})
+                                      metadata={"doc": "[security] table (node/security/settings.py)"})
 
     @property
     def standalone(self) -> bool:
@@ -426,7 +426,7 @@ def _validate(c: BrokerConfig) -> list[str]:
         p.append("write_buffer_high_bytes must be <= max_write_buffer_bytes")
     if c.store is not None and c.default_topic_queues > c.store.max_queues_per_topic:
         p.append("default_topic_queues must be <= store.max_queues_per_topic")
-    from node.replication import config_problems  # late: replication imports ha/
+    from tidemq.node.replication.service import config_problems  # late: replication imports ha/
     p.extend(config_problems(c))
     p.extend(security_problems(c))
     return p

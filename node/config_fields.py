@@ -1,4 +1,4 @@
-"""Helpers shared by the config sections (node/config.py, node/security.py): a documented
+"""Helpers shared by the config sections (node/config.py, node/security/settings.py): a documented
 dataclass field, and the "a configured file must exist" check, so each rule is written once."""
 from __future__ import annotations
 

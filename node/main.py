@@ -1,4 +1,4 @@
-"""`tidemq broker` / `python -m node`: run one broker until SIGTERM or SIGINT.
+"""`tidemq broker` / `python -m tidemq.node`: run one broker until SIGTERM or SIGINT.
 
     run_broker(["-c", "broker.toml", "--set", "listen_port=0", "--set", "store.root_dir=/d"])
 
@@ -21,11 +21,11 @@ import logging
 import signal
 import sys
 
-from node.broker import Broker
-from node.config import ConfigError, describe, load_config, redacted
-from node.fd_limit import raise_open_file_limit
-from node.replication import store_config
-from node.security import log_cert_expiry
+from tidemq.node.broker import Broker
+from tidemq.node.config import ConfigError, describe, load_config, redacted
+from tidemq.node.fd_limit import raise_open_file_limit
+from tidemq.node.replication.service import store_config
+from tidemq.node.security.settings import log_cert_expiry
 
 log = logging.getLogger("tidemq.main")
 READY_PREFIX = "TIDEMQ_BROKER_READY"

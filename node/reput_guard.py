@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import logging
 
-from client.protocol import record as rec
-from client.protocol.codes import PermName
-from node.store.message import StoreMessage
-from node.system_properties import PROP_UNDELIVERABLE_REASON
-from node.topics import (
+from tidemq.node.store.message import StoreMessage
+from tidemq.node.system_properties import PROP_UNDELIVERABLE_REASON
+from tidemq.node.topics import (
     AUTO_CREATE_TOPIC,
     NOT_ALLOWED_SEND_TOPICS,
     SYSTEM_TOPICS,
     UNDELIVERABLE_TOPIC,
 )
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import PermName
 
 log = logging.getLogger("tidemq.reput")
 _WRITE = int(PermName.WRITE)

@@ -4,14 +4,14 @@ A group consumes a topic (and so holds its unconsumed messages) when it
 - has a committed offset on the topic (any queue; the group may be stopped now), or
 - subscribes to it now (a live member's heartbeat), with no commit yet: nothing consumed.
 Broadcasting members that send their offsets ("<group>@<client id>",
-node/broadcast_offsets.py) count each as a group of its own; a broadcasting group none of whose
+node/consumers/broadcast_progress.py) count each as a group of its own; a broadcasting group none of whose
 members sent an offset for the topic counts as a subscribed group with no commit (its members
 keep their progress to themselves, so nothing is known consumed). A topic no group consumes is
 unconsumed (node/store/consumed.py rule 2): a dead-letter queue nobody reads holds its files
 until it is consumed, or the operator deletes the topic or opts into deleting unconsumed data.
 A group's offsets are forgotten only by an operator (delete the group, command 207): until
 then it holds what it has not consumed. The broker's own state topic
-(node/replicated_state.py) is consumed by the broker as it is written, and re-written in full
+(node/replication/replicated_state.py) is consumed by the broker as it is written, and re-written in full
 by its periodic snapshots: it holds nothing.
 
 The table is built on the event loop (it owns the offsets and the client tables) every half
@@ -23,10 +23,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from node.broadcast_offsets import split_member
-from node.consumer_progress import progress_table
-from node.store.consumed import ConsumerProgress
-from node.topics import REPLICATED_STATE_TOPIC
+from tidemq.node.consumers.broadcast_progress import split_member
+from tidemq.node.consumers.progress import progress_table
+from tidemq.node.store.consumed import ConsumerProgress
+from tidemq.node.topics import REPLICATED_STATE_TOPIC
 
 log = logging.getLogger("tidemq.retention")
 PUBLISH_INTERVAL_MAX_S = 5.0

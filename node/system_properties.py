@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import re
 
-from client.protocol import record as rec
-from node.store.message import PROP_DELIVER_AT_MS
+from tidemq.node.store.message import PROP_DELIVER_AT_MS
+from tidemq.protocol import record as rec
 
 PROP_CLUSTER = "CLUSTER"
 PROP_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"

@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from client.protocol.codes import PERM_READ_WRITE, PermName
+from tidemq.protocol.codes import PERM_READ_WRITE, PermName
 
 log = logging.getLogger("tidemq.topics")
 
@@ -40,7 +40,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-REPLICATED_STATE_TOPIC = "TIDEMQ_SYS_BROKER_STATE"  # node/replicated_state.py
+REPLICATED_STATE_TOPIC = "TIDEMQ_SYS_BROKER_STATE"  # node/replication/replicated_state.py
 UNDELIVERABLE_TOPIC = "TIDEMQ_SYS_UNDELIVERABLE"  # node/reput_guard.py
 # TopicValidator.SYSTEM_TOPIC_SET and NOT_ALLOWED_SEND_TOPIC_SET (rocketmq-all-4.9.8).
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", TRANS_HALF_TOPIC,
@@ -76,7 +76,7 @@ class TopicConfig:
                 "topicSysFlag": self.sys_flag, "writeQueueNums": self.write_queue_nums}
 
     @classmethod
-    def from_json(cls, doc: dict) -> "TopicConfig":
+    def from_json(cls, doc: dict) -> TopicConfig:
         return cls(str(doc["topicName"]), int(doc["readQueueNums"]), int(doc["writeQueueNums"]),
                    int(doc.get("perm", PERM_READ_WRITE)), str(doc.get("topicFilterType", "SINGLE_TAG")),
                    int(doc.get("topicSysFlag", 0)), bool(doc.get("order", False)))
@@ -215,7 +215,7 @@ class TopicManager:
         return tc
 
     def put_replicated(self, tc: TopicConfig) -> None:
-        """A config from the master's replicated state (node/replicated_state.py): taken as
+        """A config from the master's replicated state (node/replication/replicated_state.py): taken as
         is; the master already checked it."""
         if self.table.get(tc.name) != tc:
             self._put(tc)

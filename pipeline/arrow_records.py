@@ -30,7 +30,7 @@ import zlib
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from client.protocol import record as rec
+from tidemq.protocol import record as rec
 
 ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32()),

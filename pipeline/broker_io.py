@@ -24,14 +24,13 @@ import collections
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from client import errors
-from client.protocol.codes import PullSysFlag, RequestCode, ResponseCode
-from client.pull_consumer import PullConsumer
-from client.route import MessageQueue
-from client.sync import LoopThread
-
-from pipeline.arrow_records import RecordColumns
-from pipeline.options import EARLIEST, LATEST, SourceOptions
+from tidemq import errors
+from tidemq.consumer.pull import PullConsumer
+from tidemq.pipeline.arrow_records import RecordColumns
+from tidemq.pipeline.options import EARLIEST, LATEST, SourceOptions
+from tidemq.protocol.codes import PullSysFlag, RequestCode, ResponseCode
+from tidemq.sync import LoopThread
+from tidemq.topic_routes import MessageQueue
 
 _MARGIN_S = 5.0
 

@@ -9,7 +9,7 @@ Exactly once (issue 8; shared/spec/pyspark-datasource.md section 5): Spark repla
 micro-batch whose sink commit did not reach the checkpoint, with the same input offsets, so
 the same rows come back. Each row gets a deterministic UNIQ_KEY, and a replayed row goes to
 the same queue (so the same broker group) as the first time; the broker's duplicate window
-(node/dedup.py) answers the copy with the original result and stores nothing.
+(node/sending/dedup.py) answers the copy with the original result and stores nothing.
 
 Rules:
 1. UNIQ_KEY = 32 hex chars of blake2b keyed by (sink id, batch id, partition id) over the
@@ -39,11 +39,11 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, MapType, StringType
 
-from client.producer import Producer
-from client.send_codec import _ENTRY_HEAD, _I16, _PROPS_BYTES_MAX
-from client.protocol.record import PROP_UNIQ_KEY
-from client.sync import LoopThread
-from pipeline.options import OptionsError, parse_source_options
+from tidemq.pipeline.options import OptionsError, parse_source_options
+from tidemq.producer.producer import Producer
+from tidemq.producer.send_codec import _ENTRY_HEAD, _I16, _PROPS_BYTES_MAX
+from tidemq.protocol.record import PROP_UNIQ_KEY
+from tidemq.sync import LoopThread
 
 try:  # pyspark >= 4.1
     from pyspark.sql.datasource import DataSourceStreamArrowWriter

@@ -1,6 +1,6 @@
 """The `tidemq` Spark data source: topics as batch and streaming DataFrames, and as a sink.
 
-    from pipeline.source import TideMQDataSource
+    from tidemq.pipeline.source import TideMQDataSource
     spark.dataSource.register(TideMQDataSource)
     df = spark.read.format("tidemq").option("broker", "127.0.0.1:10911").option("topic", "T").load()
 
@@ -30,15 +30,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
-                                    InputPartition)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
-from pyspark.sql.types import (BinaryType, IntegerType, LongType, MapType, StringType,
-                               StructField, StructType, TimestampType)
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
-from pipeline.broker_io import TopicSession
-from pipeline.options import offsets_from_json, offsets_to_json, parse_source_options
+from tidemq.pipeline.broker_io import TopicSession
+from tidemq.pipeline.options import offsets_from_json, offsets_to_json, parse_source_options
 
 log = logging.getLogger("tidemq.pipeline")
 
@@ -200,9 +206,9 @@ class TideMQDataSource(DataSource):
         return TideMQStreamReader(self.options)
 
     def writer(self, schema, overwrite: bool):
-        from pipeline.sink import TideMQBatchWriter
+        from tidemq.pipeline.sink import TideMQBatchWriter
         return TideMQBatchWriter(self.options, schema, overwrite)
 
     def streamWriter(self, schema, overwrite: bool):
-        from pipeline.sink import TideMQStreamWriter
+        from tidemq.pipeline.sink import TideMQStreamWriter
         return TideMQStreamWriter(self.options, schema, overwrite)

@@ -11,7 +11,7 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONF_DIR = os.path.join(ROOT, "pipeline", "conf")
+CONF_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")  # package data
 
 
 def local_session(master: str = "local[2]", app: str = "tidemq-pipeline", conf: dict | None = None,
@@ -27,7 +27,7 @@ def local_session(master: str = "local[2]", app: str = "tidemq-pipeline", conf: 
         os.environ["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
     from pyspark.sql import SparkSession
 
-    from pipeline.source import TideMQDataSource
+    from tidemq.pipeline.source import TideMQDataSource
     b = (SparkSession.builder.master(master).appName(app)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from node.config import describe
+from tidemq.node.config import describe
 
 PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BEGIN = "<!-- BEGIN GENERATED: tidemq broker --describe-config -->"

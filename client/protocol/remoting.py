@@ -36,7 +36,7 @@ except ImportError:  # optional speed-up
 import re
 import struct
 
-from client.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION_V4_9_8, LanguageCode, SerializeType
+from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION_V4_9_8, LanguageCode, SerializeType
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # Java's frameMaxLength default (spec 1.7)
 LOCAL_LANGUAGE = LanguageCode.PYTHON

@@ -27,8 +27,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from client.protocol.jhash import java_string_hash
-from client.protocol.remoting import ProtocolError, parse_int
+from tidemq.protocol.jhash import java_string_hash
+from tidemq.protocol.remoting import ProtocolError, parse_int
 
 # Index = the ordinal cpp sends (spec 4.1; `JC/consumer/ConsumeFromWhere.java` order).
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")

@@ -4,7 +4,7 @@
     python deploy/grafana/build_dashboards.py --check  # exit 1 if a committed file is stale
 
 Plain data, no Grafana library: each dashboard is a list of rows of panels, each panel a few
-PromQL queries. Metric names: node/metric_names.py. tests/ops/test_dashboards.py checks every
+PromQL queries. Metric names: node/ops/metric_catalog.py. tests/ops/test_dashboards.py checks every
 query with promtool and every metric name against that table and a running broker.
 
 Label conventions: `cluster` and `group` (the broker group) are target labels set by the scrape

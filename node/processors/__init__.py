@@ -2,7 +2,8 @@
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
-41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own), operator codes 202/207/215/222 (ops.py).
+41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own),
+operator codes 202/207/215/222 (ops.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
 
@@ -13,21 +14,19 @@ typed request `req`, never `cmd.ext`.
 """
 from __future__ import annotations
 
-from client.protocol.codes import RequestCode as R
-
-from node.requests import PARSERS
-
-from node.processors.admin import AdminProcessor
-from node.processors.client_manage import ClientManageProcessor
-from node.processors.consume_stats import ConsumeStatsProcessor
-from node.processors.offsets import OffsetProcessor
-from node.processors.ops import OpsProcessor
-from node.processors.pull import PullProcessor
-from node.processors.query import QueryProcessor
-from node.processors.route import RouteProcessor
-from node.processors.send import SendProcessor
-from node.processors.send_back import SendBackProcessor
-from node.processors.transaction import EndTransactionProcessor, parked_transactions
+from tidemq.node.processors.admin import AdminProcessor
+from tidemq.node.processors.client_manage import ClientManageProcessor
+from tidemq.node.processors.consume_stats import ConsumeStatsProcessor
+from tidemq.node.processors.consumer_offsets import OffsetProcessor
+from tidemq.node.processors.ops import OpsProcessor
+from tidemq.node.processors.pull import PullProcessor
+from tidemq.node.processors.query import QueryProcessor
+from tidemq.node.processors.route_query import RouteProcessor
+from tidemq.node.processors.send import SendProcessor
+from tidemq.node.processors.send_back import SendBackProcessor
+from tidemq.node.processors.transaction import EndTransactionProcessor, parked_transactions
+from tidemq.node.requests import PARSERS
+from tidemq.protocol.codes import RequestCode as R
 
 
 def register_all(server, broker) -> ClientManageProcessor:

@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import time
 
-from client.protocol.codes import ResponseCode
-
-from node import __version__
-from node.processors.common import error, ok
-from node.store.reader import store_timestamp_of
-from node.topics import TopicConfig, TopicError
-
+from tidemq.node import __version__
+from tidemq.node.processors.common import error, ok
+from tidemq.node.store.reader import store_timestamp_of
+from tidemq.node.topics import TopicConfig, TopicError
+from tidemq.protocol.codes import ResponseCode
 
 
 class AdminProcessor:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 import logging
 
-from client.protocol.codes import RequestCode, ResponseCode
-
-from node.clients import TooManyGroups
-from node.processors.common import error, ok
-from node.topics import group_name_ok
+from tidemq.node.consumers.client_registry import TooManyGroups
+from tidemq.node.processors.common import error, ok
+from tidemq.node.topics import group_name_ok
+from tidemq.protocol.codes import RequestCode, ResponseCode
 
 log = logging.getLogger("tidemq.clients")
 CLIENT_ID_MAX_CHARS = 1024  # bounds what one registration costs; real ids are ~40 chars

@@ -5,8 +5,8 @@ present (spec remoting.md 1.6, checklist 3): build ext dicts of str values only.
 """
 from __future__ import annotations
 
-from client.protocol.jhash import java_string_hash
-from client.protocol.remoting import RemotingCommand
+from tidemq.protocol.jhash import java_string_hash
+from tidemq.protocol.remoting import RemotingCommand
 
 FAQ_SUFFIX = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SUB_ALL = "*"

@@ -8,10 +8,10 @@ ext: consumerGroup, optional topic. Body (standard JSON):
                                "consumerOffset"}]}
 `offsetTable` is the clustering progress, keyed like Java's ConsumeStats (a MessageQueue as a
 JSON object text): every queue of the topics the group subscribes to or committed on
-(node/consumer_progress.py), a queue never committed with consumerOffset -1. Each entry also
+(node/consumers/progress.py), a queue never committed with consumerOffset -1. Each entry also
 carries "minOffset" and "lag" (TideMQ additions: the lag counts from the min offset when
 retention deleted past the commit, as the consumer-lag gauge does). `broadcastOffsetTable`,
-a TideMQ addition, lists broadcasting members' own offsets (node/broadcast_offsets.py). A group
+a TideMQ addition, lists broadcasting members' own offsets (node/consumers/broadcast_progress.py). A group
 with neither offsets nor a live subscription here is 26 SUBSCRIPTION_GROUP_NOT_EXIST, as in Java.
 With ACL on, a request without a topic lists only the topics its caller may SUB (the lag of a
 topic is information about it).
@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 
-from client.protocol.codes import ResponseCode
-from node.broadcast_offsets import split_member
-from node.consumer_progress import progress_table, queue_lag
-from node.processors.common import error, ok
-from node.processors.ops import store_time_at
+from tidemq.node.consumers.broadcast_progress import split_member
+from tidemq.node.consumers.progress import progress_table, queue_lag
+from tidemq.node.processors.common import error, ok
+from tidemq.node.processors.ops import store_time_at
+from tidemq.protocol.codes import ResponseCode
 
 
 class ConsumeStatsProcessor:

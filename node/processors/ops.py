@@ -23,20 +23,19 @@ broker uses its runtime info instead.)
 Rule: a request that fails a check changes nothing; every check comes before any change.
 Replication: 222, 207 and 215 change state only on a writable master (a slave or a master
 short of in-sync replicas answers SERVICE_NOT_AVAILABLE before changing anything); each change
-goes into the replicated state at once (node/replicated_state.py), so slaves apply it in log
+goes into the replicated state at once (node/replication/replicated_state.py), so slaves apply it in log
 order and a failover neither undoes a reset nor brings a deleted group or topic back.
-A reset also fences the group's live connections against stale commits (node/reset_fence.py).
+A reset also fences the group's live connections against stale commits (node/consumers/reset_fence.py).
 """
 from __future__ import annotations
 
 import json
 import logging
 
-from client.protocol.codes import RequestCode, ResponseCode
-from client.protocol.remoting import RemotingCommand
-
-from node.processors.common import error, ok, topic_not_exist_remark
-from node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError
+from tidemq.node.processors.common import error, ok, topic_not_exist_remark
+from tidemq.node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.remoting import RemotingCommand
 
 log = logging.getLogger("tidemq.ops")
 

@@ -10,14 +10,14 @@ offset is exact on 19/20 (cpp commits it when idle).
 Rules:
 1. Only pulls with the SUSPEND sysflag are held, and only when the answer would be 19; held
    up to min(suspendTimeoutMillis, max_pull_suspend_ms) (short_polling_ms with long polling
-   off). A message arriving for the queue wakes the pull at once (node/longpoll.py).
+   off). A message arriving for the queue wakes the pull at once (node/consumers/long_polling.py).
 2. Filter: TAG expressions by tag hash code ("tagA || tagB", "*" = all). The expression comes
    from the request when the SUBSCRIPTION flag is set, else from the group's heartbeat, else
    from the request's `subscription` field, else "*" (more lenient than Java's
    SUBSCRIPTION_NOT_EXIST). Clients re-filter by exact tag string.
 3. COMMIT_OFFSET piggyback: commitOffset is stored for (group, topic, queue) before the read.
 4. A reply holds at most min(maxMsgNums, pull_max_msgs) records and pull_max_bytes bytes.
-5. Records carry this broker's advertised address as STOREHOST (node/records.py).
+5. Records carry this broker's advertised address as STOREHOST (node/processors/store_host.py).
 6. Replication: a slave serves what is confirmed (the store dispatches no further) and ignores
    piggybacked commits (offsets come from the master's replicated state); a master whose log
    end is far ahead of what a pull reads suggests an in-sync slave (suggestWhichBrokerId).
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import time
 
-from client.protocol.codes import PermName, PullSysFlag, ResponseCode
-from client.protocol.remoting import RemotingCommand
-
-from node.offsets import OffsetTableFull
-from node.processors.common import error, subscription_codes, tag_codes, topic_not_exist_remark
-from node.records import join_records
-from node.server import DEFERRED
-from node.store.reader import GetStatus
-from node.topics import RETRY_PREFIX, group_name_ok
+from tidemq.node.consumers.offset_table import OffsetTableFull
+from tidemq.node.processors.common import error, subscription_codes, tag_codes, topic_not_exist_remark
+from tidemq.node.processors.store_host import join_records
+from tidemq.node.remoting.server import DEFERRED
+from tidemq.node.store.reader import GetStatus
+from tidemq.node.topics import RETRY_PREFIX, group_name_ok
+from tidemq.protocol.codes import PermName, PullSysFlag, ResponseCode
+from tidemq.protocol.remoting import RemotingCommand
 
 _S = GetStatus
 _CODES = {_S.FOUND: 0, _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,

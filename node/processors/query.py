@@ -7,18 +7,17 @@
     or 1 "can not find message by the offset, <n>". Only a record that really starts at that
     offset is served (its PHYSICALOFFSET field must match), so a forged offset into the middle
     of a body returns nothing.
-Records carry this broker's advertised address as STOREHOST (node/records.py).
+Records carry this broker's advertised address as STOREHOST (node/processors/store_host.py).
 """
 from __future__ import annotations
 
 import struct
 
-from client.protocol import record as rec
-from client.protocol.codes import ResponseCode
-
-from node.processors.common import error, ok
-from node.records import join_records
-from node.store.reader import store_timestamp_of
+from tidemq.node.processors.common import error, ok
+from tidemq.node.processors.store_host import join_records
+from tidemq.node.store.reader import store_timestamp_of
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import ResponseCode
 
 _I64 = struct.Struct(">q")
 _UNIQUE_MAX = 32

@@ -11,7 +11,7 @@ Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
   picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
   body over max_message_bytes, a batch body over it or holding more than max_batch_messages,
   or a bad batch body -> 13. A transactional message becomes a half message, a delayed one a
-  schedule entry (node/send_divert.py).
+  schedule entry (node/sending/divert.py).
 
 Reply ext: msgId (32-hex offsetMsgId; a batch's joined with ","), queueId, queueOffset (a
 batch's first), MSG_REGION, TRACE_ON. Under SYNC_FLUSH the reply waits for the fsync that
@@ -25,14 +25,14 @@ Rules:
 1. Nothing is stored unless every check passed; a refused request changes nothing.
 2. Every accepted request is answered exactly once (also when the group put fails).
 3. The put runs on the loop thread; the loop never waits for fsync: durability arrives as a
-   store callback (any thread), bridged back to the loop (node/bridge.py).
+   store callback (any thread), bridged back to the loop (node/remoting/loop_bridge.py).
 4. Sends that arrive in one event-loop turn (all the frames of one read, and of other
    connections' reads in that turn) are stored with ONE store put (one lock, one dispatch, one
    durability wait): about 3 µs less per message at 256 in flight. The store validates the
    whole group before writing anything; if it refuses, each request is put alone, so one bad
    request never fails the others (rule 1).
 5. Replies are encoded from templates (node/processors/send_reply.py).
-6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/dedup.py) stores
+6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/sending/dedup.py) stores
    nothing and gets the original result.
 7. The broker owns the system properties: every message's properties pass
    node/system_properties.py's from_client once (owned names stripped, CLUSTER added).
@@ -43,21 +43,19 @@ import logging
 import struct
 import time
 
-from client.protocol import record as rec
-from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCode, SerializeType
-from client.protocol.remoting import RemotingCommand, encode_frame
-
-from node.dedup import DedupWindow, duplicate_reply
-from node import send_divert, system_properties
-from node.processors.common import error, topic_not_exist_remark
-from node.log_limit import RateLimitedLog
-from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
-                                        json_reply_template)
-from node.server import DEFERRED
-from node.store.errors import DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed
-from node.store.message import StoreMessage
-from node.topics import (AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX,
-                         topic_name_problem)
+from tidemq.node import system_properties
+from tidemq.node.log_limit import RateLimitedLog
+from tidemq.node.processors.common import error, topic_not_exist_remark
+from tidemq.node.processors.send_reply import JSON_PREFIX, binary_reply_frame, binary_reply_tail, json_reply_template
+from tidemq.node.remoting.server import DEFERRED
+from tidemq.node.sending import divert as send_divert
+from tidemq.node.sending.dedup import DedupWindow, duplicate_reply
+from tidemq.node.store.errors import DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed
+from tidemq.node.store.message import StoreMessage
+from tidemq.node.topics import AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX, topic_name_problem
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCode, SerializeType
+from tidemq.protocol.remoting import RemotingCommand, encode_frame
 
 log = logging.getLogger("tidemq.send")
 _put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
@@ -128,7 +126,7 @@ class SendProcessor:
         self.max_body = broker.cfg.store.max_message_bytes  # also a whole batch's limit
         self.max_batch = broker.cfg.max_batch_messages
         self.sync_flush = broker.cfg.store.flush_mode == "SYNC_FLUSH"
-        # HA (node/replication.py): refuse before writing on a slave, a fenced master or too
+        # HA (node/replication/service.py): refuse before writing on a slave, a fenced master or too
         # few in-sync copies; under SYNC_MASTER answer once every in-sync replica holds it.
         self.replication = getattr(broker, "replication", None)
         self.sync_master = self.replication is not None and self.replication.sync_master
@@ -142,7 +140,7 @@ class SendProcessor:
         self._rr = 0
         self._pending = []  # sends accepted this loop turn, put together (rule 4)
         self.dedup = DedupWindow(broker.cfg.dedup_window_ms, broker.cfg.dedup_window_keys)
-        # Rebuilt from the key index (node/dedup.py rule 4): at start, or under HA when this
+        # Rebuilt from the key index (node/sending/dedup.py rule 4): at start, or under HA when this
         # broker takes its first write as master (a promoted slave indexed the replicated log).
         self._window_current = self.replication is None
         if self._window_current:
@@ -217,7 +215,7 @@ class SendProcessor:
                 return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
                              f"the message body is {len(body)} bytes; the limit is {self.max_body}")
             raw = system_properties.from_client(props_text.encode(), self._cluster, props)
-            if divert:  # a half message or a schedule entry (node/send_divert.py)
+            if divert:  # a half message or a schedule entry (node/sending/divert.py)
                 try:
                     msgs = [send_divert.build(self.broker, divert, req.group,
                                               topic, queue_id, flag, body,
@@ -317,7 +315,7 @@ class SendProcessor:
                 msg_id = (store_host + _I64.pack(placed[i][0])).hex().upper()
             reply = (msg_id, queue_id, placed[i][2])
             i += n
-            if wait:  # last field: the latency key (node/metrics.py put_latency)
+            if wait:  # last field: the latency key (node/ops/counters.py put_latency)
                 waiting.append((conn, cmd, reply, t0, (topic, batch)))
             else:
                 latency[(topic, batch)].observe(time.perf_counter() - t0)
@@ -328,7 +326,7 @@ class SendProcessor:
 
     def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
         """A retry of messages already stored: the original result, once the original is
-        durable (node/dedup.py rule 2)."""
+        durable (node/sending/dedup.py rule 2)."""
         reply, end = duplicate_reply(dups, self.broker.store_host)
         conn.defer()
         if wait:

@@ -12,7 +12,7 @@ originMsgId is not trusted: node/system_properties.py), and reconsumeTimes + 1; 
 copy in %DLQ%<group> when reconsumeTimes >= max (16 by default) or delayLevel < 0, else in
 %RETRY%<group>; answer 0 once stored.
 
-The retry copy waits in SCHEDULE_TOPIC_XXXX (node/schedule.py) for delay level delayLevel,
+The retry copy waits in SCHEDULE_TOPIC_XXXX (node/sending/schedule.py) for delay level delayLevel,
 or 3 + reconsumeTimes when the client sent 0 (Java: 10 s first, growing to the last level), so
 a message that keeps failing reaches the DLQ after max_reconsume_times growing delays (about
 4 hours with the default levels). The dead-letter copy is stored at once. cpp consumers commit
@@ -23,14 +23,13 @@ from __future__ import annotations
 import struct
 import time
 
-from client.protocol import record as rec
-from client.protocol.codes import VERSION_V3_4_9, ResponseCode
-from client.protocol.remoting import RemotingCommand
-
-from node.processors.common import error
-from node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
-from node.system_properties import PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC
-from node.topics import DLQ_PREFIX, RETRY_PREFIX
+from tidemq.node.processors.common import error
+from tidemq.node.store.message import PROP_DELIVER_AT_MS, SCHEDULE_TOPIC, StoreMessage
+from tidemq.node.system_properties import PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC
+from tidemq.node.topics import DLQ_PREFIX, RETRY_PREFIX
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import VERSION_V3_4_9, ResponseCode
+from tidemq.protocol.remoting import RemotingCommand
 
 _SCHEDULE_PROPS = (rec.PROP_REAL_TOPIC, rec.PROP_REAL_QID, rec.PROP_DELAY, PROP_DELIVER_AT_MS)
 _I64 = struct.Struct(">q")

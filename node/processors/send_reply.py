@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import struct
 
-from client.protocol.codes import FLAG_RESPONSE, SerializeType
-from client.protocol.remoting import LOCAL_LANGUAGE, LOCAL_VERSION
+from tidemq.protocol.codes import FLAG_RESPONSE, SerializeType
+from tidemq.protocol.remoting import LOCAL_LANGUAGE, LOCAL_VERSION
 
 JSON_PREFIX = struct.Struct(">iI")  # length, word (type 0: the plain header length)
 

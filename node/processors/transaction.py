@@ -3,7 +3,7 @@
 ext (cpp sends every value as a string, Java some as numbers): producerGroup,
 tranStateTableOffset (the send reply's queueOffset), commitLogOffset (decoded from the send
 reply's msgId), commitOrRollback (8 commit, 12 rollback, 0 unknown), fromTransactionCheck, msgId,
-transactionId. The work is node/transactions.py's; this maps it to the wire: a mismatch is 1
+transactionId. The work is node/sending/transaction_service.py's; this maps it to the wire: a mismatch is 1
 SYSTEM_ERROR with the reason (Java's remarks), a producer's own END after the message's check
 immunity 604 ILLEGAL_OPERATION, a store refusal its code, else 0. Most clients
 send 37 oneway, so the reply is usually dropped; an unknown outcome stores nothing.
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 
-from client.protocol.codes import ResponseCode
-from node.processors.common import error, ok
-from node.records import join_records
-from node.store.errors import DiskFull, MessageIllegal, StoreClosed
-from node.topics import TRANS_CHECK_MAX_TIME_TOPIC
-from node.transactions import EndIllegal, EndRefused
+from tidemq.node.processors.common import error, ok
+from tidemq.node.processors.store_host import join_records
+from tidemq.node.sending.transaction_service import EndIllegal, EndRefused
+from tidemq.node.store.errors import DiskFull, MessageIllegal, StoreClosed
+from tidemq.node.topics import TRANS_CHECK_MAX_TIME_TOPIC
+from tidemq.protocol.codes import ResponseCode
 
 log = logging.getLogger("tidemq.transactions")
 PARKED_MAX_NUM = 256

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from client.protocol.remoting import ProtocolError
-from client.protocol.route_json import decode_heartbeat
-
-from node.requests.fields import RequestError
+from tidemq.node.requests.fields import RequestError
+from tidemq.protocol.remoting import ProtocolError
+from tidemq.protocol.route_json import decode_heartbeat
 
 MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from client.protocol.codes import ResponseCode
-
-from node.topics import TOPIC_PATTERN
+from tidemq.node.topics import TOPIC_PATTERN
+from tidemq.protocol.codes import ResponseCode
 
 INT32 = (-2**31, 2**31 - 1)
 INT64 = (-2**63, 2**63 - 1)

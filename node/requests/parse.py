@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import make_dataclass
 
-from node.requests.fields import Bool, Int, Name, RequestError, Text
-from node.requests.table import SPECS, Spec
+from tidemq.node.requests.fields import Bool, Int, Name, RequestError, Text
+from tidemq.node.requests.table import SPECS, Spec
 
 # Shorter than these, ASCII digits are always inside the kind's range (int32 has 10 digits).
 _SAFE_DIGITS = {32: 10, 64: 19}

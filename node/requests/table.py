@@ -8,21 +8,20 @@ cpp sends 10 with full names). A field absent from the frame takes its default; 
 one absent is refused. Fields not listed here are ignored (AccessKey, Signature, unitMode...).
 
 Resources: (TOPIC | GROUP, attribute, permission). A TOPIC resource named `%RETRY%<g>` counts
-as group g (node/acl/resources.py). An attribute that is "" or None (an optional field left
+as group g (node/security/acl/resources.py). An attribute that is "" or None (an optional field left
 out) names no resource. `body_resources` adds what a decoded body names (heartbeats, locks);
 `record` names the attribute holding a commit-log offset whose record's topic the ACL checks
-(node/acl/record_access.py).
+(node/security/acl/record_access.py).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.record import PROPERTIES_MAX_BYTES
-
-from node.acl.accounts import PUB, SUB
-from node.requests import bodies
-from node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.node.requests import bodies
+from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.node.security.acl.accounts import PUB, SUB
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.record import PROPERTIES_MAX_BYTES
 
 TOPIC, GROUP = "topic", "group"
 # "%RETRY%" + a 255-character group: the longest topic a client may name (creation is
@@ -77,7 +76,7 @@ _SEND = (
 )
 _SEND_SPEC = dict(fields=_SEND, resources=((TOPIC, "topic", PUB),))
 _QUEUE = (_f("topic", "topic", TOPIC_NAME, True), _f("queue_id", "queueId", QUEUE_ID, True))
-_MEMBER = _f("member", "broadcastClientId", ID_TEXT)  # node/broadcast_offsets.py
+_MEMBER = _f("member", "broadcastClientId", ID_TEXT)  # node/consumers/broadcast_progress.py
 
 
 def _heartbeat_resources(req) -> list:

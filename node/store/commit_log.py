@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import struct
 
-from client.protocol import record as rec
+from tidemq.protocol import record as rec
 
 from .errors import OffsetMismatch
 from .mapped_file_queue import MappedFileQueue

@@ -128,5 +128,5 @@ class StoreConfig:
     def consume_queue_file_bytes(self) -> int:
         return self.consume_queue_file_units * 20
 
-    def replace(self, **changes) -> "StoreConfig":
+    def replace(self, **changes) -> StoreConfig:
         return dataclasses.replace(self, **changes)

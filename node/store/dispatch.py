@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 
-from client.protocol.record import TX_PREPARED, TX_ROLLBACK
+from tidemq.protocol.record import TX_PREPARED, TX_ROLLBACK
 
 from .log_throttle import LogThrottle
 

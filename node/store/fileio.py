@@ -21,7 +21,6 @@ import os
 import threading
 import time
 
-
 _WARM_CHUNK = 1 << 20
 _WARM_UNPACED_MAX = 64 << 20  # consume-queue files warm at full speed
 _WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import struct
 
-from client.protocol import record as rec
-from client.protocol.jhash import java_string_hash
+from tidemq.protocol import record as rec
+from tidemq.protocol.jhash import java_string_hash
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # A scheduled record's consume-queue tag code is its due time (spec 7.5); the broker stamps the
@@ -78,7 +78,7 @@ class StoreMessage:
     @classmethod
     def many_from_wire(cls, topic: str, queue_id: int, entries, sys_flag: int,
                        born_timestamp: int, born_host: bytes, store_host: bytes,
-                       reconsume_times: int = 0) -> list["StoreMessage"]:
+                       reconsume_times: int = 0) -> list[StoreMessage]:
         """Messages of one send request, [(flag, body, properties_raw)], sharing everything
         else: the broker's hot path. Reads TAGS, KEYS and UNIQ_KEY straight from the raw
         properties (no dict); `properties` is left None."""

@@ -24,22 +24,22 @@ import re
 import threading
 import time
 
-from client.protocol import record as rec
+from tidemq.protocol import record as rec
 
 from .checkpoint import Checkpoint
 from .commit_log import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .disk_guard import DiskGuard, disk_usage as probe_disk
+from .disk_guard import DiskGuard
+from .disk_guard import disk_usage as probe_disk
 from .dispatch import Dispatcher
-from .errors import (DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed,
-                     StoreCorrupt, StoreLocked)
+from .errors import DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed, StoreCorrupt, StoreLocked
 from .fileio import NO_SPACE_ERRNOS, OS_FILE_SYSTEM
 from .flush import FlushService, MaintenanceService
 from .index_file import IndexService
 from .log_throttle import LogThrottle
+from .message import is_dispatched_to_queue
 from .queue_table import ConsumeQueueTable
 from .reader import StoreReader
-from .message import is_dispatched_to_queue
 from .recovery import recover, scan
 from .retention import Retention
 from .write_mark import WriteMark
@@ -101,7 +101,7 @@ class MessageStore(StoreReader):
         self._valid_topics: set[str] = set()
         self._local_confirm = config.confirm_mode == "local"
         self._sync_flush = config.flush_mode == SYNC_FLUSH
-        # Replication (node/replication.py): a slave refuses local puts with this reason (its
+        # Replication (node/replication/service.py): a slave refuses local puts with this reason (its
         # log is the master's), and after_put() tells the master's HA service the log grew.
         self.put_refusal: str | None = None
         self.after_put = None
@@ -110,7 +110,7 @@ class MessageStore(StoreReader):
         self._closing = False
 
     # -- lifecycle -----------------------------------------------------------------------
-    def open(self) -> "MessageStore":
+    def open(self) -> MessageStore:
         root = self.config.root_dir
         os.makedirs(root, exist_ok=True)
         self._take_lock(os.path.join(root, "lock"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import struct
 
-from client.protocol import record as rec
+from tidemq.protocol import record as rec
 
 from .consume_queue import PRE_BLANK_SIZE
 

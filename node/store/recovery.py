@@ -28,8 +28,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from client.protocol import record as rec
-from client.protocol.jhash import java_string_hash
+from tidemq.protocol import record as rec
+from tidemq.protocol.jhash import java_string_hash
 
 from .message import (
     SCHEDULE_TOPIC,

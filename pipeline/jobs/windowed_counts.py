@@ -94,8 +94,8 @@ def send_demo_events(args) -> None:
     import random
     import time
 
-    from client.message import Message
-    from client.producer import Producer
+    from tidemq.message import Message
+    from tidemq.producer.producer import Producer
 
     async def go():
         p = Producer("windowed-counts-demo", args.addr)
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.demo_events:
         send_demo_events(args)
-    from pipeline.spark_session import local_session
+    from tidemq.pipeline.spark_session import local_session
     spark = local_session(args.master, app="tidemq-windowed-counts")
     queries = start_queries(spark, args)
     try:

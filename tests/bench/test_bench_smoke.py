@@ -16,11 +16,11 @@ import sys
 import pytest
 
 from bench.broker_raw_bench import FrameSource
-from client.protocol import record as rec
-from client.protocol.codes import SerializeType
-from client.protocol.remoting import FrameDecoder
-from client.send_codec import decode_batch_body
 from tests.support.broker_proc import REPO_ROOT
+from tidemq.producer.send_codec import decode_batch_body
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import SerializeType
+from tidemq.protocol.remoting import FrameDecoder
 
 STORE_KEYS = ("async_batch_msgs_s", "sync_batch_64w_msgs_s", "sync_single_64w_msgs_s",
               "read_msgs_s", "recovery_mb_s")

@@ -1,4 +1,4 @@
-"""Broker tests: real `python -m node` processes over real sockets, driven by a raw client."""
+"""Broker tests: real `python -m tidemq.node` processes over real sockets, driven by a raw client."""
 import asyncio
 
 import pytest

@@ -5,12 +5,14 @@ import asyncio
 import json
 import struct
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from client.protocol.codes import RequestCode as R, SerializeType
-from client.protocol.remoting import RemotingCommand, encode_frame
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, send_ext
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.codes import SerializeType
+from tidemq.protocol.remoting import RemotingCommand, encode_frame
 
 
 async def _log_end(addr):

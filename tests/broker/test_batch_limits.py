@@ -12,15 +12,13 @@ import time
 
 import pytest
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.record import encode_host
-from client.protocol.remoting import (MAX_FRAME_BYTES, RemotingCommand, decode_frame,
-                                      encode_frame)
-from node.config import MAX_BATCH_MESSAGES_LIMIT, BrokerConfig, ConfigError, build_config
-from node.processors.send_reply import (JSON_PREFIX, binary_reply_frame, binary_reply_tail,
-                                        json_reply_template)
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, batch_body, send_ext, send_ext_v2
+from tidemq.node.config import MAX_BATCH_MESSAGES_LIMIT, BrokerConfig, ConfigError, build_config
+from tidemq.node.processors.send_reply import JSON_PREFIX, binary_reply_frame, binary_reply_tail, json_reply_template
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.record import encode_host
+from tidemq.protocol.remoting import MAX_FRAME_BYTES, RemotingCommand, decode_frame, encode_frame
 
 MAX_BYTES = 4 * 1024 * 1024  # store.max_message_bytes default
 MAX_ENTRIES = BrokerConfig.max_batch_messages  # the default

@@ -3,10 +3,10 @@ locks (41, 42), query by key (12) and by id (33), runtime info (28)."""
 import asyncio
 import json
 
-from client.protocol import record as rec
-from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, properties, send_ext
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import RequestCode as R
 
 
 def _cpp_heartbeat(client_id, group, topic="HbT"):

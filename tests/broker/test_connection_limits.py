@@ -10,10 +10,10 @@ import struct
 import time
 import urllib.request
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.remoting import encode_frame
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, send_ext
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.remoting import encode_frame
 
 FRAME_TIMEOUT_MS = 1500
 MIN_RATE = 64 * 1024
@@ -126,7 +126,7 @@ async def _closed_at_once(addr, local_host="127.0.0.1") -> bool:
     try:
         await c.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}, timeout=2)
         return False
-    except (ConnectionError, asyncio.TimeoutError):
+    except (TimeoutError, ConnectionError):
         return c.closed.is_set()
     finally:
         await c.close()
@@ -165,8 +165,8 @@ def test_connections_past_the_per_address_cap_are_closed(broker_factory):
 
 
 def test_address_cap_counts_per_host_and_logs_refusals_once(caplog):
-    from node.conn_guard import AddressCap
-    from node.metrics import Metrics
+    from tidemq.node.conn_guard import AddressCap
+    from tidemq.node.ops.counters import Metrics
     metrics = Metrics()
     cap = AddressCap(2, metrics)
     assert cap.admit("10.0.0.1") and cap.admit("10.0.0.1") and cap.admit("10.0.0.2")

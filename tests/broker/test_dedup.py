@@ -1,19 +1,18 @@
-"""Broker-side duplicate suppression (node/dedup.py) on real broker processes: a retried send
+"""Broker-side duplicate suppression (node/sending/dedup.py) on real broker processes: a retried send
 with a stored UNIQ_KEY gets the original result and stores nothing; the window survives a
 restart (clean and SIGKILL); its time and count bounds; an SDK send whose reply is lost."""
 import asyncio
 import contextlib
 import time
 
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode as R
-from client.protocol.record import PROP_UNIQ_KEY
 from tests.broker.conftest import run
 from tests.support.ports import free_port
-from tests.support.raw_client import (RawClient, batch_body, decode_records, properties,
-                                      pull_ext, send_ext, send_ext_v2)
+from tests.support.raw_client import RawClient, batch_body, decode_records, properties, pull_ext, send_ext, send_ext_v2
 from tests.support.reply_drop_proxy import ReplyDropProxy
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.record import PROP_UNIQ_KEY
 
 
 async def _queue(c, topic, queue_id):
@@ -241,7 +240,7 @@ def test_window_follows_the_log_to_a_new_master(broker_factory, tmp_path):
 def test_send_back_rounds_through_the_delay_levels_are_never_suppressed(broker_factory):
     """Each reconsume round stores a copy with the same UNIQ_KEY in SCHEDULE_TOPIC_XXXX before
     %RETRY%<group>: by send-back (36), or, when that fails, by the client sending to %RETRY%
-    itself with a delay level (Java's fallback). Every round is delivered (node/dedup.py rule
+    itself with a delay level (Java's fallback). Every round is delivered (node/sending/dedup.py rule
     3); the user topic keeps suppressing, and the metric counts only that."""
     b = broker_factory("delay_levels=50ms 50ms 80ms 80ms 80ms 80ms 80ms").start()
     retry = "%RETRY%DelayRoundsG"
@@ -287,7 +286,7 @@ def test_send_back_rounds_through_the_delay_levels_are_never_suppressed(broker_f
 
 def test_delayed_send_retried_after_a_lost_reply_is_delivered_once(broker_factory):
     """A delayed message is stored in SCHEDULE_TOPIC_XXXX, keyed in the window by its
-    REAL_TOPIC (node/dedup.py rule 3): the SDK's retry after a lost reply gets the original
+    REAL_TOPIC (node/sending/dedup.py rule 3): the SDK's retry after a lost reply gets the original
     result, and after a restart (window rebuilt from the key index) a raw retry does too."""
     proxy_port = free_port()
     b = broker_factory(f"advertised_port={proxy_port}", "delay_levels=300ms").start()

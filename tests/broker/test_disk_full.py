@@ -15,8 +15,6 @@ import re
 import time
 import urllib.request
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.codes import ResponseCode
 from tests.store.helpers import payload
 from tests.support.broker_proc import (
     BrokerProcess,
@@ -33,6 +31,8 @@ from tests.support.raw_client import (
     send_ext,
 )
 from tests.support.small_fs import small_filesystem, used_ratio, write_ballast
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.codes import ResponseCode
 
 from .conftest import run
 

@@ -6,9 +6,9 @@ import resource
 
 import pytest
 
-from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+from tidemq.protocol.codes import RequestCode as R
 
 TOPICS = 4
 QUEUES = 64   # 256 consume queues: more than 256 descriptors allow at one or two per queue

@@ -2,9 +2,9 @@
 STOREHOST rewriting when the broker comes back on another port."""
 import time
 
-from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, pull_ext, send_ext
+from tidemq.protocol.codes import RequestCode as R
 
 
 def _q(topic, qid, group="OffG"):
@@ -45,10 +45,10 @@ def test_offsets_survive_restart_and_records_follow_the_new_address(broker):
             assert m.body == b"0"
             # the same record now names the broker's new address (send-back, viewMessage)
             assert m.offset_msg_id != old_id and m.offset_msg_id[16:] == old_id[16:]
-            from client.protocol.record import decode_offset_msg_id
+            from tidemq.protocol.record import decode_offset_msg_id
             ip, port, _ = decode_offset_msg_id(m.offset_msg_id)
             assert f"{ip}:{port}" == broker.addr
-            from client.protocol.record import body_crc
+            from tidemq.protocol.record import body_crc
             assert m.body_crc == body_crc(m.body)  # BODYCRC untouched by the rewrite
     run(after())
 
@@ -82,13 +82,14 @@ def test_query_offset_for_a_new_group_follows_the_hot_rule(tmp_path, monkeypatch
     """14 with no stored offset: 0 while offset 0 exists and is hot, 22 once it is cold or
     deleted by retention (checked against the processor with a real store in-process)."""
     from types import SimpleNamespace
-    from client.protocol.remoting import RemotingCommand
-    from node.offsets import ConsumerOffsets
-    from node.store.fileio import OS_FILE_SYSTEM
-    from node.processors import offsets as offsets_mod
-    from node.requests import parse_request
-    from node.store.message_store import MessageStore
+
     from tests.store.helpers import message, small_config
+    from tidemq.node.consumers.offset_table import ConsumerOffsets
+    from tidemq.node.processors import consumer_offsets as offsets_mod
+    from tidemq.node.requests import parse_request
+    from tidemq.node.store.fileio import OS_FILE_SYSTEM
+    from tidemq.node.store.message_store import MessageStore
+    from tidemq.protocol.remoting import RemotingCommand
     store = MessageStore(small_config(tmp_path / "store")).open()
     try:
         for s in range(0, 400, 4):

@@ -4,9 +4,9 @@ import asyncio
 import json
 import urllib.request
 
-from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, pull_ext, send_ext
+from tidemq.protocol.codes import RequestCode as R
 
 SUSPEND = 0x2 | 0x4
 
@@ -76,11 +76,11 @@ def test_peer_that_never_reads_is_cut_off(broker_factory):
 
     async def go():
         async with await RawClient.connect(b.addr) as c:
-            for i in range(64):
+            for _i in range(64):
                 assert (await c.request(R.SEND_MESSAGE, send_ext("BigT", 0), b"z" * 4096)).code == 0
         host, port = b.addr.rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
-        from client.protocol.remoting import RemotingCommand, encode_frame
+        from tidemq.protocol.remoting import RemotingCommand, encode_frame
         frame = encode_frame(RemotingCommand.request(R.PULL_MESSAGE, pull_ext("BigT", 0, 0, max_nums=64)))
         # a pull reply is ~270 KiB; ask for ~80 MiB of replies and read none of them
         for _ in range(300):

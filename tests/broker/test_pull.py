@@ -3,9 +3,9 @@ piggyback."""
 import asyncio
 import time
 
-from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+from tidemq.protocol.codes import RequestCode as R
 
 SUSPEND = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION
 
@@ -17,7 +17,7 @@ async def _send(c, topic, qid, body, tags=None):
 
 
 def _host_hex(addr):
-    from client.protocol.record import encode_host
+    from tidemq.protocol.record import encode_host
     ip, port = addr.rsplit(":", 1)
     return encode_host(ip, int(port)).hex().upper()
 

@@ -1,10 +1,10 @@
 """Route queries (105) for real, template and retry topics; topic create (17) and list (21)."""
 import json
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.route_json import decode_topic_route
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, send_ext
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.route_json import decode_topic_route
 
 
 async def _route(c, topic):

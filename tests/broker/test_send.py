@@ -3,11 +3,11 @@ cpp batch (code 10 + batch "1"), 320, and the checks that refuse a send without 
 import asyncio
 import time
 
-from client.protocol import record as rec
-from client.protocol.codes import RequestCode as R, SerializeType
 from tests.broker.conftest import run
-from tests.support.raw_client import (RawClient, batch_body, decode_records, properties,
-                                      pull_ext, send_ext, send_ext_v2)
+from tests.support.raw_client import RawClient, batch_body, decode_records, properties, pull_ext, send_ext, send_ext_v2
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.codes import SerializeType
 
 
 async def _pull_all(c, topic, queue_id, offset=0):
@@ -134,7 +134,7 @@ def test_auto_create_via_tbw102(shared_broker):
         async with await RawClient.connect(shared_broker.addr) as c:
             r = await c.request(R.SEND_MESSAGE, send_ext("Auto1", 3), b"x")
             assert r.code == 0
-            from client.protocol.route_json import decode_topic_route
+            from tidemq.protocol.route_json import decode_topic_route
             route = await c.request(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Auto1"})
             q = decode_topic_route(route.body).queue_datas[0]
             assert (q.write_queue_nums, q.perm) == (4, 6)  # min(4, TBW102's 8), INHERIT dropped

@@ -8,10 +8,10 @@ import asyncio
 import time
 import urllib.request
 
-from client.protocol import record as rec
 from tests.broker.conftest import run
 from tests.support.raw_client import RC as R
 from tests.support.raw_client import RawClient, batch_body, decode_records, pull_ext, send_ext
+from tidemq.protocol import record as rec
 
 CLUSTER = "SysPropCluster"
 SETTINGS = ("delay_levels=100ms 200ms 1s", f"cluster_name={CLUSTER}")

@@ -6,9 +6,9 @@
 import asyncio
 import inspect
 
-from client.protocol.codes import PERM_READ_WRITE, ResponseCode
-from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame
-from client.protocol.route_json import BrokerData, QueueData, TopicRouteData, encode_topic_route
+from tidemq.protocol.codes import PERM_READ_WRITE, ResponseCode
+from tidemq.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame
+from tidemq.protocol.route_json import BrokerData, QueueData, TopicRouteData, encode_topic_route
 
 
 def route_body(addr, queues=4, broker="broker-a"):

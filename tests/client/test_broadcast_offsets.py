@@ -6,12 +6,12 @@ import shutil
 import subprocess
 import sys
 
-from client.admin import Admin
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
-from client.producer import Producer
 from tests.client.conftest import run, wait_until
 from tests.support.broker_proc import REPO_ROOT
+from tidemq.admin import Admin
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 TOPIC, GROUP = "BcastT", "bcast-g"
 
@@ -50,7 +50,7 @@ def test_broadcast_offsets_live_on_the_broker(broker, tmp_path):
     seen = run(first())
     assert all(sorted(s) == sorted(b"a%d" % i for i in range(10)) for s in seen.values())
 
-    out = subprocess.run([sys.executable, "-m", "client.cli", "-b", broker.addr, "consumer",
+    out = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", broker.addr, "consumer",
                           "progress", GROUP], capture_output=True, text=True, cwd=REPO_ROOT,
                          timeout=60)
     assert out.returncode == 0, out.stderr
@@ -77,10 +77,10 @@ def test_broadcast_offsets_live_on_the_broker(broker, tmp_path):
 
 
 def test_bad_broadcast_client_ids_are_refused(broker):
-    from client.config import ClientConfig
-    from client.instance import ClientInstance
-    from client.protocol.codes import RequestCode
-    from client.protocol.route_json import HeartbeatData
+    from tidemq.config import ClientConfig
+    from tidemq.instance import ClientInstance
+    from tidemq.protocol.codes import RequestCode
+    from tidemq.protocol.route_json import HeartbeatData
 
     async def main():
         inst = ClientInstance(ClientConfig(namesrv_addr=broker.addr), lambda: HeartbeatData("x"))

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from client.cli import main
+from tidemq.cli.main import main
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,7 +53,7 @@ def test_errors_exit_1_with_a_message(broker, capsys):
 
 def test_broker_subcommand_delegates_to_node():
     for pre in ([], ["-v"]):
-        proc = subprocess.run([sys.executable, "-m", "client.cli", *pre, "broker", "--describe-config"],
+        proc = subprocess.run([sys.executable, "-m", "tidemq.cli.main", *pre, "broker", "--describe-config"],
                               capture_output=True, text=True, timeout=60, cwd=REPO)
         assert proc.returncode == 0, proc.stderr
         assert "listen_port" in proc.stdout

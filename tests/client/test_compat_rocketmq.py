@@ -10,11 +10,11 @@ import time
 
 import pytest
 
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer
 from tests.client.conftest import run
 from tests.client.test_e2e_send import read_all
+from tidemq.admin import Admin
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat_rocketmq_script.py")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -125,7 +125,7 @@ def test_cpp_delayed_send_and_send_back(broker_factory, tmp_path):
     seen = {}
 
     async def consume_delayed():
-        from client.consumer import PushConsumer
+        from tidemq.consumer.push import PushConsumer
         async with PushConsumer("compat-delay-g", {topic: "*"},
                                 lambda msgs: seen.update({m.body: time.time() for m in msgs}),
                                 consume_from="FIRST", namesrv_or_broker=b.addr):

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from client.consumer import PushConsumer
-from client.protocol.codes import PullSysFlag, ResponseCode
-from client.protocol.route_json import decode_heartbeat
 from tests.client.fake_broker import FakeBroker, reply, route_body
+from tidemq.consumer.push import PushConsumer
+from tidemq.protocol.codes import PullSysFlag, ResponseCode
+from tidemq.protocol.route_json import decode_heartbeat
 
 
 class Script:

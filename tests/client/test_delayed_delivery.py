@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from client import errors
-from client.admin import Admin
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message, deliver_at
-from client.producer import Producer
 from tests.client.conftest import run, wait_until
 from tests.support.broker_proc import REPO_ROOT
+from tidemq import errors
+from tidemq.admin import Admin
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message, deliver_at
+from tidemq.producer.producer import Producer
 
 LEVELS = "delay_levels=300ms 600ms 1s"
 WAITS_S = {1: 0.3, 2: 0.6, 3: 1.0}
@@ -90,7 +90,7 @@ def test_levels_and_due_times_never_early_only_slightly_late(broker_factory, flu
             await wait_until(lambda: len(rec.got) == len(due) + 1, 15, what="every message")
         check_timing(rec, due)
         assert rec.got[plain.msg_id][0][0] - time.time() < LATE_BOUND_S
-        for msg_id, deliveries in rec.got.items():
+        for _msg_id, deliveries in rec.got.items():
             assert len(deliveries) == 1
             m = deliveries[0][1]
             assert m.topic == topic and m.stored_topic == topic
@@ -192,7 +192,7 @@ def test_retry_with_growing_delay_then_dead_letter_and_the_cli_shows_it(broker_f
     # Level 3 + reconsumeTimes, capped at the last (400 ms): each wait at least its level.
     for gap, wait_s in zip(gaps, (0.2, 0.4, 0.4)):
         assert gap >= wait_s - CLOCK_SLACK_S, gaps
-    out = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "dlq", group],
+    out = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", b.addr, "dlq", group],
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

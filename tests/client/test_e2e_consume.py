@@ -7,14 +7,14 @@ import subprocess
 import sys
 import time
 
-from client.admin import Admin
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
-from client.producer import Producer
-from client.pull_api import PullStatus
-from client.pull_consumer import PullConsumer
-from client.sync import SyncPullConsumer, SyncPushConsumer
 from tests.client.conftest import run, wait_until
+from tidemq.admin import Admin
+from tidemq.consumer.broker_calls import PullStatus
+from tidemq.consumer.pull import PullConsumer
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.sync import SyncPullConsumer, SyncPushConsumer
 
 FAST = dict(offset_commit_interval_s=0.2)
 
@@ -281,7 +281,7 @@ def test_new_group_on_untruncated_topic_starts_at_zero_whatever_consume_from(bro
 
 MEMBER_SCRIPT = """
 import asyncio, sys
-from client.consumer import PushConsumer
+from tidemq.consumer.push import PushConsumer
 async def main():
     c = PushConsumer(sys.argv[1], {sys.argv[2]: "*"}, lambda msgs: None, namesrv_or_broker=sys.argv[3])
     await c.start()

@@ -3,12 +3,12 @@ connection, the push consumer re-registers, resumes from its committed offsets a
 nothing."""
 import asyncio
 
-from client.admin import Admin
-from client.consumer import PushConsumer
-from client.message import Message
-from client.producer import Producer
 from tests.client.conftest import run, wait_until
 from tests.support.ports import free_port
+from tidemq.admin import Admin
+from tidemq.consumer.push import PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 
 def test_producer_and_consumer_survive_broker_restart(broker_factory):

@@ -4,13 +4,13 @@ import collections
 
 import pytest
 
-from client import errors
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer, SendStatus
-from client.pull_consumer import PullConsumer
-from client.sync import SyncProducer
 from tests.client.conftest import run
+from tidemq import errors
+from tidemq.admin import Admin
+from tidemq.consumer.pull import PullConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer, SendStatus
+from tidemq.sync import SyncProducer
 
 
 async def read_all(addr, topic, group="reader", expected=None, timeout_s=10.0):

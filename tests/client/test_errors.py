@@ -1,8 +1,8 @@
 """The error catalogue (client.errors)."""
 import pytest
 
-from client import errors
-from client.protocol.codes import ResponseCode
+from tidemq import errors
+from tidemq.protocol.codes import ResponseCode
 
 
 @pytest.mark.parametrize("code,cls,retriable,refresh", [

@@ -1,10 +1,10 @@
-"""client.idempotency.SeenMessages: bounded memory, success-only recording, async handlers."""
+"""tidemq.consumer.idempotency.SeenMessages: bounded memory, success-only recording, async handlers."""
 import asyncio
 
 import pytest
 
-from client.consumer import ConsumeResult
-from client.idempotency import SeenMessages
+from tidemq.consumer.idempotency import SeenMessages
+from tidemq.consumer.push import ConsumeResult
 
 
 class M:

@@ -6,11 +6,18 @@ import zlib
 
 import pytest
 
-from client import errors
-from client.message import (Message, MessageExt, UniqKeyGenerator, compress_body,
-                            encode_properties_str, parse_uniq_key, split_records, uniq_keys)
-from client.protocol.record import (SYSFLAG_COMPRESSED, decode_properties, encode_host,
-                                    encode_into, record_size)
+from tidemq import errors
+from tidemq.message import (
+    Message,
+    MessageExt,
+    UniqKeyGenerator,
+    compress_body,
+    encode_properties_str,
+    parse_uniq_key,
+    split_records,
+    uniq_keys,
+)
+from tidemq.protocol.record import SYSFLAG_COMPRESSED, decode_properties, encode_host, encode_into, record_size
 
 
 def make_record(topic, body, props, queue_offset, sys_flag=0, queue_id=1):
@@ -112,7 +119,7 @@ def test_corrupt_record_raises_protocol_violation_on_touch():
 
 
 def test_bare_message_fast_path_matches_general_properties():
-    from client.producer import _properties_text
+    from tidemq.producer.producer import _properties_text
     bare = Message("T", b"x")
     props = bare.wire_properties()
     props["UNIQ_KEY"] = "ABC"

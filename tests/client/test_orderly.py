@@ -10,13 +10,13 @@ import subprocess
 import sys
 import time
 
-from client.admin import Admin
-from client.consumer import ConsumeResult
-from client.message import Message
-from client.orderly import OrderlyPushConsumer
-from client.producer import Producer
-from client.protocol.codes import RequestCode
 from tests.client.conftest import run, wait_until
+from tidemq.admin import Admin
+from tidemq.consumer.orderly import OrderlyPushConsumer
+from tidemq.consumer.push import ConsumeResult
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode
 
 KEYS = 12
 PER_KEY = 40
@@ -117,7 +117,7 @@ def test_a_locked_queue_is_not_consumed_by_another_member(broker):
 
 MEMBER = r"""
 import asyncio, sys
-from client.orderly import OrderlyPushConsumer
+from tidemq.consumer.orderly import OrderlyPushConsumer
 
 async def main(group, topic, addr):
     def on(msgs):
@@ -192,9 +192,9 @@ def test_a_crashed_members_queues_wait_for_lock_expiry_and_stay_in_order(broker_
 
 
 def test_sync_orderly_consumer_keeps_key_order_without_an_event_loop(broker):
-    """client.sync.SyncOrderlyPushConsumer: plain threads, no asyncio in the caller; a failed
+    """tidemq.sync.SyncOrderlyPushConsumer: plain threads, no asyncio in the caller; a failed
     message is retried at its queue's head before anything after it."""
-    from client.sync import SyncOrderlyPushConsumer, SyncProducer
+    from tidemq.sync import SyncOrderlyPushConsumer, SyncProducer
     topic, group = "SyncOrderT", "sync-order-g"
     got, failed = [], set()
 

@@ -4,12 +4,12 @@ import asyncio
 
 import pytest
 
-from client import errors
-from client.message import Message
-from client.producer import Producer, SendStatus
-from client.protocol.codes import ResponseCode
-from client.protocol.record import decode_properties
 from tests.client.fake_broker import FakeBroker, reply, route_body
+from tidemq import errors
+from tidemq.message import Message
+from tidemq.producer.producer import Producer, SendStatus
+from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.record import decode_properties
 
 
 def run(coro):
@@ -37,7 +37,8 @@ class Script:
             code = self.codes.pop(0) if self.codes else 0
             if code is None:
                 return None  # no reply: the client times out
-            return reply(cmd, code, {"msgId": "7F000001000027AF0000000000000000", "queueId": cmd.ext.get("queueId", cmd.ext.get("e")),
+            return reply(cmd, code, {"msgId": "7F000001000027AF0000000000000000",
+                                     "queueId": cmd.ext.get("queueId", cmd.ext.get("e")),
                                      "queueOffset": "42"}, remark="scripted")
         return reply(cmd)
 

@@ -3,9 +3,8 @@ import itertools
 
 import pytest
 
-from client.rebalance import (STRATEGIES, allocate_averagely, allocate_by_circle,
-                              allocate_consistent_hash)
-from client.route import MessageQueue
+from tidemq.consumer.rebalance import STRATEGIES, allocate_averagely, allocate_by_circle, allocate_consistent_hash
+from tidemq.topic_routes import MessageQueue
 
 
 def queues(n, brokers=("broker-a",), topic="T"):

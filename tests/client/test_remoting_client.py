@@ -4,11 +4,11 @@ import asyncio
 
 import pytest
 
-from client import errors
-from client.protocol.codes import RequestCode, ResponseCode, SerializeType
-from client.protocol.remoting import RemotingCommand
-from client.remoting_client import RemotingClient
 from tests.client.fake_broker import FakeBroker, reply
+from tidemq import errors
+from tidemq.protocol.codes import RequestCode, ResponseCode, SerializeType
+from tidemq.protocol.remoting import RemotingCommand
+from tidemq.remoting_client import RemotingClient
 
 
 def run(coro):

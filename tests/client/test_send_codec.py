@@ -1,9 +1,9 @@
 """Send header templates produce what the protocol's own encoder would (same fields, same values)."""
 import pytest
 
-from client.protocol.codes import SerializeType
-from client.protocol.remoting import RemotingCommand, decode_frame, encode_frame
-from client.send_codec import SendHeaderTemplate, decode_batch_body, encode_batch_body
+from tidemq.producer.send_codec import SendHeaderTemplate, decode_batch_body, encode_batch_body
+from tidemq.protocol.codes import SerializeType
+from tidemq.protocol.remoting import RemotingCommand, decode_frame, encode_frame
 
 PROPS = "UNIQ_KEY\x01ABCDEF\x02TAGS\x01t\u00e9\"\\\x02WAIT\x01true\x02"
 

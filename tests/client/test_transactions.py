@@ -9,17 +9,17 @@ import time
 
 import pytest
 
-from client.admin import Admin
-from client.config import ClientConfig
-from client.consumer import ConsumeResult, PushConsumer
-from client.instance import ClientInstance
-from client.message import Message
-from client.protocol.codes import RequestCode
-from client.protocol.record import decode_offset_msg_id
-from client.protocol.route_json import HeartbeatData
-from client.transaction import TransactionProducer, TransactionState
 from tests.client.conftest import run, wait_until
 from tests.support.broker_proc import REPO_ROOT
+from tidemq.admin import Admin
+from tidemq.config import ClientConfig
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.instance import ClientInstance
+from tidemq.message import Message
+from tidemq.producer.transactional import TransactionProducer, TransactionState
+from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.record import decode_offset_msg_id
+from tidemq.protocol.route_json import HeartbeatData
 
 FAST_CHECKS = ("transaction_timeout_ms=400", "transaction_check_interval_ms=300")
 INTERNAL = ("TRAN_MSG", "REAL_TOPIC", "REAL_QID", "TRANSACTION_CHECK_TIMES")
@@ -191,7 +191,7 @@ def test_parked_after_the_check_maximum(broker_factory):
 
     sent = run(main())
     # The operator's view: `tidemq txn parked` over remoting (code 9001), the real CLI.
-    out = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "txn", "parked"],
+    out = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", b.addr, "txn", "parked"],
                          capture_output=True, text=True, cwd=REPO_ROOT, timeout=60, check=False)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
@@ -200,7 +200,7 @@ def test_parked_after_the_check_maximum(broker_factory):
     assert parked["transaction_id"] == sent.msg_id and parked["producer_group"] == group
     assert parked["topic"] == topic and parked["check_times"] == 2
     assert parked["body"] == "undecided" and parked["keys"] == ["k-park"]
-    bad = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "txn", "parked",
+    bad = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", b.addr, "txn", "parked",
                           "--count", "0"], capture_output=True, text=True, cwd=REPO_ROOT,
                          timeout=60, check=False)
     assert bad.returncode != 0 and "--count" in bad.stderr

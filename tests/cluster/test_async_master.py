@@ -4,9 +4,9 @@ how recent they were (README: the loss bound)."""
 import asyncio
 import time
 
-from client.producer import Producer
 from tests.support.cluster import ClusterHarness, create_topic, produce, read_all
 from tests.support.history import History
+from tidemq.producer.producer import Producer
 
 MAX_LAG_MS = 3000   # ha.max_lag_ms in the harness: a slave further behind is not electable
 

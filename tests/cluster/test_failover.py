@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from client.consumer import PushConsumer
-from client.producer import Producer
-from client.protocol.codes import RequestCode, ResponseCode
 from tests.support.cluster import ClusterHarness, create_topic, produce, read_all
 from tests.support.history import History
 from tests.support.raw_client import RawClient, properties, send_ext
+from tidemq.consumer.push import PushConsumer
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode, ResponseCode
 
 TOPIC = "Orders"
 FAILOVER_BOUND_S = 30.0   # generous: the benchmark measures the real figure

@@ -6,18 +6,18 @@ import subprocess
 import sys
 import time
 
-from client.producer import Producer
-from client.message import Message
 from tests.support.broker_proc import REPO_ROOT, BrokerProcess
 from tests.support.cluster import ClusterHarness, create_topic, produce, read_all
 from tests.support.history import History
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 TOPIC = "Moves"
 
 
 def run_cli(*args, timeout=60) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-    return subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "tidemq.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, cwd=REPO_ROOT, env=env)
 
 

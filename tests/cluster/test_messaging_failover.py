@@ -4,11 +4,11 @@ killed are delivered by the new master: never early, none lost (at least once)."
 import asyncio
 import time
 
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
-from client.producer import Producer
-from client.transaction import TransactionProducer, TransactionState
 from tests.support.cluster import ClusterHarness, create_topic
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.producer.transactional import TransactionProducer, TransactionState
 
 TOPIC = "MsgFailover"
 DELAY_S = 4.0

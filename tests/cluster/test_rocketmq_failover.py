@@ -11,8 +11,8 @@ import time
 import pytest
 
 from tests.client.test_compat_rocketmq import _REASON
-from tests.support.cluster import ClusterHarness, create_topic
 from tests.support.broker_proc import REPO_ROOT
+from tests.support.cluster import ClusterHarness, create_topic
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rocketmq_failover_script.py")
 DURATION_S = 95.0   # a cap, for sending and again for receiving: the cpp client polls routes

@@ -14,19 +14,19 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from client.admin import Admin
-from client.acl import Credentials
-from client.producer import Producer
-from client.pull_api import PullStatus
-from client.pull_consumer import PullConsumer
-from client.security import ClientSecurity
-from client.tls import client_context
-from coordinator.layout import ClusterPaths, GroupState
-from node.dev_certs import make_dev_certs
 from tests.support.cluster import ClusterHarness, produce
 from tests.support.history import History
 from tests.support.namesrv_proc import NameServerProcess
 from tests.support.zookeeper import ZkCluster, debian_zookeeper_available
+from tidemq.acl_signing import Credentials
+from tidemq.admin import Admin
+from tidemq.consumer.broker_calls import PullStatus
+from tidemq.consumer.pull import PullConsumer
+from tidemq.coordinator.layout import ClusterPaths, GroupState
+from tidemq.node.tools.dev_certs import make_dev_certs
+from tidemq.producer.producer import Producer
+from tidemq.security import ClientSecurity
+from tidemq.tls import client_context
 
 ZK_AUTH = "tidemq:zk-pass-Wq81"
 APP = Credentials("app", "app-secret-Lm27")
@@ -200,7 +200,7 @@ def test_zookeeper_tls_port_refuses_plaintext_and_certless_clients(tls_zk, certs
     hosts = tls_zk.secure_hosts
     for kw in ({}, {"use_ssl": True, "ca": certs["ca_cert"]}):
         zk = KazooClient(hosts=hosts, timeout=2, **kw)
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (kazoo's error differs by TLS failure)
             zk.start(timeout=3)
         zk.stop()
         zk.close()
@@ -220,12 +220,13 @@ def test_cluster_member_with_ha_tls_but_no_certificate_refuses_to_start(tmp_path
     the process exits with a clear config error and creates nothing."""
     import subprocess
     import sys
+
     from tests.support.broker_proc import REPO_ROOT
     root = tmp_path / "store"
     env = dict(os.environ, TIDEMQ_HA_SECRET="tidemq-test-ha-secret-0123456789",
                PYTHONPATH=REPO_ROOT)
     proc = subprocess.run(
-        [sys.executable, "-m", "node", "--set", "zookeeper.hosts=127.0.0.1:1",
+        [sys.executable, "-m", "tidemq.node", "--set", "zookeeper.hosts=127.0.0.1:1",
          "--set", "ha.role=cluster", "--set", "security.ha_tls_enable=true",
          "--set", f"security.tls_ca_file={certs['ca_cert']}", "--set", f"store.root_dir={root}"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60)

@@ -10,10 +10,10 @@ import urllib.request
 
 from kazoo.client import KazooClient
 
-from client.admin import Admin
-from coordinator.layout import ClusterPaths, encode_topic
-from node.topics import TopicConfig
 from tests.support.cluster import ClusterHarness
+from tidemq.admin import Admin
+from tidemq.coordinator.layout import ClusterPaths, encode_topic
+from tidemq.node.topics import TopicConfig
 
 BOUND_S = 20.0
 

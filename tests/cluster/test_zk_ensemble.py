@@ -4,13 +4,13 @@ quorum returns."""
 import asyncio
 import time
 
-from client import errors
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode, ResponseCode
 from tests.support.cluster import ClusterHarness, create_topic, produce, read_all
 from tests.support.history import History
 from tests.support.raw_client import RawClient, properties, send_ext
+from tidemq import errors
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode, ResponseCode
 
 TOPIC = "Ensemble"
 

@@ -1,7 +1,7 @@
 """election.choose: in-sync members only, newest epoch then longest log, hand-off preference,
 unclean election only when allowed (pure)."""
-from coordinator.election import choose, next_epoch
-from coordinator.layout import GroupState, Member
+from tidemq.coordinator.election import choose, next_epoch
+from tidemq.coordinator.layout import GroupState, Member
 
 
 def m(node, last_epoch=3, max_offset=0, broker_id=0):

@@ -5,9 +5,9 @@ import asyncio
 import time
 import uuid
 
-from coordinator.layout import ClusterPaths
 from tests.coordinator.test_group_member import Node, put_acked
 from tests.ha.test_real_store import wait_until
+from tidemq.coordinator.layout import ClusterPaths
 
 
 async def group_on(ensemble, tmp_path, names=("a", "b", "c")):

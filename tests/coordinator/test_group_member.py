@@ -5,13 +5,13 @@ import uuid
 
 import pytest
 
-from coordinator.layout import ClusterPaths, GroupState, Leader
-from coordinator.member import GroupMember
-from coordinator.replica import HAReplica
-from coordinator.zk import ZkSession
-from ha.service import HAService
 from tests.ha.test_real_store import commitlog, ha_cfg, open_store, wait_until
 from tests.store.helpers import message
+from tidemq.coordinator.layout import ClusterPaths, GroupState, Leader
+from tidemq.coordinator.member import GroupMember
+from tidemq.coordinator.replica import HAReplica
+from tidemq.coordinator.zk import ZkSession
+from tidemq.ha.service import HAService
 
 
 class Node:
@@ -212,7 +212,7 @@ def test_in_sync_write_of_an_old_epoch_is_refused_and_fences(tmp_path, zk_hosts,
 def test_proposals_made_during_a_write_are_committed_without_being_asked_again(zk_hosts, paths):
     """The tracker asks for an addition once (then counts it pending): ZkInSyncSet must keep
     it through a write already in flight."""
-    from coordinator.in_sync import ZkInSyncSet
+    from tidemq.coordinator.in_sync import ZkInSyncSet
 
     async def main():
         s = ZkSession(zk_hosts, 2.0)

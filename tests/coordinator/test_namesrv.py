@@ -8,13 +8,13 @@ import uuid
 
 import pytest
 
-from client.protocol.codes import RequestCode, ResponseCode
-from client.protocol.route_json import decode_topic_route
-from coordinator.layout import ClusterPaths, GroupState, Leader, Member, encode_topic
-from coordinator.view import GroupView, route
-from coordinator.zk import ZkSession
 from tests.support.namesrv_proc import NameServerProcess
 from tests.support.raw_client import RawClient
+from tidemq.coordinator.layout import ClusterPaths, GroupState, Leader, Member, encode_topic
+from tidemq.coordinator.view import GroupView, route
+from tidemq.coordinator.zk import ZkSession
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.route_json import decode_topic_route
 
 TOPIC = {"readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicName": "Orders"}
 
@@ -75,7 +75,7 @@ def test_routes_follow_zookeeper_and_keep_slaves_during_an_election(zk_hosts, tm
                 r = await route_of(addr, "Orders")
                 return r if not isinstance(r, int) and len(r.queue_datas) == 2 else None
             for ns in servers:   # every name server answers the same view
-                r = await until(lambda: both_groups(ns.addr))
+                r = await until(lambda ns=ns: both_groups(ns.addr))
                 addrs = {b.broker_name: b.broker_addrs for b in r.broker_datas}
                 assert sorted(addrs["g1"]) == [0, 1, 2] and sorted(addrs["g2"]) == [0, 1]
                 assert len(set(addrs["g1"].values())) == 3
@@ -133,7 +133,7 @@ def test_route_building_is_pure_and_skips_groups_without_addresses():
 
 @pytest.mark.parametrize("bad", [b"", b"[1]", b"{not json"])
 def test_bad_documents_raise_one_error_type(bad):
-    from coordinator.layout import LayoutError
+    from tidemq.coordinator.layout import LayoutError
     for cls in (GroupState, Leader, Member):
         with pytest.raises(LayoutError):
             cls.decode(bad)

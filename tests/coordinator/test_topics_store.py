@@ -5,10 +5,10 @@ import uuid
 
 import pytest
 
-from coordinator.layout import ClusterPaths
-from coordinator.topics import TopicStoreUnavailable, ZkTopicConfigStore
-from coordinator.zk import ZkSession
-from node.topics import TopicConfig
+from tidemq.coordinator.layout import ClusterPaths
+from tidemq.coordinator.topics import TopicStoreUnavailable, ZkTopicConfigStore
+from tidemq.coordinator.zk import ZkSession
+from tidemq.node.topics import TopicConfig
 
 
 def test_round_trip_changes_and_refusal(zk_hosts):

@@ -8,11 +8,11 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from coordinator.layout import ClusterPaths
-from coordinator.topics import ZkTopicConfigStore
-from coordinator.zk import ZkSession
-from coordinator.zk_security import ZkSecurity, ZkSecurityError, parse_auth
-from node.topics import TopicConfig
+from tidemq.coordinator.layout import ClusterPaths
+from tidemq.coordinator.topics import ZkTopicConfigStore
+from tidemq.coordinator.zk import ZkSession
+from tidemq.coordinator.zk_security import ZkSecurity, ZkSecurityError, parse_auth
+from tidemq.node.topics import TopicConfig
 
 AUTH = "brokers:s3cret-pass"
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.route_json import (ConsumerData, HeartbeatData, SubscriptionData,
-                                       encode_heartbeat)
-from node.requests import SPECS
-from node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.node.requests import SPECS
+from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData, encode_heartbeat
 
 TOPIC = "EdgeT"       # the module's topic: 4 queues, its consume queues are watched
 GROUP = "EdgeG"

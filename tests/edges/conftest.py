@@ -1,4 +1,4 @@
-"""Edge tests: real `python -m node` brokers over real sockets, raw frames built from the
+"""Edge tests: real `python -m tidemq.node` brokers over real sockets, raw frames built from the
 request table (node/requests/table.py)."""
 import asyncio
 import json
@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from client.protocol.codes import RequestCode as R
 from tests.edges.cases import TOPIC
 from tests.support.broker_proc import BrokerProcess, broker, broker_factory  # noqa: F401
 from tests.support.raw_client import RawClient, send_ext
+from tidemq.protocol.codes import RequestCode as R
 
 
 def run(coro):

@@ -11,14 +11,14 @@ import textwrap
 
 import pytest
 
-from client.acl import Credentials, sign_ext
-from client.protocol.codes import RequestCode as R
-from node.requests import SPECS
-from node.requests.table import TOPIC as TOPIC_KIND
 from tests.edges.cases import GROUP, TOPIC, leaked, valid_request
 from tests.edges.conftest import run, snapshot
 from tests.security.conftest import ACL_BASE, SECRET_ADMIN, acl_broker_running
 from tests.support.raw_client import RawClient, send_ext_v2
+from tidemq.acl_signing import Credentials, sign_ext
+from tidemq.node.requests import SPECS
+from tidemq.node.requests.table import TOPIC as TOPIC_KIND
+from tidemq.protocol.codes import RequestCode as R
 
 SECRET = "edge-secret-Hq2mW8"
 EDGE = Credentials("edge", SECRET)

@@ -9,10 +9,10 @@ consecutive, also after a restart (out-of-range integers used to fail inside the
 append after the queue offset was taken, leaving permanent holes)."""
 import pytest
 
-from client.protocol.codes import RequestCode as R
 from tests.edges.cases import TOPIC, field_cases, leaked
 from tests.edges.conftest import run, snapshot
 from tests.support.raw_client import RawClient, decode_records, pull_ext, send_ext, send_ext_v2
+from tidemq.protocol.codes import RequestCode as R
 
 CASES = field_cases()
 

@@ -4,11 +4,11 @@ import json
 import logging
 import os
 
-from client.protocol.codes import RequestCode as R
-from node.log_limit import RateLimitedLog
 from tests.edges.cases import LEAKS, TOPIC, leaked
 from tests.edges.conftest import run, snapshot
 from tests.support.raw_client import RawClient, send_ext, send_ext_v2
+from tidemq.node.log_limit import RateLimitedLog
+from tidemq.protocol.codes import RequestCode as R
 
 
 def _topics_json(root_dir: str) -> str:
@@ -86,7 +86,7 @@ def test_a_flood_of_bad_frames_does_not_flood_the_log(edge_broker):
 
     async def go():
         async with await RawClient.connect(edge_broker.addr) as c:
-            for i in range(300):
+            for _i in range(300):
                 r = await c.request(R.LOCK_BATCH_MQ, {}, b"{bad")
                 assert r.code == 1
                 r = await c.request(R.SEND_MESSAGE, {**send_ext(TOPIC, 0), "flag": "9" * 12}, b"x")

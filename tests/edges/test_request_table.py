@@ -3,13 +3,13 @@
 rows are well formed; the parser is the only reader of duplicated names."""
 import pytest
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.remoting import RemotingCommand
-from node.requests import SPECS, RequestError, parse_request
-from node.requests.fields import Bool, Choice, Int, Name, Text
-from node.requests.table import GROUP, TOPIC
 from tests.edges.conftest import run
 from tests.support.raw_client import RawClient
+from tidemq.node.requests import SPECS, RequestError, parse_request
+from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.node.requests.table import GROUP, TOPIC
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.remoting import RemotingCommand
 
 # Codes the broker refuses on purpose or does not serve (the server's rule 1).
 NOT_SERVED = [int(c) for c in R if int(c) not in SPECS]

@@ -3,8 +3,8 @@ simulation: a bytearray log split into fixed-size "files" for read_raw, a flushe
 crash falls back to, and a confirmed bound that must never be cut."""
 from __future__ import annotations
 
-from ha.actions import AppendRaw, Flush, ResetLog, SaveEpochs, SetConfirmed, Truncate
-from ha.epochs import EpochHistory
+from tidemq.ha.actions import AppendRaw, Flush, ResetLog, SaveEpochs, SetConfirmed, Truncate
+from tidemq.ha.epochs import EpochHistory
 
 
 class ConfirmedCut(AssertionError):

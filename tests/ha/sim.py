@@ -13,11 +13,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ha import protocol as p
-from ha.actions import Drop, Fenced, SendFrame, SetConfirmed
-from ha.config import HAConfig
-from ha.master_group import MasterGroup
-from ha.slave_session import STREAMING, SlaveSession
+from tidemq.ha import protocol as p
+from tidemq.ha.actions import Drop, Fenced, SendFrame, SetConfirmed
+from tidemq.ha.config import HAConfig
+from tidemq.ha.master_group import MasterGroup
+from tidemq.ha.slave_session import STREAMING, SlaveSession
 
 from .fakes import FakeNode
 

@@ -2,8 +2,8 @@
 every problem reported at once."""
 import pytest
 
-from node.config import ConfigError, describe, load_config
-from node.replication import build_ha_config, read_secret, store_config
+from tidemq.node.config import ConfigError, describe, load_config
+from tidemq.node.replication.service import build_ha_config, read_secret, store_config
 
 SECRET = "a-cluster-secret-for-the-tests-0123"
 

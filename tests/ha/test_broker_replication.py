@@ -1,4 +1,4 @@
-"""HA in real broker processes (`python -m node` with [ha] roles) over real sockets: a master
+"""HA in real broker processes (`python -m tidemq.node` with [ha] roles) over real sockets: a master
 and slaves sharing a secret file, driven by the raw remoting client, read back through pulls,
 /metrics and the commit-log files themselves."""
 import asyncio
@@ -8,8 +8,6 @@ import struct
 import time
 import urllib.request
 
-from client.protocol import record as rec
-from client.protocol.codes import ResponseCode
 from tests.support.broker_proc import (
     ha_group,
     ha_master_settings,
@@ -18,6 +16,8 @@ from tests.support.broker_proc import (
 )
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, decode_records, pull_ext, send_ext
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import ResponseCode
 
 SMALL_FILES = ("store.commitlog_file_bytes=65536", "store.max_message_bytes=16384")  # ~200 a file
 _HEAD = struct.Struct(">iI")

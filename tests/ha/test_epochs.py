@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ha.epochs import (
+from tidemq.ha.epochs import (
     EpochError,
     EpochFile,
     EpochHistory,
@@ -13,7 +13,7 @@ from ha.epochs import (
     decode_file,
     encode_file,
 )
-from ha.master_session import decide_start
+from tidemq.ha.master_session import decide_start
 
 
 def test_append_rules_allow_equal_start_but_not_older_epoch_or_start():

@@ -1,6 +1,6 @@
 """In-sync membership and the confirmed offset (ha/in_sync.py rules)."""
-from ha.config import ASYNC_MASTER, HAConfig
-from ha.in_sync import InSyncTracker, LocalInSyncSet
+from tidemq.ha.config import ASYNC_MASTER, HAConfig
+from tidemq.ha.in_sync import InSyncTracker, LocalInSyncSet
 
 SECRET = b"cluster-secret-0123456789"
 

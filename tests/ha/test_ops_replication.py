@@ -11,11 +11,11 @@ import signal
 import sys
 import time
 
-from client.protocol.codes import ResponseCode
 from tests.ha.test_broker_replication import confirmed, in_sync, max_offset, wait_for
 from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, send_ext
+from tidemq.protocol.codes import ResponseCode
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(__file__)), "support",
                       "promotable_broker.py")

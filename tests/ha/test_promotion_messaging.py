@@ -1,7 +1,7 @@
 """Delayed delivery and transactions across a static promotion, in real processes: a SYNC_MASTER
 master + slave; the master is killed with SIGKILL and the slave is promoted by an explicit
 Replication.become_master call in its running process (tests/support/promotable_broker.py),
-so whatever node/schedule.py and node/transactions.py keep in memory must be rebuilt from the
+so whatever node/sending/schedule.py and node/sending/transaction_service.py keep in memory must be rebuilt from the
 replicated log and offsets. Read back from the new master's log: every delayed message once,
 never early; the committed transaction once, the rolled-back one never, the open one
 committed by a check-back once; and none of what the old master already delivered again."""
@@ -12,10 +12,6 @@ import signal
 import sys
 import time
 
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer
-from client.transaction import TransactionProducer, TransactionState
 from tests.ha.test_broker_replication import in_sync, wait_for
 from tests.support.broker_proc import (
     ha_master_settings,
@@ -24,6 +20,10 @@ from tests.support.broker_proc import (
 )
 from tests.support.ports import free_port
 from tests.support.raw_client import RC, RawClient, decode_records, pull_ext
+from tidemq.admin import Admin
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.producer.transactional import TransactionProducer, TransactionState
 
 TOPIC, QUEUES = "PromoT", 2
 DELAY_MS = 2500

@@ -1,15 +1,15 @@
-"""node/replication.py rule 6 on real stores in one process: a slave holding replicated bytes
+"""node/replication/service.py rule 6 on real stores in one process: a slave holding replicated bytes
 it has not seen confirmed is promoted by become_master; delayed delivery and transactions
 (ReplicaRole.state_ready) wait until that tail is dispatched and its state records applied,
 and the state snapshot is written only then (never older than the records before it)."""
 import asyncio
 
-from node.config import load_config
-from node.replicated_state import ReplicatedState
-from node.replication import ReplicaRole, Replication
-from node.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
 from tests.ha.test_replicated_state import make_node
 from tests.support.broker_proc import ha_secret_file
+from tidemq.node.config import load_config
+from tidemq.node.replication.replicated_state import ReplicatedState
+from tidemq.node.replication.service import ReplicaRole, Replication
+from tidemq.node.sending.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
 
 
 def test_a_promoted_slave_serves_delays_and_transactions_only_once_settled(tmp_path):

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ha import protocol as p
+from tidemq.ha import protocol as p
 
 NONCE = bytes(range(32))
 SECRET = b"k" * 32

@@ -1,16 +1,9 @@
 """A static master + slave group in real broker processes: routes that name the whole group
-(node/group_route.py) and consumers that follow suggestWhichBrokerId (client/pull_target.py)."""
+(node/replication/static_group.py) and consumers that follow suggestWhichBrokerId (client/consumer/pull_target.py)."""
 import asyncio
 import collections
 import json
 
-from client.admin import Admin
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
-from client.producer import Producer
-from client.protocol.route_json import decode_topic_route
-from client.pull_api import PullStatus
-from client.pull_consumer import PullConsumer
 from tests.ha.test_broker_replication import (
     confirmed,
     in_sync,
@@ -21,6 +14,13 @@ from tests.ha.test_broker_replication import (
 )
 from tests.support.broker_proc import ha_group, ha_secret_file, ha_slave_settings
 from tests.support.raw_client import RC, RawClient
+from tidemq.admin import Admin
+from tidemq.consumer.broker_calls import PullStatus
+from tidemq.consumer.pull import PullConsumer
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.route_json import decode_topic_route
 
 FAR = "ha.suggest_slave_lag_bytes=20000"   # ~45 records of ~440 bytes: "far behind" past it
 

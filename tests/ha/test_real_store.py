@@ -5,12 +5,12 @@ import time
 
 import pytest
 
-from ha.config import HAConfig
-from ha.epochs import EpochFile
-from ha.in_sync import LocalInSyncSet
-from ha.service import HAService
-from node.store.message_store import MessageStore
 from tests.store.helpers import message, small_config
+from tidemq.ha.config import HAConfig
+from tidemq.ha.epochs import EpochFile
+from tidemq.ha.in_sync import LocalInSyncSet
+from tidemq.ha.service import HAService
+from tidemq.node.store.message_store import MessageStore
 
 SECRET = b"real-store-secret-0123456789"
 
@@ -209,7 +209,7 @@ def test_slave_consumers_never_see_past_the_confirmed_offset(tmp_path):
 
 
 def test_role_calls_refuse_older_epochs(tmp_path):
-    from ha.service import HAError
+    from tidemq.ha.service import HAError
 
     async def main():
         pair = Pair(tmp_path)

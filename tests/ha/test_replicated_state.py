@@ -1,4 +1,4 @@
-"""node/replicated_state.py on real stores in one process: a master's offset and topic changes
+"""node/replication/replicated_state.py on real stores in one process: a master's offset and topic changes
 become records of the state topic; a slave fed the same bytes applies them once confirmed,
 never applies its own records as a master, and after its log is cut back takes the new
 master's records from the cut on."""
@@ -6,13 +6,13 @@ import asyncio
 import os
 from types import SimpleNamespace
 
-from node.bridge import LoopBridge
-from node.offsets import ConsumerOffsets
-from node.replicated_state import ReplicatedState
-from node.store.fileio import OS_FILE_SYSTEM
-from node.store.message_store import MessageStore
-from node.topics import FileTopicConfigStore, TopicConfig, TopicManager
 from tests.store.helpers import small_config
+from tidemq.node.consumers.offset_table import ConsumerOffsets
+from tidemq.node.remoting.loop_bridge import LoopBridge
+from tidemq.node.replication.replicated_state import ReplicatedState
+from tidemq.node.store.fileio import OS_FILE_SYSTEM
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.topics import FileTopicConfigStore, TopicConfig, TopicManager
 
 
 class FakeRole:

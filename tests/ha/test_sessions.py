@@ -1,8 +1,8 @@
 """Pure master/slave sessions: handshake, refusals, truncation, ordering, fencing, batching,
 rate limiting, liveness. No sockets, no clocks: a loop passes frames through the codec."""
 
-from ha import protocol as p
-from ha.actions import (
+from tidemq.ha import protocol as p
+from tidemq.ha.actions import (
     AppendRaw,
     Drop,
     Fenced,
@@ -12,12 +12,12 @@ from ha.actions import (
     SetConfirmed,
     Truncate,
 )
-from ha.config import HAConfig
-from ha.epochs import EpochHistory
-from ha.in_sync import LocalInSyncSet
-from ha.master_group import MasterGroup
-from ha.master_session import MasterSession, TokenBucket
-from ha.slave_session import STREAMING, SlaveSession
+from tidemq.ha.config import HAConfig
+from tidemq.ha.epochs import EpochHistory
+from tidemq.ha.in_sync import LocalInSyncSet
+from tidemq.ha.master_group import MasterGroup
+from tidemq.ha.master_session import MasterSession, TokenBucket
+from tidemq.ha.slave_session import STREAMING, SlaveSession
 
 from .fakes import FakeNode
 

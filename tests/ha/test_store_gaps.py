@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from node.store.errors import StoreClosed
-from node.store.message_store import MessageStore
 from tests.store.helpers import message, small_config
+from tidemq.node.store.errors import StoreClosed
+from tidemq.node.store.message_store import MessageStore
 
 
 def open_store(root, **kw) -> MessageStore:

@@ -39,7 +39,7 @@ class PrometheusProcess:
         self.proc = None
         self.log_path = os.path.join(self.dir, "prometheus.log")
 
-    def start(self, timeout_s: float = 20.0) -> "PrometheusProcess":
+    def start(self, timeout_s: float = 20.0) -> PrometheusProcess:
         log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [self.binary, f"--config.file={self.config}",

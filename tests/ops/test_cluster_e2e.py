@@ -12,15 +12,14 @@ import sys
 
 import pytest
 
-from node.metric_names import ALWAYS, BY_NAME, CLUSTER, METRICS, NAMESRV, WITH_HA
 from tests.ops.prometheus_proc import PrometheusProcess
 from tests.ops.test_metric_names import scrape
-from tests.ops.test_operator_e2e import consume_until, produce
+from tests.ops.test_operator_e2e import consume_until, produce, run
 from tests.ops.test_prometheus_e2e import _fast_rules
 from tests.ops.tools import run as run_tool
 from tests.ops.tools import tool
-from tests.ops.test_operator_e2e import run
 from tests.support.zookeeper import debian_zookeeper_available
+from tidemq.node.ops.metric_catalog import ALWAYS, BY_NAME, CLUSTER, METRICS, NAMESRV, WITH_HA
 
 TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
 TOPIC, GROUP = "ClusterLag", "cluster-lag-g"

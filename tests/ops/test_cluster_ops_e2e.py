@@ -6,12 +6,12 @@ from __future__ import annotations
 import subprocess
 import time
 
-from client import errors
-from client.admin import Admin
-from client.protocol.codes import RequestCode, ResponseCode
-from tests.ops.test_cluster_e2e import TIDEMQ, local_cluster, tidemq  # noqa: F401 (fixture)
+from tests.ops.test_cluster_e2e import TIDEMQ, local_cluster, tidemq  # noqa: F401, F811 (fixture)
 from tests.ops.test_operator_e2e import produce, run
 from tests.support.raw_client import RC, RawClient
+from tidemq import errors
+from tidemq.admin import Admin
+from tidemq.protocol.codes import RequestCode, ResponseCode
 
 TOPIC, GROUP = "OpsFanOut", "ops-fan-g"
 
@@ -55,7 +55,7 @@ def wait(pred, timeout, what):
     return value
 
 
-def test_operator_commands_fan_out_to_every_group(local_cluster):
+def test_operator_commands_fan_out_to_every_group(local_cluster):  # noqa: F811 (the fixture)
     d, up = local_cluster
     ns = up["namesrv_addr"]
     tidemq("topic", "create", TOPIC, "--queues", "2", ns=ns)

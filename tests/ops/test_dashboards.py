@@ -1,5 +1,5 @@
 """Grafana dashboards: generated files are current, well formed, every query is valid PromQL
-(checked by promtool) and uses only metric names of node/metric_names.py."""
+(checked by promtool) and uses only metric names of node/ops/metric_catalog.py."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,8 @@ import sys
 
 import yaml
 
-from node.metric_names import BY_NAME, PENDING, base_name
-from tests.ops.tools import (DASHBOARD_DIR, DEPLOY, RULES, grafana_to_promql, metric_names,
-                             run, tool)
+from tests.ops.tools import DASHBOARD_DIR, DEPLOY, RULES, grafana_to_promql, metric_names, run, tool
+from tidemq.node.ops.metric_catalog import BY_NAME, PENDING, base_name
 
 BUILTIN_SERIES = {"up", "ALERTS"}   # made by Prometheus itself
 REQUIRED = {"tidemq-overview.json", "tidemq-throughput.json", "tidemq-replication.json",

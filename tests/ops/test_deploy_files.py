@@ -9,8 +9,8 @@ import shlex
 import pytest
 import yaml
 
-from node.config import load_config
 from tests.ops.tools import DEPLOY, ROOT, run, tool
+from tidemq.node.config import load_config
 
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 K8S = os.path.join(DEPLOY, "k8s")
@@ -121,7 +121,7 @@ def test_k8s_brokers_load_as_valid_configs(tmp_path):
         script = container["args"][0]
         env = {"POD_NAME": f"broker-{group}-1", "POD_IP": "10.0.0.7", "POD_NAMESPACE": "mq"}
         script = re.sub(r"\$\{POD_NAME##\*-\}", "1", script)
-        script = re.sub(r"\$\{(\w+)\}", lambda m: env[m.group(1)], script)
+        script = re.sub(r"\$\{(\w+)\}", lambda m, env=env: env[m.group(1)], script)
         args = shlex.split(script)
         assert args[:5] == ["exec", "tidemq", "broker", "-c", "/etc/tidemq/broker.toml"]
         overrides = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
@@ -193,10 +193,11 @@ def test_dockerfile_copies_what_exists_and_runs_the_cli():
         for src in sources:
             assert os.path.exists(os.path.join(ROOT, src)), src
     copied = {src for sources in copies for src in sources}
-    pyproject = open(os.path.join(ROOT, "pyproject.toml")).read()
-    packages = re.search(r'include = \[([^\]]*)\]', pyproject).group(1)
-    for pkg in re.findall(r'"(\w+)\*"', packages):
-        assert pkg in copied, f"package {pkg} is not copied into the image"
+    setup_py = open(os.path.join(ROOT, "setup.py")).read()
+    folders = re.findall(r'"tidemq[.\w]*": "(\w+)"', setup_py)
+    assert "client" in folders and "node" in folders
+    for folder in folders:
+        assert folder in copied, f"package folder {folder} is not copied into the image"
     assert 'ENTRYPOINT ["tidemq"]' in lines
     exposed = {int(p) for ln in lines if ln.startswith("EXPOSE") for p in ln.split()[1:]}
     conf = load_config(None, ["ha.role=standalone"])

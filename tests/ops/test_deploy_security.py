@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from node.config import load_config
-from node.security import zk_security
 from tests.ops.tools import DEPLOY, ROOT, tool
 from tests.support.ports import free_port
 from tests.support.zookeeper import ZK_JAR, ZkNode, serving_mode
+from tidemq.node.config import load_config
+from tidemq.node.security.settings import zk_security
 
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
 K8S = os.path.join(DEPLOY, "k8s")
@@ -307,7 +307,7 @@ def _election_port_answer(port: int, ca: str, cert: str | None, key: str | None)
                 tls.settimeout(0.3)  # ZooKeeper drops a silent peer after about a second
                 data = tls.recv(1)  # TLS 1.3: a refused client certificate surfaces here
                 return "closed" if not data else "data"
-        except socket.timeout:
+        except TimeoutError:
             return "held"
         except (ssl.SSLError, ConnectionError) as exc:
             return f"refused: {exc}"

@@ -4,9 +4,8 @@ import types
 
 import pytest
 
-from node.config import ConfigError, load_config
-from node.replication import Replication
-
+from tidemq.node.config import ConfigError, load_config
+from tidemq.node.replication.service import Replication
 
 
 def cfg_with(tmp_path, *overrides):

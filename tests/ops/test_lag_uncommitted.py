@@ -1,14 +1,13 @@
 """Consumer lag and consumer progress (208) cover the queues a live clustering group subscribes
 to before it committed anything there, and every queue of a topic a stopped group committed on
-(max offset minus min offset where uncommitted, node/consumer_progress.py), on a real broker."""
+(max offset minus min offset where uncommitted, node/consumers/progress.py), on a real broker."""
 import asyncio
 import json
 import urllib.request
 
-from client.protocol.codes import ResponseCode
-
 from tests.ops.test_reset_fence import heartbeat
 from tests.support.raw_client import RC, RawClient, send_ext
+from tidemq.protocol.codes import ResponseCode
 
 TOPIC, GROUP = "FenceT", "FenceG"   # the names heartbeat() subscribes with
 

@@ -1,13 +1,13 @@
-"""The messaging series (node/broker_metrics.py _messaging) move with real retries, dead
+"""The messaging series (node/ops/scrape.py _messaging) move with real retries, dead
 letters, delayed messages and transactions on a real broker."""
 import asyncio
 import time
 import urllib.request
 
-from client.message import Message
-from client.producer import Producer
-from client.transaction import TransactionProducer, TransactionState
 from tests.support.raw_client import RC, RawClient, decode_records, pull_ext, send_ext
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.producer.transactional import TransactionProducer, TransactionState
 
 TOPIC, GROUP = "MsgMetT", "msg-met-g"
 # level 1 = 60 s (stays pending for the whole test), level 3 = a retry's first delay: 300 ms

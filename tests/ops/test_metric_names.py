@@ -1,4 +1,4 @@
-"""The metric-name table (node/metric_names.py) against what real nodes export:
+"""The metric-name table (node/ops/metric_catalog.py) against what real nodes export:
 - every name marked ALWAYS is in a standalone broker's /metrics, every name a broker exports is
   in the table, with the table's type and labels;
 - a replicating master exports every name marked WITH_HA;
@@ -12,12 +12,12 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer
-from node.metric_names import ALWAYS, BY_NAME, METRICS, WITH_HA
 from tests.broker.conftest import run
 from tests.support.broker_proc import ha_group
+from tidemq.admin import Admin
+from tidemq.message import Message
+from tidemq.node.ops.metric_catalog import ALWAYS, BY_NAME, METRICS, WITH_HA
+from tidemq.producer.producer import Producer
 
 
 def scrape(admin_url: str) -> dict:
@@ -47,13 +47,13 @@ async def _traffic(addr: str) -> None:
 
 def test_standalone_broker_exports_the_table(broker):
     run(_traffic(broker.addr))
-    from tests.ops.test_operator_e2e import consume_some   # commits offsets for a group
+    from tests.ops.test_operator_e2e import consume_some  # commits offsets for a group
     consume_some(broker.addr, "OpsNames", "ops-names-g", 2)
     exported = scrape(broker.admin_url)
     missing = [m.name for m in METRICS if m.exported == ALWAYS and m.name not in exported]
     assert not missing, missing
     unlisted = [n for n in exported if n not in BY_NAME]
-    assert not unlisted, f"exported but not in node/metric_names.py: {unlisted}"
+    assert not unlisted, f"exported but not in node/ops/metric_catalog.py: {unlisted}"
     for name, (kind, labels) in exported.items():
         spec = BY_NAME[name]
         assert kind == spec.kind, (name, kind, spec.kind)

@@ -12,12 +12,12 @@ import urllib.request
 
 import pytest
 
-from client import errors
-from client.admin import Admin
-from client.consumer import ConsumeResult, PushConsumer
-from client.message import Message
-from client.producer import Producer
 from tests.client.conftest import wait_until
+from tidemq import errors
+from tidemq.admin import Admin
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
 FAST = dict(offset_commit_interval_s=0.2)

@@ -1,11 +1,11 @@
 """A reset (222) is not undone by a commit the consumer sends before it handled the 220 notice
-(node/reset_fence.py), against a real broker over raw connections, step by step: no timing."""
+(node/consumers/reset_fence.py), against a real broker over raw connections, step by step: no timing."""
 import asyncio
 import json
 
-from client.protocol.codes import ResponseCode
-from node.reset_fence import ResetFence
 from tests.support.raw_client import RC, RawClient, pull_ext, send_ext
+from tidemq.node.consumers.reset_fence import ResetFence
+from tidemq.protocol.codes import ResponseCode
 
 TOPIC, GROUP = "FenceT", "FenceG"
 

@@ -9,7 +9,7 @@ from tests.support.broker_proc import broker, broker_factory  # noqa: F401 - pyt
 
 @pytest.fixture(scope="session")
 def spark():
-    from pipeline.spark_session import local_session
+    from tidemq.pipeline.spark_session import local_session
     session = local_session(app="tidemq-tests", fast_start=True)
     yield session
     session.stop()

@@ -3,8 +3,8 @@ checkpoint: commit(batch `failBatch`) raises after the tasks published the batch
 time only (a marker file remembers it). Spark's workers import this module by name."""
 import os
 
-from pipeline.sink import TideMQStreamWriter
-from pipeline.source import TideMQDataSource
+from tidemq.pipeline.sink import TideMQStreamWriter
+from tidemq.pipeline.source import TideMQDataSource
 
 
 class CrashOnceWriter(TideMQStreamWriter):

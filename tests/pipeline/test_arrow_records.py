@@ -1,12 +1,12 @@
-"""pipeline.arrow_records: pull-reply bodies to Arrow, checked against the reference decoder
+"""tidemq.pipeline.arrow_records: pull-reply bodies to Arrow, checked against the reference decoder
 (client.protocol.record.decode_record) on records of every shape; corrupt input raises."""
 import random
 import zlib
 
 import pytest
 
-from client.protocol import record as rec
-from pipeline.arrow_records import ARROW_SCHEMA, RecordColumns
+from tidemq.pipeline.arrow_records import ARROW_SCHEMA, RecordColumns
+from tidemq.protocol import record as rec
 
 V4 = rec.encode_host("10.0.0.7", 10911)
 V6 = rec.encode_host("fe80::7", 10911)

@@ -5,12 +5,12 @@ import json
 import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from client.message import Message
-from client.producer import Producer
-from pipeline.arrow_records import ARROW_SCHEMA
-from pipeline.options import OptionsError, parse_source_options
-from pipeline.source import SCHEMA, admit, split_ranges
 from tests.pipeline.conftest import run
+from tidemq.message import Message
+from tidemq.pipeline.arrow_records import ARROW_SCHEMA
+from tidemq.pipeline.options import OptionsError, parse_source_options
+from tidemq.pipeline.source import SCHEMA, admit, split_ranges
+from tidemq.producer.producer import Producer
 
 
 async def produce(addr, topic, n, *, batch=50, big_every=0):

@@ -1,9 +1,9 @@
 """A batch read through a real name server (ZooKeeper, `tidemq namesrv`, two broker groups in
 cluster mode) returns exactly what was produced, from both groups."""
-from client.message import Message
-from client.producer import Producer
 from tests.pipeline.conftest import run
 from tests.support.cluster import ClusterHarness, create_topic
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 TOPIC = "PipeCluster"
 

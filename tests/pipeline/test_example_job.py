@@ -4,13 +4,13 @@ import datetime
 import json
 import random
 
-from client.message import Message
-from client.producer import Producer
-from pipeline.jobs.windowed_counts import parse_args, start_queries
 from tests.pipeline.conftest import run
 from tests.pipeline.test_batch_read import read
+from tidemq.message import Message
+from tidemq.pipeline.jobs.windowed_counts import parse_args, start_queries
+from tidemq.producer.producer import Producer
 
-T0 = int(datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc).timestamp() * 1000)
+T0 = int(datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp() * 1000)
 MINUTE = 60_000
 
 
@@ -62,7 +62,7 @@ def test_windowed_counts_job(spark, broker, tmp_path):
     assert len(want) == 9
 
     def key_of(start_dt, key):
-        return (int(start_dt.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000)
+        return (int(start_dt.replace(tzinfo=datetime.UTC).timestamp() * 1000)
                 if start_dt.tzinfo is None else int(start_dt.timestamp() * 1000), key)
     parquet = spark.read.parquet(str(tmp_path / "out" / "parquet")).collect()
     got = {key_of(r.window_start, r.key): (r.events, r.total) for r in parquet}

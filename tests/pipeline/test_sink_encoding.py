@@ -4,9 +4,9 @@ partition) and distinct for identical rows, and bodies are cut at the count boun
 import pyarrow as pa
 import pytest
 
-from client.protocol.record import decode_properties
-from client.send_codec import decode_batch_body
-from pipeline.sink import _Publisher, _QueueChunks
+from tidemq.pipeline.sink import _Publisher, _QueueChunks
+from tidemq.producer.send_codec import decode_batch_body
+from tidemq.protocol.record import decode_properties
 
 
 class _Opts:
@@ -25,7 +25,7 @@ def _rows(ready):
         entries = decode_batch_body(body)
         keys = uniq_csv.split(",")
         assert len(entries) == len(keys)
-        for (flag, raw, props), uniq in zip(entries, keys):
+        for (_flag, raw, props), uniq in zip(entries, keys):
             p = decode_properties(props.encode())
             assert p["UNIQ_KEY"] == uniq and p["WAIT"] == "true"
             out.append((qi, raw, p))

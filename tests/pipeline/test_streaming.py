@@ -4,12 +4,12 @@ crashing between its publish and the checkpoint does not duplicate on replay."""
 import os
 import time
 
-from client.message import Message
-from client.producer import Producer
-from client.pull_consumer import PullConsumer
-from client.route import MessageQueue
 from tests.pipeline.conftest import run
 from tests.pipeline.test_batch_read import produce, read
+from tidemq.consumer.pull import PullConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.topic_routes import MessageQueue
 
 
 def stream(spark, addr, topic, **options):
@@ -93,7 +93,7 @@ def test_stream_picks_up_new_queues(spark, broker_factory, tmp_path):
     assert spark.read.parquet(out).count() == 10
 
     async def grow():  # the admin path: the topic gets 6 queues
-        from client.admin import Admin
+        from tidemq.admin import Admin
         async with Admin(b.addr) as admin:
             await admin.create_topic("PlGrow", queues=6)
     run(grow())

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from node.dev_certs import make_dev_certs
 from tests.support.broker_proc import BrokerProcess, broker, broker_factory  # noqa: F401
+from tidemq.node.tools.dev_certs import make_dev_certs
 
 SECRET_ALICE = "alice-secret-Zq9wX4"
 SECRET_ADMIN = "admin-secret-Kp3vR7"

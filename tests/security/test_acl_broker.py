@@ -12,16 +12,16 @@ import urllib.request
 
 import pytest
 
-from client import errors
-from client.acl import Credentials
-from client.admin import Admin
-from client.consumer import PushConsumer
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode, ResponseCode
-from client.security import ClientSecurity
 from tests.security.conftest import ACL_BASE, SECRET_ADMIN, SECRET_ALICE, write_acl
 from tests.support.raw_client import RawClient, send_ext
+from tidemq import errors
+from tidemq.acl_signing import Credentials
+from tidemq.admin import Admin
+from tidemq.consumer.push import PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.security import ClientSecurity
 
 ALICE = ClientSecurity(credentials=Credentials("alice", SECRET_ALICE))
 ROOT = ClientSecurity(credentials=Credentials("root", SECRET_ADMIN))
@@ -178,7 +178,7 @@ def test_unmodified_cpp_client_with_session_credentials(acl_broker, tmp_path):
 
 
 def test_cli_takes_credentials_from_a_file_or_env_never_argv(acl_broker, tmp_path):
-    from client.cli import build_parser
+    from tidemq.cli.main import build_parser
     options = {o for a in build_parser()._actions for o in a.option_strings}
     assert not {o for o in options if "secret" in o or "password" in o}
     creds = tmp_path / "creds.toml"
@@ -186,7 +186,7 @@ def test_cli_takes_credentials_from_a_file_or_env_never_argv(acl_broker, tmp_pat
     base = {"PYTHONPATH": REPO, "PATH": "/usr/bin:/bin"}
 
     def cli(*args, env=()):
-        return subprocess.run([sys.executable, "-m", "client.cli", "-b", acl_broker.addr, *args],
+        return subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", acl_broker.addr, *args],
                               capture_output=True, text=True, timeout=120, cwd=REPO,
                               env={**base, **dict(env)})
 

@@ -11,17 +11,17 @@ import textwrap
 
 import pytest
 
-from client import errors
-from client.acl import Credentials, sign_ext
-from client.admin import Admin
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode, ResponseCode
-from client.protocol.record import decode_offset_msg_id
-from client.security import ClientSecurity
 from tests.security.conftest import SECRET_ADMIN, acl_broker_running
 from tests.security.test_acl_broker import max_offset
 from tests.support.raw_client import RawClient
+from tidemq import errors
+from tidemq.acl_signing import Credentials, sign_ext
+from tidemq.admin import Admin
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.protocol.record import decode_offset_msg_id
+from tidemq.security import ClientSecurity
 
 SECRET_READER = "reader-secret-Wq7uT1"
 READER_CREDS = Credentials("reader", SECRET_READER)

@@ -7,20 +7,20 @@ import os
 
 import pytest
 
-from client.acl import Credentials, sign_ext, signature_content
-from client.protocol.codes import RequestCode as R
-from client.protocol.remoting import RemotingCommand, decode_frame, encode_frame
-from client.protocol.route_json import (
+from tests.security.conftest import ACL_BASE, SECRET_ALICE, write_acl
+from tidemq.acl_signing import Credentials, sign_ext, signature_content
+from tidemq.node.security.acl.accounts import DENY, PUB, SUB, AclFileError, parse_acl
+from tidemq.node.security.acl.addresses import AddressPatternError, AddressSet
+from tidemq.node.security.acl.validator import AclValidator, has_perm
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.remoting import RemotingCommand, decode_frame, encode_frame
+from tidemq.protocol.route_json import (
     ConsumerData,
     HeartbeatData,
     SubscriptionData,
     encode_heartbeat,
 )
-from client.security import load_credentials, sign_head
-from node.acl.accounts import DENY, PUB, SUB, AclFileError, parse_acl
-from node.acl.addresses import AddressPatternError, AddressSet
-from node.acl.validator import AclValidator, has_perm
-from tests.security.conftest import ACL_BASE, SECRET_ALICE, write_acl
+from tidemq.security import load_credentials, sign_head
 
 ALICE = Credentials("alice", SECRET_ALICE)
 
@@ -138,7 +138,8 @@ def test_validator_decisions(tmp_path):
     assert "needs an admin account" in v.check("127.0.0.1", admin)
     root = _signed(R.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}, creds=Credentials("root", "admin-secret-Kp3vR7"))
     assert v.check("127.0.0.1", root) is None
-    far = _signed(R.PULL_MESSAGE, {**PULL_FIELDS, "topic": "T", "consumerGroup": "g"}, creds=Credentials("faraway", "faraway-secret-1"))
+    far = _signed(R.PULL_MESSAGE, {**PULL_FIELDS, "topic": "T", "consumerGroup": "g"},
+                  creds=Credentials("faraway", "faraway-secret-1"))
     assert "may not be used from 127.0.0.1" in v.check("127.0.0.1", far)
     assert v.check("10.9.9.7", far) is None
     anon = RemotingCommand.request(R.SEND_MESSAGE, {"topic": "AclOrders", "AccessKey": ""}, b"")
@@ -201,8 +202,8 @@ def test_acl_file_readable_by_others_is_warned(tmp_path, caplog):
 
 
 def test_sign_head_splice_matches_a_full_encode_for_every_header_form():
-    from client.protocol.codes import SerializeType
-    from client.send_codec import SendHeaderTemplate
+    from tidemq.producer.send_codec import SendHeaderTemplate
+    from tidemq.protocol.codes import SerializeType
     props = "WAIT\x01true\x02UNIQ_KEY\x01ABC\x02"
     for st in (SerializeType.JSON, SerializeType.ROCKETMQ):
         for v2 in (False, True):
@@ -222,7 +223,7 @@ def test_sign_head_splice_matches_a_full_encode_for_every_header_form():
 
 
 def test_sign_head_with_a_lone_surrogate_property_still_signs():
-    from client.send_codec import SendHeaderTemplate
+    from tidemq.producer.send_codec import SendHeaderTemplate
     t = SendHeaderTemplate("g", "T")
     head = t.frame_head(1, 0, 0, 1, 0, t.encode_props("K\x01\ud800\x02"), 1)
     signed = decode_frame(sign_head(head, b"x", ALICE) + b"x")
@@ -238,7 +239,7 @@ def test_non_ascii_signature_is_refused_not_an_error(tmp_path):
 
 
 def _record(topic: str, phys: int, props: dict) -> bytes:
-    from client.protocol import record as rec
+    from tidemq.protocol import record as rec
     host = rec.encode_host("127.0.0.1", 10911)
     buf = bytearray(4096)
     n = rec.encode_into(buf, 0, topic.encode(), 0, 0, 0, phys, 0, 1, host, 2, host, 0, 0,

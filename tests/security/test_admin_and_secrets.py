@@ -8,13 +8,13 @@ import sys
 import urllib.error
 import urllib.request
 
-from client import errors
-from client.acl import Credentials
-from client.message import Message
-from client.producer import Producer
-from client.security import ClientSecurity
 from tests.security.conftest import ADMIN_TOKEN, SECRET_ADMIN, SECRET_ALICE, write_acl
 from tests.support.broker_proc import REPO_ROOT
+from tidemq import errors
+from tidemq.acl_signing import Credentials
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.security import ClientSecurity
 
 ZK_PASSWORD = "zk-password-Wq8sL1"
 
@@ -85,7 +85,7 @@ def test_secrets_never_appear_in_logs_config_metrics_or_errors(broker_factory, t
     metrics = http("GET", b.admin_url + "/metrics")[1]
     assert '"auth": "***"' in config or '"auth":"***"' in config
     assert http("POST", b.admin_url + "/x", token=ADMIN_TOKEN)[0] == 404  # token from env works
-    cli = subprocess.run([sys.executable, "-m", "client.cli", "-v", "-b", b.addr, "topic", "list"],
+    cli = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-v", "-b", b.addr, "topic", "list"],
                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
                          env={"PYTHONPATH": REPO_ROOT, "PATH": "/usr/bin:/bin",
                               "TIDEMQ_ACCESS_KEY": "alice",

@@ -7,13 +7,13 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.protocol.codes import RequestCode as R
-from client.protocol.record import decode_properties, encode_properties
-from client.protocol.remoting import ProtocolError, RemotingCommand
-from client.protocol.route_json import decode_heartbeat
-from ha import protocol as hp
-from node.acl.validator import AclValidator
 from tests.security.conftest import write_acl
+from tidemq.ha import protocol as hp
+from tidemq.node.security.acl.validator import AclValidator
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.record import decode_properties, encode_properties
+from tidemq.protocol.remoting import ProtocolError, RemotingCommand
+from tidemq.protocol.route_json import decode_heartbeat
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 json_values = st.recursive(

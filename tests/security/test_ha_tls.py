@@ -4,12 +4,12 @@ CA, is refused by the master and copies nothing."""
 import asyncio
 import time
 
-from client.message import Message
-from client.producer import Producer
-from client.security import ClientSecurity
 from tests.ha.test_broker_replication import in_sync, max_offset, metrics, wait_for
 from tests.security.conftest import tls_settings
 from tests.support.broker_proc import ha_group
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.security import ClientSecurity
 
 
 def _ha_tls(certs, with_cert=True):

@@ -12,11 +12,11 @@ import urllib.request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode as R
-from client.protocol.remoting import RemotingCommand, encode_frame
 from tests.support.raw_client import pull_ext
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.remoting import RemotingCommand, encode_frame
 
 IDLE_FLOOD = 1500
 PARTIAL_HOLDERS = 40
@@ -55,7 +55,7 @@ async def _idle_flood(host, port):
     for r, w in pairs:
         try:
             alive += await asyncio.wait_for(r.read(1), 0.01) != b""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             alive += 1  # nothing to read and not closed: still open
         except ConnectionError:
             pass
@@ -77,7 +77,7 @@ async def _partial_holders(host, port):
         try:
             data = await asyncio.wait_for(r.read(1), 0.2)
             cut += data == b""
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         except ConnectionError:
             cut += 1
@@ -162,7 +162,7 @@ def _raw_http(port, method, path, headers, body) -> bytes:
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except (socket.timeout, ConnectionResetError):
+        except (TimeoutError, ConnectionResetError):
             pass
     return out
 

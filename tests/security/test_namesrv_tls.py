@@ -7,12 +7,12 @@ import urllib.request
 
 import pytest
 
-from client import errors
-from client.protocol.codes import RequestCode, ResponseCode
-from client.remoting_client import RemotingClient
-from client.security import ClientSecurity
-from client.tls import client_context
 from tests.support.namesrv_proc import NameServerProcess
+from tidemq import errors
+from tidemq.protocol.codes import RequestCode, ResponseCode
+from tidemq.remoting_client import RemotingClient
+from tidemq.security import ClientSecurity
+from tidemq.tls import client_context
 
 
 @pytest.fixture

@@ -12,16 +12,16 @@ import urllib.request
 
 import pytest
 
-from client import errors
-from client.consumer import PushConsumer
-from client.message import Message
-from client.producer import Producer
-from client.protocol.codes import RequestCode
-from client.protocol.remoting import RemotingCommand, encode_frame
-from client.security import ClientSecurity
-from client.tls import client_context
 from tests.security.conftest import tls_settings
 from tests.support.broker_proc import REPO_ROOT
+from tidemq import errors
+from tidemq.consumer.push import PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.remoting import RemotingCommand, encode_frame
+from tidemq.security import ClientSecurity
+from tidemq.tls import client_context
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_plaintext_client_to_tls_port_is_refused(tls_broker):
         try:
             while chunk := s.recv(4096):
                 data += chunk
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             pass
     assert b"TBW102" not in data and not data.startswith(b"\x00")  # never a remoting reply
 
@@ -137,7 +137,7 @@ def test_admin_port_speaks_https_only(tls_broker, certs):
 
 def test_bad_tls_settings_fail_before_start(tmp_path, certs):
     proc = subprocess.run(
-        [sys.executable, "-m", "node", "--set", "listen_port=0", "--set", "admin_port=0",
+        [sys.executable, "-m", "tidemq.node", "--set", "listen_port=0", "--set", "admin_port=0",
          "--set", f"store.root_dir={tmp_path}/s", "--set", "security.tls_enable=true",
          "--set", f"security.tls_cert_file={tmp_path}/missing.pem",
          "--set", f"security.tls_key_file={certs['server_key']}",
@@ -151,13 +151,13 @@ def test_bad_tls_settings_fail_before_start(tmp_path, certs):
 def test_cli_over_tls_with_credentials_from_env(broker_factory, certs, tmp_path):
     b = broker_factory(*tls_settings(certs)).start()
     env = {"PYTHONPATH": REPO_ROOT, "PATH": "/usr/bin:/bin", "TIDEMQ_TLS_CA": certs["ca_cert"]}
-    out = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "produce", "CliTls",
+    out = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", b.addr, "produce", "CliTls",
                           "--count", "50", "--batch", "10"], capture_output=True, text=True,
                          timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert '"sent": 50' in out.stdout
     start = time.monotonic()
-    plain = subprocess.run([sys.executable, "-m", "client.cli", "-b", b.addr, "topic", "list"],
+    plain = subprocess.run([sys.executable, "-m", "tidemq.cli.main", "-b", b.addr, "topic", "list"],
                            capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
                            env={k: v for k, v in env.items() if k != "TIDEMQ_TLS_CA"})
     assert plain.returncode == 1 and time.monotonic() - start < 60
@@ -166,7 +166,7 @@ def test_cli_over_tls_with_credentials_from_env(broker_factory, certs, tmp_path)
 def test_certs_command_writes_private_keys_and_refuses_to_overwrite(tmp_path):
     import json
     import os
-    cmd = [sys.executable, "-m", "client.cli", "certs", str(tmp_path / "c"), "--host", "10.0.0.5"]
+    cmd = [sys.executable, "-m", "tidemq.cli.main", "certs", str(tmp_path / "c"), "--host", "10.0.0.5"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
     assert first.returncode == 0, first.stderr
     files = json.loads(first.stdout)

@@ -1,8 +1,8 @@
 """Shared helpers for store tests: small-file configs and deterministic messages."""
 import hashlib
 
-from node.store.config import StoreConfig
-from node.store.message import StoreMessage
+from tidemq.node.store.config import StoreConfig
+from tidemq.node.store.message import StoreMessage
 
 SMALL = dict(commitlog_file_bytes=64 * 1024, max_message_bytes=16 * 1024,
              consume_queue_file_units=64, index_slots=101, index_entries=400)

@@ -28,7 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-from node.store.message_store import MessageStore
 from tests.support.crash_writer import (
     Opened,
     Placed,
@@ -37,6 +36,7 @@ from tests.support.crash_writer import (
     store_config,
     survey_store,
 )
+from tidemq.node.store.message_store import MessageStore
 
 SEED = 20240611
 KILLS = 32

@@ -8,13 +8,13 @@ import errno
 
 import pytest
 
-from client.protocol import record as rec
-from node.store.config import SYNC_FLUSH
-from node.store.errors import DiskFull, PutStatus
-from node.store.fileio import OS_FILE_SYSTEM
-from node.store.mapped_file import file_name
-from node.store.message_store import MessageStore
-from node.store.reader import GetStatus
+from tidemq.node.store.config import SYNC_FLUSH
+from tidemq.node.store.errors import DiskFull, PutStatus
+from tidemq.node.store.fileio import OS_FILE_SYSTEM
+from tidemq.node.store.mapped_file import file_name
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 

@@ -10,11 +10,11 @@ import resource
 
 import pytest
 
-from client.protocol import record as rec
-from node.store.errors import StoreClosed
-from node.store.message import StoreMessage
-from node.store.message_store import MessageStore
 from tests.store.helpers import crash, small_config
+from tidemq.node.store.errors import StoreClosed
+from tidemq.node.store.message import StoreMessage
+from tidemq.node.store.message_store import MessageStore
+from tidemq.protocol import record as rec
 
 NEW_QUEUES = 20
 

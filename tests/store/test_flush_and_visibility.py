@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from client.protocol import record as rec
-from node.store.errors import PutStatus
-from node.store.fileio import OsFileSystem, OsMapping
-from node.store.message_store import MessageStore
-from node.store.reader import GetStatus
+from tidemq.node.store.errors import PutStatus
+from tidemq.node.store.fileio import OsFileSystem, OsMapping
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from node.store.config import StoreConfig, StoreConfigError
-from node.store.errors import MessageIllegal, StoreCorrupt, StoreLocked
-from node.store.message import StoreMessage
-from node.store.message_store import MessageStore
+from tidemq.node.store.config import StoreConfig, StoreConfigError
+from tidemq.node.store.errors import MessageIllegal, StoreCorrupt, StoreLocked
+from tidemq.node.store.message import StoreMessage
+from tidemq.node.store.message_store import MessageStore
 
 from .helpers import message, small_config
 

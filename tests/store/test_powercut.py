@@ -28,9 +28,6 @@ import time
 
 import pytest
 
-from node.store.config import ASYNC_FLUSH, SYNC_FLUSH
-from node.store.errors import PutStatus, StoreClosed
-from node.store.message_store import MessageStore
 from tests.support.crash_writer import (
     BATCH_MAX,
     FILE_BYTES,
@@ -43,6 +40,9 @@ from tests.support.crash_writer import (
     survey_store,
 )
 from tests.support.powercut import PowerCut, PowerCutFileSystem
+from tidemq.node.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from tidemq.node.store.errors import PutStatus, StoreClosed
+from tidemq.node.store.message_store import MessageStore
 
 from .helpers import message
 

@@ -2,9 +2,9 @@
 import random
 import shutil
 
-from client.protocol import record as rec
-from node.store.message import parse_dispatch
-from node.store.message_store import MessageStore
+from tidemq.node.store.message import parse_dispatch
+from tidemq.node.store.message_store import MessageStore
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 
@@ -64,8 +64,7 @@ def test_dispatch_from_put_equals_dispatch_from_bytes(tmp_path):
 def test_wire_constructor_builds_the_same_records(tmp_path):
     """StoreMessage.many_from_wire (the broker's batch path) and the general constructor
     store byte-identical records and dispatch the same requests."""
-    from client.protocol import record as rec
-    from node.store.message import StoreMessage
+    from tidemq.node.store.message import StoreMessage
     entries = [(i, bytes([i]) * (i * 7), rec.encode_properties(
         {"TAGS": f"t{i % 2}", "KEYS": f"a{i} b{i}", "UNIQ_KEY": f"U{i}", "X": "y"}))
         for i in range(20)]

@@ -10,11 +10,11 @@
 import os
 import random
 
-from client.protocol import record as rec
-from node.store.index_file import ENTRY_BYTES, PAGE_BYTES
-from node.store.message import SCHEDULE_TOPIC, StoreMessage, dispatch_from_layout
-from node.store.message_store import MessageStore
-from node.store.recovery import scan
+from tidemq.node.store.index_file import ENTRY_BYTES, PAGE_BYTES
+from tidemq.node.store.message import SCHEDULE_TOPIC, StoreMessage, dispatch_from_layout
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.recovery import scan
+from tidemq.protocol import record as rec
 
 from .helpers import crash, message, small_config
 

@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from client.protocol import record as rec
-from node.store.consumed import NO_GROUP, ConsumerProgress
-from node.store.disk_guard import DiskUsage
-from node.store.errors import DiskFull
-from node.store.message_store import MessageStore
-from node.store.reader import GetStatus
+from tidemq.node.store.consumed import NO_GROUP, ConsumerProgress
+from tidemq.node.store.disk_guard import DiskUsage
+from tidemq.node.store.errors import DiskFull
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 

@@ -3,11 +3,11 @@ import os
 import random
 import struct
 
-from client.protocol import record as rec
-from node.store.message_store import MessageStore
-from node.store.reader import GetStatus
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
-from .helpers import message, payload, small_config
+from .helpers import message, small_config
 
 
 def _fill(store, count, rng):
@@ -33,7 +33,7 @@ def test_rollover_files_blanks_and_every_lookup(tmp_path):
         assert os.path.basename(mf.path) == f"{mf.start_offset:020d}"
     # Every file but the last ends in exactly one BLANK right after its last record.
     by_file = {}
-    for m, phys, size, _ in sent:
+    for _m, phys, size, _ in sent:
         by_file.setdefault(phys // 65536, []).append((phys, size))
     for mf in files[:-1]:
         records = by_file[mf.start_offset // 65536]
@@ -43,7 +43,7 @@ def test_rollover_files_blanks_and_every_lookup(tmp_path):
         assert all(p + s <= mf.start_offset + 65536 for p, s in records)
 
     per_queue = {}
-    for m, phys, size, qoff in sent:
+    for m, phys, _size, qoff in sent:
         per_queue.setdefault(m.queue_id, []).append((qoff, phys, m))
     for qid, entries in per_queue.items():
         assert [q for q, _, _ in entries] == list(range(len(entries)))  # dense queue offsets
@@ -59,7 +59,7 @@ def test_rollover_files_blanks_and_every_lookup(tmp_path):
         for raw, (qoff, phys, m) in zip(got, entries):
             d = rec.decode_record(raw, verify=True, require_crc=True)
             assert (d.queue_offset, d.physical_offset, d.body) == (qoff, phys, m.body)
-    for m, phys, size, qoff in rng.sample(sent, 200):
+    for m, phys, _size, _qoff in rng.sample(sent, 200):
         assert rec.decode_record(store.get_record(phys)).body == m.body
         hits = store.query_by_key("T", m.uniq_key)
         assert [rec.decode_record(h).physical_offset for h in hits] == [phys]
@@ -71,7 +71,7 @@ def test_rollover_files_blanks_and_every_lookup(tmp_path):
 
 
 def test_tag_filter_and_offsets_api(tmp_path):
-    from client.protocol.jhash import java_string_hash
+    from tidemq.protocol.jhash import java_string_hash
     store = MessageStore(small_config(tmp_path)).open()
     store.put([message(i, 50, queues=1) for i in range(30)])
     r = store.get_messages("T", 0, 0, 32, tag_codes={java_string_hash("tag1")})
@@ -81,7 +81,8 @@ def test_tag_filter_and_offsets_api(tmp_path):
     assert store.get_messages("T", 9, 0, 32).status == GetStatus.NO_MATCHED_LOGIC_QUEUE
     ts = rec.decode_record(store.get_messages("T", 0, 5, 1).messages[0]).store_timestamp
     assert store.offset_by_time("T", 0, ts) <= 5 and store.offset_by_time("T", 0, ts + 10**6) == 30
-    assert store.earliest_msg_time("T", 0) == rec.decode_record(store.get_messages("T", 0, 0, 1).messages[0]).store_timestamp
+    first = store.get_messages("T", 0, 0, 1).messages[0]
+    assert store.earliest_msg_time("T", 0) == rec.decode_record(first).store_timestamp
     store.close()
 
 

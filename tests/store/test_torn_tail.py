@@ -3,9 +3,9 @@ to the record before it; nothing damaged is ever served; writes continue from th
 import os
 import shutil
 
-from client.protocol import record as rec
-from node.store.message_store import MessageStore
-from node.store.reader import GetStatus
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import crash, message, small_config
 

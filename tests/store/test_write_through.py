@@ -4,8 +4,8 @@ and their BLANK fillers."""
 import os
 import random
 
-from node.store.commit_log import CommitLog
-from node.store.fileio import OsFileSystem
+from tidemq.node.store.commit_log import CommitLog
+from tidemq.node.store.fileio import OsFileSystem
 
 from .helpers import message
 

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from node.store.config import ASYNC_FLUSH, SYNC_FLUSH
-from node.store.fileio import OsFileSystem, OsMapping
-from node.store.mapped_file import file_name
-from node.store.message_store import MessageStore
+from tidemq.node.store.config import ASYNC_FLUSH, SYNC_FLUSH
+from tidemq.node.store.fileio import OsFileSystem, OsMapping
+from tidemq.node.store.mapped_file import file_name
+from tidemq.node.store.message_store import MessageStore
 
 from .helpers import message, small_config
 
@@ -136,7 +136,7 @@ class _FullDiskMapping(OsMapping):
 
 
 def test_a_failed_warm_up_releases_its_mapping_and_the_retry_succeeds(tmp_path):
-    from node.store.mapped_file_queue import MappedFileQueue
+    from tidemq.node.store.mapped_file_queue import MappedFileQueue
 
     class FullDisk(OsFileSystem):
         def map_file(self, path, size):

@@ -1,4 +1,4 @@
-"""A real broker process for tests: `python -m node` with a temp store, ports picked by the OS.
+"""A real broker process for tests: `python -m tidemq.node` with a temp store, ports picked by the OS.
 
     from tests.support.broker_proc import BrokerProcess, broker, broker_factory  # fixtures
 
@@ -11,7 +11,7 @@
         b.restart()                     # SIGTERM, wait, start again on the same store (new ports)
         b.kill()                        # SIGKILL
 
-HA groups (node/replication.py): `ha_group(broker_factory, tmp_path, slaves=1)` starts a master
+HA groups (node/replication/service.py): `ha_group(broker_factory, tmp_path, slaves=1)` starts a master
 and slaves sharing a secret file; the master's HA port is pre-chosen so it survives restarts
 (`b.ha_port` is what the READY line reported).
 
@@ -64,7 +64,7 @@ class BrokerProcess:
         return f"http://127.0.0.1:{self.admin_port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "node"]
+        cmd = [sys.executable, "-m", "tidemq.node"]
         if self.config_path:
             cmd += ["-c", self.config_path]
         sets = ["listen_port=0", "admin_port=0", f"store.root_dir={self.root_dir}"]
@@ -73,7 +73,7 @@ class BrokerProcess:
             cmd += ["--set", item]
         return cmd
 
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         env = dict(os.environ if self.env is None else self.env)
         env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -123,7 +123,7 @@ class BrokerProcess:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise RuntimeError(f"broker did not stop within {timeout} s")
+            raise RuntimeError(f"broker did not stop within {timeout} s") from None
         finally:
             self.proc.stdout.close()
         return self.proc.returncode
@@ -133,7 +133,7 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self, timeout: float = 30.0) -> "BrokerProcess":
+    def restart(self, timeout: float = 30.0) -> BrokerProcess:
         rc = self.stop()
         assert rc == 0, f"broker exited {rc}; log:\n{self.log_text()[-4000:]}"
         return self.start(timeout)

@@ -17,14 +17,14 @@ import time
 import urllib.request
 import uuid
 
-from client import errors
-from client.message import Message
-from client.producer import Producer
-from client.pull_api import PullStatus
-from client.pull_consumer import PullConsumer
 from tests.support.broker_proc import BrokerProcess
 from tests.support.history import FAILED, MAYBE, OK, History
 from tests.support.namesrv_proc import NameServerProcess
+from tidemq import errors
+from tidemq.consumer.broker_calls import PullStatus
+from tidemq.consumer.pull import PullConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 HA_SECRET = "tidemq-test-ha-secret-0123456789"
 
@@ -64,7 +64,7 @@ class ClusterHarness:
     def namesrv_addr(self) -> str:
         return ";".join(n.addr for n in self.namesrvs)
 
-    def start(self) -> "ClusterHarness":
+    def start(self) -> ClusterHarness:
         """Start everything; if any part fails, stop what started (no stray processes)."""
         try:
             for n in self.namesrvs:
@@ -133,7 +133,7 @@ class ClusterHarness:
 
 async def create_topic(harness: ClusterHarness, topic: str, queues: int = 4) -> None:
     """Create `topic` on every group's master (code 17); brokers keep it in ZooKeeper."""
-    from client.admin import Admin
+    from tidemq.admin import Admin
     for group in harness.groups:
         _, proc = harness.wait_master(group)
         async with Admin(proc.addr) as admin:

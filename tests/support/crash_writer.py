@@ -30,9 +30,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from client.protocol import record as rec
-from node.store.config import SYNC_FLUSH, StoreConfig
-from node.store.message import StoreMessage
+from tidemq.node.store.config import SYNC_FLUSH, StoreConfig
+from tidemq.node.store.message import StoreMessage
+from tidemq.protocol import record as rec
 
 TOPICS = ("CrashA", "CrashB", "CrashC")
 QUEUES_PER_TOPIC = 4
@@ -132,7 +132,7 @@ def parse_ack_file(path: str) -> tuple[Opened | None, list[Put]]:
     line, but cheap to tolerate) is ignored."""
     opened, puts = None, []
     try:
-        with open(path, "r", encoding="ascii") as f:
+        with open(path, encoding="ascii") as f:
             text = f.read()
     except FileNotFoundError:
         return None, []
@@ -158,8 +158,8 @@ def all_queue_keys() -> list[tuple[str, int]]:
 
 
 def run_writer(root: str, ack_path: str, run: int, seed: int) -> None:
-    from node.store.errors import PutStatus
-    from node.store.message_store import MessageStore
+    from tidemq.node.store.errors import PutStatus
+    from tidemq.node.store.message_store import MessageStore
 
     rng = random.Random(seed)
     store = MessageStore(store_config(root)).open()

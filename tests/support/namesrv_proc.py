@@ -14,14 +14,14 @@ READY = "TIDEMQ_NAMESRV_READY"
 
 class NameServerProcess:
     def __init__(self, zk_hosts: str, cluster: str, log_path: str, session_timeout_ms=2000):
-        self.cmd = [sys.executable, "-m", "client.cli", "namesrv", "--zk", zk_hosts,
+        self.cmd = [sys.executable, "-m", "tidemq.cli.main", "namesrv", "--zk", zk_hosts,
                     "--cluster", cluster, "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
                     "--session-timeout-ms", str(session_timeout_ms)]
         self.log_path = log_path
         self.proc = None
         self.addr = self.http_url = ""
 
-    def start(self, timeout: float = 30.0) -> "NameServerProcess":
+    def start(self, timeout: float = 30.0) -> NameServerProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
         with open(self.log_path, "ab") as log:

@@ -1,4 +1,4 @@
-"""`python tests/support/promotable_broker.py [broker args]`: `python -m node` whose process
+"""`python tests/support/promotable_broker.py [broker args]`: `python -m tidemq.node` whose process
 calls Replication.become_master(last epoch + 1) on SIGUSR2, the explicit role switch a
 coordinator would make, for tests that promote a static slave in a real process."""
 import asyncio
@@ -9,8 +9,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from node import broker as broker_module
-from node.main import run_broker
+from tidemq.node import broker as broker_module
+from tidemq.node.main import run_broker
 
 _start = broker_module.Broker.start
 

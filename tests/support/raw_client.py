@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from client.protocol import record as rec
-from client.protocol.codes import RequestCode, SerializeType
-from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame
+from tidemq.protocol import record as rec
+from tidemq.protocol.codes import RequestCode, SerializeType
+from tidemq.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame
 
 
 class RawClient:
@@ -27,7 +27,7 @@ class RawClient:
         self._task = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
-    async def connect(cls, addr: str, serialize_type=SerializeType.JSON) -> "RawClient":
+    async def connect(cls, addr: str, serialize_type=SerializeType.JSON) -> RawClient:
         host, port = addr.rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         return cls(reader, writer, serialize_type)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import struct
 
-from client.protocol.codes import RequestCode
-from client.protocol.remoting import FrameDecoder
+from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.remoting import FrameDecoder
 
 SEND_CODES = {int(RequestCode.SEND_MESSAGE), int(RequestCode.SEND_MESSAGE_V2),
               int(RequestCode.SEND_BATCH_MESSAGE)}
@@ -34,7 +34,7 @@ class ReplyDropProxy:
         self._server = None
         self._tasks: set[asyncio.Task] = set()
 
-    async def start(self, port: int = 0) -> "ReplyDropProxy":
+    async def start(self, port: int = 0) -> ReplyDropProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self

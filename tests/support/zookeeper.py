@@ -6,7 +6,7 @@ Settings from measurement (infra.md section 2): tickTime 200 ms and minSessionTi
 so a 2 s client session really is 2 s (Debian's tickTime 2000 silently raises it to 4 s), and
 no AdminServer (it would grab port 8080).
 
-TLS (`ZkCluster(1, tls=certs)`, certs from node/dev_certs.py): a secureClientPort beside the
+TLS (`ZkCluster(1, tls=certs)`, certs from node/tools/dev_certs.py): a secureClientPort beside the
 plaintext one (kept for the `srvr` readiness probe), served by Netty with PEM files and
 `ssl.clientAuth=need`. Debian's zookeeper.jar manifest leaves netty-codec off its Class-Path
 (the TLS handshake then fails with NoClassDefFoundError ByteToMessageDecoder), so it is added.
@@ -141,7 +141,7 @@ class ZkCluster:
         assert self.tls, "ZkCluster started without tls"
         return ",".join(f"127.0.0.1:{n.secure_port}" for n in self.nodes)
 
-    def start(self, timeout: float = 60.0, attempts: int = 3) -> "ZkCluster":
+    def start(self, timeout: float = 60.0, attempts: int = 3) -> ZkCluster:
         """Start every node and wait until all serve; on a stall start over on fresh ports."""
         for attempt in range(attempts):
             for n in self.nodes:

@@ -8,7 +8,7 @@ def test_configuration_page_is_current():
 
 
 def test_every_broker_key_is_on_the_page():
-    from node.config import describe
+    from tidemq.node.config import describe
     keys = [row.split("`")[1] for row in describe().splitlines()[2:]]
     page = PAGE.read_text(encoding="utf-8")
     assert keys and all(f"`{k}`" in page for k in keys)

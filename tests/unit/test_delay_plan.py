@@ -1,10 +1,10 @@
-"""node/delay_plan.py: level parsing and the timer hops (never early, few hops, bounded
+"""node/sending/delay_plan.py: level parsing and the timer hops (never early, few hops, bounded
 lateness behind a queue head)."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from node import delay_plan as dp
+from tidemq.node.sending import delay_plan as dp
 
 
 def test_levels_parse_java_units_and_ms():

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.protocol.jhash import java_string_hash
+from tidemq.protocol.jhash import java_string_hash
 
 
 def utf16_units(s: str) -> list[int]:

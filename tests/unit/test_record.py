@@ -3,10 +3,10 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from hypothesis import given, settings, strategies as st
-
-from client.protocol import record as rec
+from tidemq.protocol import record as rec
 
 HOST4 = rec.encode_host("10.0.0.5", 10911)
 HOST6 = rec.encode_host("fe80::1", 10911)

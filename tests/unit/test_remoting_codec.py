@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from client.protocol.codes import (
+from tidemq.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     LanguageCode,
@@ -17,7 +17,7 @@ from client.protocol.codes import (
     ResponseCode,
     SerializeType,
 )
-from client.protocol.remoting import (
+from tidemq.protocol.remoting import (
     FrameDecoder,
     ProtocolError,
     RemotingCommand,

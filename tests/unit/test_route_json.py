@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.protocol.jhash import java_string_hash
-from client.protocol.remoting import ProtocolError
-from client.protocol.route_json import (
+from tidemq.protocol.jhash import java_string_hash
+from tidemq.protocol.remoting import ProtocolError
+from tidemq.protocol.route_json import (
     BrokerData,
     ConsumerData,
     HeartbeatData,
@@ -61,7 +61,8 @@ def go_style_broker_addrs(body: bytes) -> dict[str, str]:
 
 
 def test_go_client_raw_text_parse_recovers_ids_and_addresses():
-    route = TopicRouteData([QueueData("b", 4, 4, 6)], [BrokerData("C", "b", {0: "10.0.0.1:10911", 2: "10.0.0.3:10911"})])
+    route = TopicRouteData([QueueData("b", 4, 4, 6)],
+                           [BrokerData("C", "b", {0: "10.0.0.1:10911", 2: "10.0.0.3:10911"})])
     assert go_style_broker_addrs(encode_topic_route(route)) == {"0": "10.0.0.1:10911", "2": "10.0.0.3:10911"}
 
 
@@ -179,7 +180,8 @@ def test_heartbeat_encodes_java_form_and_round_trips():
     body = encode_heartbeat(hb)
     doc = json.loads(body)
     sub = doc["consumerDataSet"][0]["subscriptionDataSet"][0]
-    assert sub["codeSet"] == [2598919] and sub["subVersion"] == 5 and doc["consumerDataSet"][0]["messageModel"] == "CLUSTERING"
+    assert sub["codeSet"] == [2598919] and sub["subVersion"] == 5
+    assert doc["consumerDataSet"][0]["messageModel"] == "CLUSTERING"
     assert b" " not in body.replace(b"TagA", b"")
     decoded = decode_heartbeat(body)
     assert decoded.consumers[0].subscriptions[0].code_set == [2598919]

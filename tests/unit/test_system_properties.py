@@ -4,8 +4,8 @@ effect end to end)."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.protocol import record as rec
-from node import system_properties as sp
+from tidemq.node import system_properties as sp
+from tidemq.protocol import record as rec
 
 CLUSTER = sp.cluster_pair("C1")
 

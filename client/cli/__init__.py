@@ -1,0 +1,2 @@
+"""The `tidemq` command line.
+"""

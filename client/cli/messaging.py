@@ -1,0 +1,105 @@
+"""`tidemq` subcommands for the messaging features: dead letters and consumer progress.
+
+    tidemq [-b HOST:PORT] dlq GROUP [--count N]       messages in %DLQ%GROUP, oldest first
+    tidemq [-b HOST:PORT] consumer progress GROUP     per queue: broker and consumer offsets,
+                                                      broadcast members' offsets included
+    tidemq [-b HOST:PORT] txn parked [--count N]      half messages parked after the check
+                                                      maximum (TRANS_CHECK_MAX_TIME_TOPIC)
+
+Both only read: the dead-letter listing pulls without committing anything, under a group of
+its own ("tidemq-cli-dlq"), so it never moves anyone's progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tidemq.consumer import send_back as retry
+
+DLQ_READER_GROUP = "tidemq-cli-dlq"
+_PULL_MAX = 32
+
+
+def add_parsers(sub, broker_arg) -> None:
+    dlq = sub.add_parser("dlq", help="show dead-lettered messages of a consumer group")
+    dlq.add_argument("group")
+    dlq.add_argument("--count", type=int, default=100, help="show at most N (default 100)")
+    broker_arg(dlq, argparse.SUPPRESS)
+    consumer = sub.add_parser("consumer", help="consumer group progress")
+    csub = consumer.add_subparsers(dest="consumer_command", required=True)
+    progress = csub.add_parser("progress")
+    progress.add_argument("group")
+    progress.add_argument("--topic", help="only this topic")
+    broker_arg(progress, argparse.SUPPRESS)
+    txn = sub.add_parser("txn", help="transactions")
+    tsub = txn.add_subparsers(dest="txn_command", required=True)
+    parked = tsub.add_parser("parked", help="half messages parked after the check maximum")
+    parked.add_argument("--count", type=int, default=100, help="show at most N (default 100)")
+    parked.add_argument("--from", dest="begin", type=int, default=0,
+                        help="first queue offset (default 0)")
+    broker_arg(parked, argparse.SUPPRESS)
+
+
+async def dispatch(args):
+    if args.command == "dlq":
+        return await dead_letters(args.broker, args.group, args.count)
+    from tidemq.admin import Admin
+    async with Admin(args.broker) as admin:
+        if args.command == "txn":
+            return await parked_transactions(admin, args.begin, args.count)
+        return await admin.consumer_progress(args.group, args.topic)
+
+
+async def parked_transactions(admin, begin, count):
+    if count <= 0 or begin < 0:
+        raise ValueError("--count must be positive and --from >= 0")
+    found, offset = [], begin
+    while len(found) < count:
+        msgs, nxt, lo, hi = await admin.parked_transactions(offset, min(_PULL_MAX, count - len(found)))
+        found.extend(msgs)
+        if not msgs or nxt <= offset:
+            break
+        offset = nxt
+    return {"topic": "TRANS_CHECK_MAX_TIME_TOPIC", "total": max(0, hi - lo), "found": len(found),
+            "next_offset": offset, "messages": [describe_parked(m) for m in found[:count]]}
+
+
+def describe_parked(m, body_chars=200):
+    body = m.body
+    return {"queue_offset": m.queue_offset, "offset_msg_id": m.offset_msg_id,
+            "transaction_id": m.get_property("__transactionId__"), "msg_id": m.msg_id,
+            "producer_group": m.get_property("PGROUP"), "topic": m.get_property("REAL_TOPIC"),
+            "check_times": int(m.get_property("TRANSACTION_CHECK_TIMES") or 0),
+            "keys": m.keys, "tags": m.tags, "born_timestamp": m.born_timestamp,
+            "store_timestamp": m.store_timestamp, "body_bytes": len(body),
+            "body": body[:body_chars].decode("utf-8", "replace")}
+
+
+async def dead_letters(broker, group, count):
+    from tidemq.consumer.broker_calls import PullStatus
+    from tidemq.consumer.pull import PullConsumer
+    if count <= 0:
+        raise ValueError("--count must be positive")
+    topic = retry.dlq_topic(group)
+    found = []
+    async with PullConsumer(DLQ_READER_GROUP, broker) as pc:
+        for mq in await pc.fetch_queues(topic):
+            offset, end = await pc.min_offset(mq), await pc.max_offset(mq)
+            while offset < end and len(found) < count:
+                result = await pc.pull(mq, offset, min(_PULL_MAX, count - len(found)))
+                if result.status is not PullStatus.FOUND:
+                    break
+                found.extend(result.messages)
+                offset = result.next_begin_offset
+    return {"group": group, "topic": topic, "found": len(found),
+            "messages": [describe_dead(m) for m in found[:count]]}
+
+
+def describe_dead(m, body_chars=200):
+    body = m.body
+    return {"queue_offset": m.queue_offset, "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id,
+            "original_topic": m.get_property(retry.PROP_RETRY_TOPIC) or m.topic,
+            "origin_msg_id": m.get_property("ORIGIN_MESSAGE_ID"),
+            "reconsume_times": m.reconsume_times, "tags": m.tags, "keys": m.keys,
+            "store_timestamp": m.store_timestamp, "body_bytes": len(body),
+            "body": body[:body_chars].decode("utf-8", "replace")}

@@ -1,0 +1,164 @@
+"""Consumer-side broker calls shared by the push and pull consumers: PULL_MESSAGE (11), offsets
+(14, 15, 29, 30, 31), consumer ids (38), and tag expressions.
+
+Pull outcomes (spec remoting.md 4.3) become a PullResult status, never an exception:
+
+    0  SUCCESS                 FOUND          records in the body
+    19 PULL_NOT_FOUND          NO_NEW_MSG     caught up; next = nextBeginOffset
+    20 PULL_RETRY_IMMEDIATELY  NO_MATCHED_MSG everything in range filtered out
+    21 PULL_OFFSET_MOVED       OFFSET_ILLEGAL offset outside [min, max]; next = corrected one
+
+Any other code raises its catalogue error (client.errors).
+
+Rules:
+1. Records are split, not decoded (client.message.split_records); with a tag subscription each
+   record is decoded once to re-filter by the exact tag (the broker filters by tag hash,
+   which can collide; spec 4.3).
+2. A FOUND reply whose body holds no matching record is reported as NO_MATCHED_MSG with the
+   broker's nextBeginOffset, so callers always advance exactly where the broker said.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+
+from tidemq import errors
+from tidemq.message import split_records
+from tidemq.protocol.codes import PullSysFlag, RequestCode, ResponseCode
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+_STATUS = {ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+           ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
+           ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+
+
+class PullResult:
+    __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages",
+                 "suggest_broker_id")
+
+    def __init__(self, status, next_begin_offset, min_offset, max_offset, messages, suggest_broker_id=0):
+        self.status = status
+        self.next_begin_offset = next_begin_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self.messages = messages
+        self.suggest_broker_id = suggest_broker_id
+
+    def __repr__(self):
+        return (f"PullResult({self.status.name}, next={self.next_begin_offset}, "
+                f"min={self.min_offset}, max={self.max_offset}, messages={len(self.messages)})")
+
+
+class TagFilter:
+    """A TAG subscription expression: "*" (or empty) = everything, else "a || b || c"."""
+
+    __slots__ = ("expression", "tags", "sub_version")
+
+    def __init__(self, expression="*"):
+        expression = (expression or "*").strip()
+        self.expression = expression
+        if expression == "*":
+            self.tags = None
+        else:
+            self.tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
+            if not self.tags:
+                raise errors.IllegalArgument(f"bad tag expression {expression!r}")
+        self.sub_version = int(time.time() * 1000)
+
+    @property
+    def matches_all(self):
+        return self.tags is None
+
+    def matches(self, msg) -> bool:
+        return self.tags is None or msg.tags in self.tags
+
+    def tag_list(self):
+        return sorted(self.tags) if self.tags else []
+
+
+def _int(ext, key, default=-1):
+    value = ext.get(key)
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        raise errors.ProtocolViolation(f"pull reply field {key}={value!r} is not an integer") from None
+
+
+async def pull(instance, addr, mq, offset, *, group, tag_filter, max_nums=32, suspend_ms=0,
+               timeout_s=10.0, commit_offset=None):
+    """One PULL_MESSAGE. suspend_ms > 0 sets SUSPEND (long poll); commit_offset sets COMMIT_OFFSET."""
+    sys_flag = PullSysFlag.SUBSCRIPTION
+    if suspend_ms > 0:
+        sys_flag |= PullSysFlag.SUSPEND
+    if commit_offset is not None and commit_offset > 0:
+        sys_flag |= PullSysFlag.COMMIT_OFFSET
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id),
+           "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(int(sys_flag)),
+           "commitOffset": str(commit_offset if commit_offset and commit_offset > 0 else 0),
+           "suspendTimeoutMillis": str(suspend_ms), "subscription": tag_filter.expression,
+           "subVersion": str(tag_filter.sub_version), "expressionType": "TAG"}
+    cmd = instance.remoting.command(RequestCode.PULL_MESSAGE, ext)
+    resp = await instance.remoting.invoke(addr, cmd, timeout_s)
+    status = _STATUS.get(resp.code)
+    if status is None:
+        raise errors.error_for_response(resp, addr=addr, what=f"pull {mq}")
+    ext = resp.ext
+    result = PullResult(status, _int(ext, "nextBeginOffset", offset), _int(ext, "minOffset"),
+                        _int(ext, "maxOffset"), [], _int(ext, "suggestWhichBrokerId", 0))
+    if status is PullStatus.FOUND:
+        msgs = split_records(resp.body, mq.broker_name) if resp.body else []
+        if not tag_filter.matches_all:
+            msgs = [m for m in msgs if tag_filter.matches(m)]
+        result.messages = msgs
+        if not msgs:
+            result.status = PullStatus.NO_MATCHED_MSG  # rule 2
+    return result
+
+
+async def query_consumer_offset(instance, addr, group, mq, timeout_s=5.0):
+    """The committed offset, or -1 if the broker has none (22 QUERY_NOT_FOUND)."""
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)}
+    resp = await instance.call(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout_s=timeout_s,
+                               what=f"query offset {mq}",
+                               ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+    if resp.code == ResponseCode.QUERY_NOT_FOUND:
+        return -1
+    return _int(resp.ext, "offset")
+
+
+async def update_consumer_offset(instance, addr, group, mq, offset, timeout_s=3.0):
+    ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id),
+           "commitOffset": str(offset)}
+    await instance.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout_s=timeout_s,
+                        what=f"commit offset {mq}")
+
+
+async def queue_offset(instance, addr, mq, which, timestamp_ms=None, timeout_s=3.0):
+    """which: "max" (30), "min" (31) or "search" (29, by store timestamp)."""
+    code = {"max": RequestCode.GET_MAX_OFFSET, "min": RequestCode.GET_MIN_OFFSET,
+            "search": RequestCode.SEARCH_OFFSET_BY_TIMESTAMP}[which]
+    ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
+    if which == "search":
+        ext["timestamp"] = str(int(timestamp_ms))
+    resp = await instance.call(addr, code, ext, timeout_s=timeout_s, what=f"{which} offset {mq}")
+    return _int(resp.ext, "offset")
+
+
+async def consumer_ids(instance, addr, group, timeout_s=5.0) -> list[str]:
+    """GET_CONSUMER_LIST_BY_GROUP (38): the member ids exactly as the broker has them."""
+    resp = await instance.call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
+                               timeout_s=timeout_s, what=f"consumers of {group!r}")
+    try:
+        ids = json.loads(bytes(resp.body).decode("utf-8")).get("consumerIdList") or []
+    except (ValueError, AttributeError) as exc:
+        raise errors.ProtocolViolation(f"bad consumer list from {addr}: {exc}") from None
+    return [str(i) for i in ids]

@@ -1,0 +1,168 @@
+"""Where a consumer group's progress lives: on the broker (clustering) or in a local file
+(broadcasting; client/consumer/broadcast_progress.py adds the broker's per-member copy on top).
+
+An offset is the next queue offset to consume. -1 means "none stored".
+
+Rules:
+1. `update` only records locally; `persist` sends what changed since the last persist, so an
+   idle consumer costs no requests. Offsets never move backwards through `update` unless
+   `allow_backwards` (a reset).
+2. The local file is replaced atomically (write to a temp file, fsync, rename), so a crash
+   leaves the old or the new table, never a torn one.
+3. Local file: `<dir>/<client id>/<group>.json` = {"offsetTable": {"topic@broker@queue": n}}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import tempfile
+
+from tidemq import errors
+from tidemq.consumer import broker_calls as pull_api
+
+log = logging.getLogger(__name__)
+
+
+class _Table:
+    def __init__(self):
+        self.offsets = {}  # MessageQueue -> offset
+        self.persisted = {}  # MessageQueue -> last persisted offset
+
+    def update(self, mq, offset, allow_backwards=False):
+        old = self.offsets.get(mq, -1)
+        if allow_backwards or offset > old:
+            self.offsets[mq] = offset
+
+    def get(self, mq):
+        return self.offsets.get(mq, -1)
+
+    def remove(self, mq):
+        self.offsets.pop(mq, None)
+        self.persisted.pop(mq, None)
+
+    def dirty(self, mqs=None):
+        keys = self.offsets if mqs is None else [m for m in mqs if m in self.offsets]
+        return {mq: self.offsets[mq] for mq in keys if self.persisted.get(mq) != self.offsets[mq]}
+
+
+class _TableStore:
+    """What both offset stores share: the in-memory table of consumed offsets."""
+
+    def __init__(self):
+        self._table = _Table()
+
+    def update(self, mq, offset, allow_backwards=False):
+        self._table.update(mq, offset, allow_backwards)
+
+    def get(self, mq):
+        return self._table.get(mq)
+
+
+class RemoteOffsetStore(_TableStore):
+    """Clustering: offsets kept by the broker (14 query, 15 commit)."""
+
+    def __init__(self, instance, group):
+        self._instance = instance
+        self._group = group
+        super().__init__()
+
+    def _addr(self, mq):
+        addr = self._instance.routes.read_addr(mq.broker_name)
+        if addr is None:
+            raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
+        return addr
+
+    async def read(self, mq) -> int:
+        offset = await pull_api.query_consumer_offset(self._instance, self._addr(mq), self._group, mq)
+        if offset >= 0:
+            self._table.update(mq, offset, allow_backwards=True)
+            self._table.persisted[mq] = offset
+        return offset
+
+    async def persist(self, mqs=None):
+        """Commit changed offsets; returns the number committed. Failures are logged and kept
+        dirty for the next round."""
+        dirty = self._table.dirty(mqs)
+        if not dirty:
+            return 0
+        results = await asyncio.gather(
+            *[pull_api.update_consumer_offset(self._instance, self._addr(mq), self._group, mq, off)
+              for mq, off in dirty.items()], return_exceptions=True)
+        done = 0
+        for (mq, off), res in zip(dirty.items(), results):
+            if isinstance(res, BaseException):
+                if not isinstance(res, errors.TideMQError):
+                    raise res
+                log.warning("commit of %s=%d failed: %s", mq, off, res)
+            else:
+                self._table.persisted[mq] = off
+                done += 1
+        return done
+
+    def remove(self, mq):
+        self._table.remove(mq)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@#%-]", "_", name)
+
+
+class LocalFileOffsetStore(_TableStore):
+    """Broadcasting: offsets in a local JSON file (rule 3)."""
+
+    def __init__(self, directory, client_id, group):
+        base = os.path.expanduser(directory)
+        self.path = os.path.join(base, _safe(client_id), f"{_safe(group)}.json")
+        super().__init__()
+        self._loaded = self._load()
+
+    def _load(self):
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                doc = json.load(f)
+            return {k: int(v) for k, v in (doc.get("offsetTable") or {}).items()}
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError, AttributeError) as exc:
+            log.warning("ignoring unreadable offset file %s: %s", self.path, exc)
+            return {}
+
+    async def read(self, mq) -> int:
+        offset = self._loaded.get(mq.key(), -1)
+        if offset >= 0:
+            self._table.update(mq, offset, allow_backwards=True)
+        return offset
+
+    async def persist(self, mqs=None):
+        dirty = self._table.dirty()
+        if not dirty:
+            return 0
+        for mq, off in self._table.offsets.items():
+            self._loaded[mq.key()] = off
+        self._write({"offsetTable": dict(sorted(self._loaded.items()))})
+        self._table.persisted.update(dirty)
+        return len(dirty)
+
+    def _write(self, doc):
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".offsets-", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def remove(self, mq):
+        self._table.remove(mq)

@@ -1,0 +1,229 @@
+"""Orderly push consumer: each queue is consumed by one member at a time, one message at a time,
+in queue order (spec store-and-ha.md 7.4, remoting.md 4.7). With a producer that sends every
+message of a key to one queue (`Producer.send_ordered`), every key is consumed in send order.
+
+    consumer = OrderlyPushConsumer("g", {"orders": "*"}, handle, namesrv_or_broker=addr)
+
+Rules:
+1. A queue is pulled and consumed only while this member holds its broker lock (LOCK_BATCH_MQ
+   41). A queue is locked before its first pull, and its start offset is read after the lock
+   is granted, so the previous owner's last commit is seen.
+2. Locks are renewed every `lock_renew_interval_s` (Java: 20 s); a queue whose renewal is
+   refused is dropped. A lock not renewed for `lock_valid_s` (Java: 30 s, under the broker's
+   60 s) is treated as lost locally: consumption of that queue pauses until a renewal.
+   Queues assigned but not yet granted are retried every `lock_retry_interval_s`.
+3. Dropping a queue (rebalance, shutdown) lets its running listener call finish, commits its
+   offset, and only then unlocks it (UNLOCK_BATCH_MQ 42), so the next owner starts exactly after
+   the last consumed message.
+4. One message per listener call. SUSPEND (RECONSUME_LATER, None is success, or an exception)
+   keeps the message at the head of its queue: it is retried after `suspend_s`, the queue's
+   later messages wait. After `max_local_retries` (None: never) it is sent to the group's DLQ
+   (send-back with delay level -1) and the queue moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+
+from tidemq import errors
+from tidemq.consumer import send_back as retry
+from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.protocol.codes import RequestCode
+
+log = logging.getLogger(__name__)
+
+
+class OrderlyPushConsumer(PushConsumer):
+    def __init__(self, group, subscription, listener, *, suspend_s=1.0, lock_renew_interval_s=20.0,
+                 lock_retry_interval_s=1.0, lock_valid_s=30.0, max_local_retries=None, **options):
+        options["consume_batch_max"] = 1
+        super().__init__(group, subscription, listener, **options)
+        if not 0 < lock_renew_interval_s < lock_valid_s:
+            raise ValueError("lock_renew_interval_s must be > 0 and < lock_valid_s")
+        self.suspend_s = suspend_s
+        self.lock_renew_interval_s = lock_renew_interval_s
+        self.lock_retry_interval_s = lock_retry_interval_s
+        self.lock_valid_s = lock_valid_s
+        self.max_local_retries = max_local_retries
+        self._wanted = {}     # topic -> queues allocated to this member
+        self._locked_at = {}  # MessageQueue -> loop time of the last grant
+
+    async def start(self):
+        await super().start()
+        self._instance.spawn(self._lock_loop(), name="orderly-locks")
+        return self
+
+    # ------------------------------------------------------------------ locks (rules 1-3)
+    async def _rebalance_topic(self, topic):
+        mine = await self._allocated(topic)
+        if mine is None:
+            return
+        self._wanted[topic] = mine
+        removed = [pq for mq, pq in self._pqs.items() if mq.topic == topic and mq not in mine]
+        if removed:
+            await asyncio.gather(*[self._drop(pq) for pq in removed])
+        await self._lock_missing(topic)
+
+    async def _lock_missing(self, topic):
+        missing = sorted(mq for mq in self._wanted.get(topic, ()) if mq not in self._pqs)
+        if not missing or self._closing:
+            return
+        for mq in await self._lock(missing):
+            if mq in self._pqs or self._closing:
+                continue
+            try:
+                offset = await self._start_offset(mq)
+            except errors.TideMQError as exc:
+                log.warning("%s: cannot start %s: %s", self._instance.client_id, mq, exc)
+                await self._unlock([mq])
+                continue
+            self._add(mq, offset)
+
+    async def _lock(self, mqs, refused=None):
+        """The queues of `mqs` whose lock the broker granted (and note when); those a broker
+        answered without granting go to `refused` (an unreachable broker refuses nothing)."""
+        inst, granted = self._instance, []
+        for addr, queues in self._by_master(mqs):
+            try:
+                resp = await inst.call(addr, RequestCode.LOCK_BATCH_MQ,
+                                       body=self._lock_body(queues), timeout_s=1.0,
+                                       what="lock queues")
+                doc = json.loads(bytes(resp.body).decode("utf-8")) if resp.body else {}
+                ok = {(q["topic"], int(q["queueId"])) for q in doc.get("lockOKMQSet") or ()}
+            except (errors.TideMQError, ValueError, KeyError, TypeError) as exc:
+                log.warning("%s: lock at %s failed: %s", inst.client_id, addr, exc)
+                continue
+            now = asyncio.get_running_loop().time()
+            for mq in queues:
+                if (mq.topic, mq.queue_id) in ok:
+                    self._locked_at[mq] = now
+                    granted.append(mq)
+                elif refused is not None:
+                    refused.append(mq)
+        return granted
+
+    async def _unlock(self, mqs):
+        inst = self._instance
+        for mq in mqs:
+            self._locked_at.pop(mq, None)
+        for addr, queues in self._by_master(mqs):
+            try:
+                await inst.call(addr, RequestCode.UNLOCK_BATCH_MQ, body=self._lock_body(queues),
+                                timeout_s=1.0, what="unlock queues")
+            except errors.TideMQError as exc:  # it expires on the broker anyway
+                log.info("%s: unlock at %s failed: %s", inst.client_id, addr, exc)
+
+    def _by_master(self, mqs):
+        """(master address, its queues) for the brokers of `mqs` whose master is known."""
+        by_broker = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        for broker, queues in by_broker.items():
+            addr = self._instance.routes.master_addr(broker)
+            if addr is not None:
+                yield addr, queues
+
+    def _lock_body(self, queues):
+        return json.dumps({"consumerGroup": self.config.group, "clientId": self._instance.client_id,
+                           "mqSet": [{"topic": mq.topic, "brokerName": mq.broker_name,
+                                      "queueId": mq.queue_id} for mq in queues]},
+                          separators=(",", ":")).encode()
+
+    async def _lock_loop(self):
+        loop = asyncio.get_running_loop()
+        last_renew = loop.time()
+        while not self._closing:
+            await asyncio.sleep(self.lock_retry_interval_s)
+            if self._closing:
+                return
+            async with self._rebalance_lock:
+                if self._closing:
+                    return
+                if loop.time() - last_renew >= self.lock_renew_interval_s:
+                    last_renew = loop.time()
+                    await self._renew()
+                for topic in list(self._wanted):
+                    await self._lock_missing(topic)
+
+    async def _renew(self):
+        owned = sorted(self._pqs)
+        if not owned:
+            return
+        refused = []  # while the broker cannot be reached, rule 2's local expiry pauses us
+        await self._lock(owned, refused)
+        lost = [self._pqs[mq] for mq in refused if mq in self._pqs]
+        for pq in lost:
+            log.warning("%s: lock of %s not renewed; dropping it", self._instance.client_id, pq.mq)
+        if lost:
+            await asyncio.gather(*[self._drop(pq) for pq in lost])
+
+    def _lock_valid(self, mq) -> bool:
+        at = self._locked_at.get(mq)
+        return at is not None and asyncio.get_running_loop().time() - at < self.lock_valid_s
+
+    async def _drop(self, pq):
+        await super()._drop(pq)  # finishes the listener call and commits (rule 3)
+        await self._unlock([pq.mq])
+
+    # ------------------------------------------------------------------ consumption (rule 4)
+    async def _consume_loop(self, pq):
+        while True:
+            if not pq.batches:
+                if pq.dropped:
+                    return
+                pq.has_work.clear()
+                await pq.has_work.wait()
+                continue
+            if pq.dropped:
+                return
+            if not self._lock_valid(pq.mq):
+                await asyncio.sleep(min(self.lock_retry_interval_s, 0.2))
+                continue
+            batch = pq.batches[0]
+            msg = batch.msgs[batch.idx]
+            if not await self._consume_one(pq, msg):
+                return  # dropped while suspended: the next owner consumes it
+            self.consumed_count += 1
+            pq.consumed_through(batch, 1)
+            self._store.update(pq.mq, pq.commit_offset())
+
+    async def _consume_one(self, pq, msg) -> bool:
+        """True once `msg` is done (consumed or dead-lettered); False if the queue was dropped."""
+        attempts = 0
+        while not pq.dropped:
+            try:
+                result = self._listener([msg])
+                if inspect.isawaitable(result):
+                    result = await result
+            except Exception:
+                log.exception("orderly listener failed on %s", pq.mq)
+                result = ConsumeResult.RECONSUME_LATER
+            if result is None or result is ConsumeResult.SUCCESS:
+                return True
+            attempts += 1
+            if self.max_local_retries is not None and attempts > self.max_local_retries:
+                if await self._dead_letter(pq, msg):
+                    return True
+            await asyncio.sleep(self.suspend_s)
+        return False
+
+    async def _dead_letter(self, pq, msg) -> bool:
+        inst, cfg = self._instance, self.config
+        addr = inst.routes.master_addr(pq.mq.broker_name)
+        if addr is None:
+            return False
+        try:
+            await retry.send_back(inst, addr, msg, cfg.group, delay_level=-1,
+                                  max_reconsume_times=cfg.max_reconsume_times)
+        except errors.TideMQError as exc:
+            log.warning("%s: dead-lettering %s failed: %s", cfg.group, msg.msg_id, exc)
+            return False
+        log.warning("%s: %s sent to the DLQ after %d local retries", cfg.group, msg.msg_id,
+                    self.max_local_retries)
+        return True
+
+
+__all__ = ["OrderlyPushConsumer"]

@@ -1,0 +1,429 @@
+"""The asyncio push consumer: clustering (queues shared by the group, offsets on the broker) or
+broadcasting (every member reads every queue, offsets per member on the broker and in a local
+file, client/consumer/broadcast_progress.py).
+
+    async def handle(msgs):            # a list of client.message.MessageExt
+        for m in msgs: print(m.topic, m.tags, m.body)
+        return ConsumeResult.SUCCESS   # or RECONSUME_LATER; None counts as SUCCESS
+    consumer = PushConsumer("g", {"orders": "paid || refunded"}, handle)
+    await consumer.start(); ...; await consumer.shutdown()
+
+The listener may be a plain function (called in the event loop: keep it quick, or offload the
+work yourself) or a coroutine function. It receives up to `consume_batch_max` messages of one
+queue; batches of one queue are consumed one after another, queues concurrently.
+
+RECONSUME_LATER (or an exception) in a clustering group sends each message of the batch back
+to the broker (CONSUMER_SEND_MSG_BACK 36, client/consumer/send_back.py): it returns through %RETRY%<group>
+(which the consumer subscribes to) after a growing delay, and lands in %DLQ%<group> after
+`max_reconsume_times`. When the send-back fails, and always in broadcasting mode, the batch is
+retried here, in place, up to `local_retries_max` times `local_retry_delay_s` apart, then
+skipped with a warning.
+
+Rules:
+1. Membership: a heartbeat (34) at start, every `heartbeat_interval_s`, and soon after a lost
+   connection. Rebalance at start, every `rebalance_interval_s`, and at once on
+   NOTIFY_CONSUMER_IDS_CHANGED (40) from the broker; member ids come from code 38.
+2. One long-poll pull loop per owned queue (SUSPEND, `suspend_ms`, request timeout
+   `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
+   queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
+   broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
+3. Offsets: the committable offset (client.process_queue rule 2) is committed every
+   `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
+   listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
+   so whoever takes the queue over starts where this member stopped.
+4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
+   min offset, TIMESTAMP = the offset found by time (29).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+
+from tidemq import errors
+from tidemq.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
+from tidemq.consumer import broker_calls as pull_api
+from tidemq.consumer import send_back as retry
+from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
+from tidemq.consumer.broker_calls import PullStatus, TagFilter
+from tidemq.consumer.offset_store import RemoteOffsetStore
+from tidemq.consumer.process_queue import ProcessQueue
+from tidemq.consumer.pull_target import PullTargets
+from tidemq.consumer.rebalance import STRATEGIES
+from tidemq.instance import ClientInstance
+from tidemq.lifecycle import AsyncLifecycle
+from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
+from tidemq.topic_routes import MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeResult(enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+
+
+_SUCCESS = ConsumeResult.SUCCESS
+
+
+def _enum(cls, value):
+    if isinstance(value, cls):
+        return value
+    text = str(value).upper()
+    for member in cls:
+        if text in (member.name, member.value):
+            return member
+    raise ValueError(f"{value!r} is not one of {[m.name for m in cls]}")
+
+
+class PushConsumer(AsyncLifecycle):
+    """asyncio push consumer. Options are the fields of client.config.ConsumerConfig."""
+
+    def __init__(self, group, subscription, listener, model=MessageModel.CLUSTERING,
+                 consume_from=ConsumeFrom.LAST, namesrv_or_broker=DEFAULT_ADDR, **options):
+        if not subscription:
+            raise ValueError("subscription must name at least one topic")
+        self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker,
+                                  message_model=_enum(MessageModel, model),
+                                  consume_from=_enum(ConsumeFrom, consume_from), **options)
+        self._filters = {topic: TagFilter(expr) for topic, expr in subscription.items()}
+        if self.config.message_model is MessageModel.CLUSTERING:
+            self._filters.setdefault(retry.retry_topic(group), TagFilter("*"))
+        self._listener = listener
+        self._allocate = STRATEGIES[self.config.allocate_strategy]
+        self._instance = None
+        self._store = None
+        self._pqs = {}  # MessageQueue -> ProcessQueue
+        self._rebalance_event = None
+        self._rebalance_lock = None
+        self._closing = False
+        self.consumed_count = 0
+
+    @property
+    def assigned_queues(self):
+        """Queues of the subscribed topics this member consumes (its retry queue aside)."""
+        return sorted(mq for mq in self._pqs if not mq.topic.startswith(retry.RETRY_PREFIX))
+
+    @property
+    def clustering(self):
+        return self.config.message_model is MessageModel.CLUSTERING
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self):
+        if self._instance is not None:
+            raise errors.ClientStateError("consumer already started")
+        cfg = self.config
+        inst = self._instance = ClientInstance(cfg, self._heartbeat_data)
+        self.pull_targets = PullTargets(inst.routes)
+        self._rebalance_event = asyncio.Event()
+        self._rebalance_lock = asyncio.Lock()
+        if self.clustering:
+            self._store = RemoteOffsetStore(inst, cfg.group)
+        else:
+            self._store = BroadcastOffsetStore(inst, cfg.offset_store_dir, cfg.group)
+        inst.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
+        inst.remoting.add_connection_lost_listener(self._on_connection_lost)
+        for topic in self._filters:
+            try:
+                await inst.routes.refresh(topic)
+            except errors.TideMQError as exc:
+                log.warning("%s: route of %r not available yet: %s", inst.client_id, topic, exc)
+        await inst.heartbeat()
+        await self._rebalance_once()
+        inst.start_timers()
+        inst.spawn(self._rebalance_loop(), name="rebalance")
+        inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
+        return self
+
+    async def shutdown(self):
+        if self._instance is None or self._closing:
+            return
+        self._closing = True
+        async with self._rebalance_lock:
+            await asyncio.gather(*[self._drop(pq) for pq in list(self._pqs.values())])
+        await self.commit_offsets()
+        await self._instance.unregister(consumer_group=self.config.group)
+        await self._instance.close()
+
+    def _heartbeat_data(self):
+        cfg = self.config
+        subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
+                for topic, f in self._filters.items()]
+        consumer = ConsumerData(cfg.group, "CONSUME_PASSIVELY", cfg.message_model.value,
+                                cfg.consume_from.value, False, subs)
+        return HeartbeatData(self._instance.client_id, consumers=[consumer])
+
+    # ------------------------------------------------------------------ offsets
+    async def commit_offsets(self):
+        """Record every owned queue's committable offset and persist what changed."""
+        for mq, pq in self._pqs.items():
+            self._store.update(mq, pq.commit_offset())
+        return await self._store.persist()
+
+    async def _start_offset(self, mq) -> int:
+        offset = await self._store.read(mq)
+        if offset >= 0:
+            return offset
+        inst, cfg = self._instance, self.config
+        addr = inst.routes.read_addr(mq.broker_name)
+        if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
+            offset = await pull_api.queue_offset(inst, addr, mq, "min")
+        elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
+            ts = cfg.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60 * 1000
+            offset = await pull_api.queue_offset(inst, addr, mq, "search", ts)
+        else:
+            offset = await pull_api.queue_offset(inst, addr, mq, "max")
+        self._store.update(mq, offset, allow_backwards=True)
+        return offset
+
+    # ------------------------------------------------------------------ rebalance
+    def _on_ids_changed(self, conn, cmd):
+        if cmd.ext.get("consumerGroup") == self.config.group and self._rebalance_event is not None:
+            self._rebalance_event.set()
+        return None
+
+    def _on_reset_offset(self, conn, cmd):
+        """220 from a broker after an operator reset this group's offsets (`tidemq consumer
+        reset`): restart the listed queues at the new offsets, without committing the old
+        positions over them. Body {"offsetTable": {"<MessageQueue JSON>": offset}}."""
+        if cmd.ext.get("group") != self.config.group or self._closing or not self.clustering:
+            return None
+        try:
+            table = {}
+            for key, offset in json.loads(bytes(cmd.body).decode()).get("offsetTable", {}).items():
+                mq = json.loads(key)
+                table[MessageQueue(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = int(offset)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s: unreadable offset reset ignored: %s", self._instance.client_id, exc)
+            return None
+        self._instance.spawn(self._reset_offsets(table), name="reset-offsets")
+        return None
+
+    async def _reset_offsets(self, table):
+        async with self._rebalance_lock:
+            for mq, offset in table.items():
+                pq = self._pqs.get(mq)
+                if pq is None or self._closing:
+                    continue
+                await self._drop(pq, commit=False)
+                self._store.update(mq, offset, allow_backwards=True)
+                self._add(mq, offset)
+                log.info("%s: %s reset to offset %d", self._instance.client_id, mq.key(), offset)
+
+    def _on_connection_lost(self, addr):
+        if not self._closing:
+            self._instance.spawn(self._recover(addr), name="recover")
+
+    async def _recover(self, addr):
+        """The broker may have restarted: register again and rebalance once it answers."""
+        for delay_s in (0.2, 0.5, 1.0, 2.0, 4.0):
+            await asyncio.sleep(delay_s)
+            if self._closing:
+                return
+            if not await self._instance.heartbeat([addr]):
+                self._rebalance_event.set()
+                return
+
+    async def _rebalance_loop(self):
+        while not self._closing:
+            try:
+                await asyncio.wait_for(self._rebalance_event.wait(), self.config.rebalance_interval_s)
+            except TimeoutError:
+                pass
+            self._rebalance_event.clear()
+            if not self._closing:
+                await self._rebalance_once()
+
+    async def _rebalance_once(self):
+        async with self._rebalance_lock:
+            if self._closing:
+                return
+            for topic in self._filters:
+                try:
+                    await self._rebalance_topic(topic)
+                except errors.TideMQError as exc:
+                    log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic, exc)
+
+    async def _allocated(self, topic):
+        """This member's share of the topic's queues; None when no broker serves it."""
+        inst = self._instance
+        mqs = await inst.routes.subscribe_queues(topic, refresh=topic not in inst.routes.routes)
+        if not self.clustering:
+            return set(mqs)
+        brokers = inst.routes.brokers_of(topic)
+        if not brokers:
+            return None
+        cids = await pull_api.consumer_ids(inst, brokers[0], self.config.group)
+        return set(self._allocate(inst.client_id, mqs, cids))
+
+    async def _rebalance_topic(self, topic):
+        inst = self._instance
+        mine = await self._allocated(topic)
+        if mine is None:
+            return
+        current = {mq for mq in self._pqs if mq.topic == topic}
+        removed = current - mine
+        if removed:
+            await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
+        for mq in sorted(mine - current):
+            try:
+                offset = await self._start_offset(mq)
+            except errors.TideMQError as exc:
+                log.warning("%s: cannot start %s: %s", inst.client_id, mq, exc)
+                continue
+            self._add(mq, offset)
+        if removed or mine - current:
+            log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
+                     len(mine), topic)
+
+    def _add(self, mq, offset):
+        pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
+        self._pqs[mq] = pq
+        pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
+        pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
+
+    async def _drop(self, pq, commit=True):
+        """Stop a queue, let its running listener call finish (bounded), commit (unless an
+        offset reset replaced the position), forget."""
+        pq.dropped = True
+        pq.has_work.set()
+        pq.space.set()
+        pq.pull_task.cancel()
+        done, _ = await asyncio.wait([pq.consume_task], timeout=self.config.drop_grace_s)
+        if not done:
+            pq.consume_task.cancel()
+        await asyncio.gather(pq.pull_task, pq.consume_task, return_exceptions=True)
+        if commit:
+            self._store.update(pq.mq, pq.commit_offset())
+            try:
+                await self._store.persist([pq.mq])
+            except errors.TideMQError as exc:
+                log.warning("commit of dropped %s failed: %s", pq.mq, exc)
+        self._store.remove(pq.mq)
+        self._pqs.pop(pq.mq, None)
+        self.pull_targets.forget(pq.mq)
+
+    # ------------------------------------------------------------------ pull and consume
+    async def _pull_loop(self, pq):
+        inst, cfg, mq = self._instance, self.config, pq.mq
+        tag_filter = self._filters[mq.topic]
+        commit = cfg.commit_offset_on_pull and self.clustering
+        while not pq.dropped:
+            if not pq.space.is_set():
+                await pq.space.wait()
+                continue
+            addr, on_slave = self.pull_targets.choose(mq)
+            try:
+                if addr is None:
+                    raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
+                result = await pull_api.pull(
+                    inst, addr, mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
+                    max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
+                    timeout_s=cfg.pull_timeout_s,
+                    commit_offset=pq.commit_offset() if commit and not on_slave else None)
+            except errors.TideMQError as exc:
+                if pq.dropped:
+                    return
+                if on_slave and self.pull_targets.back_to_master(mq):  # pull_target rule 2
+                    log.info("%s: pull %s from slave %s failed: %s", inst.client_id, mq, addr, exc)
+                    continue
+                log.warning("%s: pull %s failed: %s", inst.client_id, mq, exc)
+                if exc.refresh_route:
+                    inst.spawn(inst.routes.refresh(mq.topic), name="route-refresh")
+                await asyncio.sleep(cfg.pull_error_backoff_s)
+                continue
+            if pq.dropped:
+                return
+            status = result.status
+            if on_slave and status is PullStatus.OFFSET_ILLEGAL and \
+                    self.pull_targets.back_to_master(mq):  # pull_target rule 2: not applied
+                continue
+            self.pull_targets.follow(mq, result.suggest_broker_id)
+            if status is PullStatus.FOUND:
+                if mq.topic.startswith(retry.RETRY_PREFIX):
+                    retry.restore_topic(result.messages)
+                pq.add(result.messages, result.next_begin_offset)
+            elif status is PullStatus.OFFSET_ILLEGAL:
+                log.warning("%s: offset %d of %s is illegal; moving to %d", inst.client_id,
+                            pq.next_offset, mq, result.next_begin_offset)
+                pq.reset(result.next_begin_offset)
+                self._store.update(mq, result.next_begin_offset, allow_backwards=True)
+            else:
+                pq.advance(result.next_begin_offset)
+
+    async def _consume_loop(self, pq):
+        batch_max = self.config.consume_batch_max
+        listener = self._listener
+        while True:
+            if not pq.batches:
+                if pq.dropped:
+                    return
+                pq.has_work.clear()
+                await pq.has_work.wait()
+                continue
+            if pq.dropped:
+                return
+            batch = pq.batches[0]
+            start = batch.idx
+            chunk = batch.msgs[start:start + batch_max]
+            try:
+                result = listener(chunk)
+            except Exception:
+                log.exception("listener failed on %s", pq.mq)
+                result = ConsumeResult.RECONSUME_LATER
+            if result is not None and result is not _SUCCESS:
+                await self._consume_slow(pq, chunk, result)
+                if pq.dropped:
+                    return  # not consumed: the next owner replays it
+            self.consumed_count += len(chunk)
+            pq.consumed_through(batch, len(chunk))
+            if batch.idx >= len(batch.msgs):
+                await asyncio.sleep(0)  # one pulled batch at a time: let other queues and timers run
+
+    async def _consume_slow(self, pq, chunk, result):
+        """An awaitable listener result, or RECONSUME_LATER with local retries (see docstring)."""
+        retries = 0
+        while True:
+            if hasattr(result, "__await__"):
+                try:
+                    result = await result
+                except Exception:
+                    log.exception("listener failed on %s", pq.mq)
+                    result = ConsumeResult.RECONSUME_LATER
+            if result is None or result is _SUCCESS:
+                return
+            if self.clustering and not pq.dropped and await self._send_back(pq, chunk):
+                return
+            if retries >= self.config.local_retries_max or pq.dropped:
+                if not pq.dropped:
+                    log.warning("%s: giving up on %d message(s) of %s at offset %d after %d "
+                                "local retries", self.config.group, len(chunk), pq.mq,
+                                chunk[0].queue_offset, retries)
+                return
+            retries += 1
+            await asyncio.sleep(self.config.local_retry_delay_s)
+            try:
+                result = self._listener(chunk)
+            except Exception:
+                log.exception("listener failed on %s", pq.mq)
+                result = ConsumeResult.RECONSUME_LATER
+
+    async def _send_back(self, pq, chunk) -> bool:
+        """Hand failed messages to the broker's retry path; False when it did not take them."""
+        inst, cfg = self._instance, self.config
+        addr = inst.routes.master_addr(pq.mq.broker_name)
+        if addr is None:
+            return False
+        try:
+            for msg in chunk:
+                await retry.send_back(inst, addr, msg, cfg.group,
+                                      max_reconsume_times=cfg.max_reconsume_times)
+        except errors.TideMQError as exc:
+            log.warning("%s: send-back to %s failed, retrying locally: %s", cfg.group, addr, exc)
+            return False
+        return True

@@ -1,0 +1,2 @@
+"""Producing: the asyncio producer, the SEND request encoder, transactional sends.
+"""

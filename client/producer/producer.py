@@ -1,0 +1,432 @@
+"""The asyncio producer: sync-style `await send`, future-returning `send_async`, oneway, batch
+and ordered (queue selector) sends, with retries and route refresh.
+
+    producer = Producer("my-group", "127.0.0.1:10911")
+    await producer.start()
+    result = await producer.send(Message("orders", b"...", tags="paid", keys="o-17"))
+    futures = [producer.send_async(m) for m in messages]  # many in flight, no task each
+    await producer.shutdown()
+
+Rules:
+1. One UNIQ_KEY per message, made once (or given by the caller in `properties`): every retry
+   of it carries the same key (and the same encoded properties and compressed body), so the
+   broker and consumers can deduplicate.
+2. A failed attempt is retried (at most `retries` more) when its error is `retriable` or
+   `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
+   re-fetched first on `refresh_route` errors; one attempt waits at most
+   min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
+   broker-side duplicate window (issue 4) sees the retry. Oneway sends never retry.
+3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
+   whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
+   send that fails after retries carries `maybe_stored` True if ANY attempt may have been
+   stored (e.g. written before its connection dropped, then refused elsewhere).
+4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
+   template and writes without creating a task; the reply resolves the user's future directly.
+5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
+   never are (spec remoting.md 3.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+
+from tidemq import errors
+from tidemq.config import DEFAULT_ADDR, ProducerConfig, make_config
+from tidemq.instance import ClientInstance
+from tidemq.lifecycle import AsyncLifecycle
+from tidemq.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
+from tidemq.producer.send_codec import SendHeaderTemplate, encode_batch_body
+from tidemq.protocol.codes import FLAG_ONEWAY
+from tidemq.protocol.record import PROP_UNIQ_KEY
+from tidemq.protocol.route_json import HeartbeatData
+from tidemq.remoting_client import serialize_type_for
+from tidemq.topic_routes import MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+class SendStatus(enum.Enum):
+    SEND_OK = 0
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+
+
+_STATUS_BY_CODE = {s.value: s for s in SendStatus}
+
+
+class SendResult:
+    """`msg_id` is the UNIQ_KEY (comma-joined for a batch); `offset_msg_id` the broker's id."""
+
+    __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "region_id",
+                 "transaction_id")
+
+    def __init__(self, status, msg_id, offset_msg_id, queue, queue_offset, region_id=None,
+                 transaction_id=None):
+        self.status = status
+        self.msg_id = msg_id
+        self.offset_msg_id = offset_msg_id
+        self.queue = queue
+        self.queue_offset = queue_offset
+        self.region_id = region_id
+        self.transaction_id = transaction_id
+
+    @property
+    def ok(self) -> bool:
+        """Stored and confirmed: the only status to count as acknowledged."""
+        return self.status is SendStatus.SEND_OK
+
+    @property
+    def maybe_stored(self) -> bool:
+        return self.status is not SendStatus.SEND_OK
+
+    def __repr__(self):
+        return (f"SendResult({self.status.name}, msg_id={self.msg_id}, queue={self.queue}, "
+                f"queue_offset={self.queue_offset})")
+
+
+class _Prepared:
+    """A message encoded once for all its attempts (rule 1)."""
+
+    __slots__ = ("topic", "body", "sys_flag", "flag", "props_wire", "uniq_key", "batch")
+
+    def __init__(self, topic, body, sys_flag, flag, props_wire, uniq_key, batch):
+        self.topic, self.body, self.sys_flag, self.flag = topic, body, sys_flag, flag
+        self.props_wire, self.uniq_key, self.batch = props_wire, uniq_key, batch
+
+
+class _SendOp:
+    """One send with its retries. Completion resolves `fut` (a Future, or a callback(result,
+    exc)) exactly once."""
+
+    __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
+                 "mq", "addr", "maybe_stored")
+
+    def __init__(self, producer, prep, fut, deadline, retries, select):
+        self.p = producer
+        self.prep = prep
+        self.fut = fut
+        self.deadline = deadline
+        self.retries_left = retries
+        self.prefer_broker = None
+        self.select = select  # None = round robin; else info -> MessageQueue
+        self.mq = None
+        self.addr = None
+        self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
+
+    def attempt_fast(self):
+        p = self.p
+        info = p._instance.routes.publish_info_nowait(self.prep.topic)
+        if info is not None and info.queues:
+            try:
+                mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
+            except errors.TideMQError as err:  # a user selector's bad answer
+                self.on_reply(None, err)
+                return
+            addr = info.master_addrs.get(mq.broker_name)
+            conn = p._instance.remoting.connection_nowait(addr) if addr else None
+            if conn is not None:
+                self._write(conn, mq)
+                return
+        p._instance.spawn(self._attempt_slow(None), name="send-slow")
+
+    async def _attempt_slow(self, exc):
+        p = self.p
+        try:
+            if exc is not None:
+                if exc.refresh_route:
+                    await p._instance.routes.refresh(self.prep.topic)
+                elif isinstance(exc, (errors.SystemBusy, errors.FlowControl)):
+                    await asyncio.sleep(p.config.retry_backoff_s)
+            info = await p._instance.routes.publish_info(self.prep.topic)
+            mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
+            addr = info.master_addrs.get(mq.broker_name)
+            if addr is None:
+                raise errors.NoRouteError(f"no master address for broker {mq.broker_name!r}")
+            conn = await p._instance.remoting.connect(addr)
+        except errors.TideMQError as err:
+            self.on_reply(None, err)
+            return
+        except asyncio.CancelledError:
+            self._finish_exc(errors.ClientStateError("producer shut down during the send"))
+            raise
+        except BaseException as err:
+            self._finish_exc(err)
+            raise
+        self._write(conn, mq)
+
+    def _write(self, conn, mq):
+        p = self.p
+        timeout_s = min(self.deadline - p._loop.time(), p.config.request_timeout_s)
+        if timeout_s <= 0:
+            self._finish_exc(errors.RequestTimeout(f"send to {self.prep.topic!r} ran out of time"))
+            return
+        prep = self.prep
+        self.mq = mq
+        self.addr = conn.addr
+        opaque = conn.next_opaque()
+        head = p._template(prep.topic, prep.batch).frame_head(
+            opaque, mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag, prep.props_wire,
+            len(prep.body))
+        conn.request_raw(opaque, head, prep.body, timeout_s, self.on_reply)
+
+    def on_reply(self, cmd, exc):
+        if exc is None:
+            status = _STATUS_BY_CODE.get(cmd.code)
+            if status is not None:
+                ext = cmd.ext
+                try:
+                    queue_offset = int(ext.get("queueOffset", -1))
+                except ValueError:
+                    queue_offset = -1
+                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"), self.mq,
+                                    queue_offset, ext.get("MSG_REGION"), ext.get("transactionId"))
+                self.p._inflight -= 1
+                fut = self.fut
+                if fut.__class__ is asyncio.Future:
+                    if not fut.done():
+                        fut.set_result(result)
+                else:
+                    self._callback(result, None)
+                return
+            exc = errors.error_for_response(cmd, addr=self.addr, what=f"send to {self.prep.topic!r}")
+        self.maybe_stored = self.maybe_stored or exc.maybe_stored
+        if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
+                and self.deadline > self.p._loop.time() and not self.p._closing):
+            self.retries_left -= 1
+            if self.mq is not None:
+                self.prefer_broker = self.mq.broker_name
+            self.p._instance.spawn(self._attempt_slow(exc), name="send-retry")
+            return
+        self._finish_exc(exc)
+
+    def _finish_exc(self, exc):
+        self.p._inflight -= 1
+        if self.maybe_stored and isinstance(exc, errors.TideMQError) and not exc.maybe_stored:
+            exc.maybe_stored = True   # the LAST attempt failed cleanly, an earlier one may not
+        fut = self.fut
+        if fut.__class__ is asyncio.Future:
+            if not fut.done():
+                fut.set_exception(exc)
+        else:
+            self._callback(None, exc)
+
+    def _callback(self, result, exc):
+        try:
+            self.fut(result, exc)
+        except Exception:  # the user's callback must not break the connection's reader
+            log.exception("send callback failed")
+
+
+def _given_uniq_key(msg):
+    """A UNIQ_KEY the caller set in `properties` (Java keeps one already set too): a writer
+    that replays a batch after a crash reuses its keys, so the broker's window drops the copy."""
+    props = msg.properties
+    return props.get(PROP_UNIQ_KEY) if props else None
+
+
+def _properties_text(msg, uniq):
+    """The message's properties with its UNIQ_KEY, as the wire text (rule 1: made once)."""
+    if msg.properties or msg.tags or msg.keys or msg.delay_level:
+        props = msg.wire_properties()
+        props[PROP_UNIQ_KEY] = uniq
+        return encode_properties_str(props)
+    return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
+
+
+class Producer(AsyncLifecycle):
+    """asyncio producer. Options are the fields of client.config.ProducerConfig."""
+
+    def __init__(self, group="DEFAULT_PRODUCER", namesrv_or_broker=DEFAULT_ADDR, **options):
+        self.config = make_config(ProducerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
+        self._serialize_type = serialize_type_for(self.config.header_format)
+        self._templates = {}
+        self._instance = None
+        self._loop = None
+        self._inflight = 0
+        self._closing = False
+        self._known_brokers = set()
+        self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self):
+        if self._instance is not None:
+            raise errors.ClientStateError("producer already started")
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self._instance = ClientInstance(cfg, self._heartbeat_data, default_topic=cfg.default_topic,
+                                        default_topic_queue_nums=cfg.default_topic_queue_nums)
+        self._instance.start_timers()
+        return self
+
+    async def shutdown(self):
+        if self._instance is None or self._closing:
+            return
+        self._closing = True
+        deadline = self._loop.time() + self.config.shutdown_grace_s
+        while self._inflight > 0 and self._loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        await self._instance.unregister(producer_group=self.config.group)
+        await self._instance.close()
+
+    def _heartbeat_data(self):
+        return HeartbeatData(self._instance.client_id, producer_groups=[self.config.group])
+
+    def _check_running(self):
+        if self._instance is None or self._closing:
+            raise errors.ClientStateError("producer is not running (call start(), not after shutdown())")
+
+    # ------------------------------------------------------------------ sends
+    async def send(self, msg: Message, *, timeout_s=None) -> SendResult:
+        return await self.send_async(msg, timeout_s=timeout_s)
+
+    def send_async(self, msg: Message, *, timeout_s=None) -> asyncio.Future:
+        """Start a send and return a Future of its SendResult (no task on the fast path)."""
+        self._check_running()
+        fut = self._loop.create_future()
+        self._start(self._prepare(msg), timeout_s, None, fut)
+        return fut
+
+    def send_callback(self, msg: Message, callback, *, timeout_s=None):
+        """Start a send; `callback(result, exc)` runs once, in the event loop, when it ends
+        (exactly one of the two is None). No Future at all: the cheapest per-message path."""
+        self._check_running()
+        self._start(self._prepare(msg), timeout_s, None, callback)
+
+    async def send_ordered(self, msg: Message, selector_key, selector=None, *, timeout_s=None):
+        """Send to the queue chosen by `selector(queues, msg, key)`, by default the hash of
+        `selector_key` modulo the queue count: one key, one queue, so its order is kept."""
+        self._check_running()
+        if selector is None:
+            pick = lambda info: info.select_by_key(selector_key)  # noqa: E731
+        else:
+            def pick(info):
+                mq = selector(list(info.queues), msg, selector_key)
+                if not isinstance(mq, MessageQueue) or mq not in info.queues:
+                    raise errors.IllegalArgument(f"selector returned {mq!r}, not a queue of the topic")
+                return mq
+        fut = self._loop.create_future()
+        self._start(self._prepare(msg), timeout_s, pick, fut)
+        return await fut
+
+    async def send_batch(self, msgs, *, timeout_s=None, queue=None) -> SendResult:
+        """One request carrying several messages of one topic (no delay, no compression);
+        `queue` (a MessageQueue from publish_queues) pins it, retries included, to that queue."""
+        self._check_running()
+        fut = self._loop.create_future()
+        self._start(self._prepare_batch(msgs), timeout_s,
+                    None if queue is None else (lambda info: queue), fut)
+        return await fut
+
+    async def send_encoded_batch(self, topic, body: bytes, uniq_keys_csv: str, *, queue,
+                                 timeout_s=None) -> SendResult:
+        """send_batch for a writer that encoded the batch body itself (send_codec.
+        encode_batch_body layout; every entry's properties text carries its UNIQ_KEY, the
+        keys joined by commas in `uniq_keys_csv`): no Message objects, so a writer with many
+        rows does its per-row work once, in bulk. Pinned to `queue` like send_batch."""
+        self._check_running()
+        check_topic(topic)
+        if topic.startswith("%RETRY%"):
+            raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        if not body or len(body) > self.config.max_message_bytes:
+            raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
+                                         f"{self.config.max_message_bytes}")
+        fut = self._loop.create_future()
+        prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
+                         uniq_keys_csv, True)
+        self._start(prep, timeout_s, lambda info: queue, fut)
+        return await fut
+
+    async def publish_queues(self, topic) -> list:
+        """The topic's writable queues (MessageQueue), as sends would choose among them."""
+        self._check_running()
+        return list((await self._instance.routes.publish_info(topic)).queues)
+
+    async def send_oneway(self, msg: Message):
+        """Fire and forget: no reply, no retry. Waits only while the socket buffer is full."""
+        self._check_running()
+        prep = self._prepare(msg)
+        routes = self._instance.routes
+        info = routes.publish_info_nowait(prep.topic) or await routes.publish_info(prep.topic)
+        mq = info.select()
+        addr = info.master_addrs.get(mq.broker_name)
+        if addr is None:
+            raise errors.NoRouteError(f"no master address for broker {mq.broker_name!r}")
+        conn = await self._instance.remoting.connect(addr)
+        head = self._template(prep.topic, False).frame_head(
+            conn.next_opaque(), mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag,
+            prep.props_wire, len(prep.body), frame_flag=FLAG_ONEWAY)
+        conn.write_raw(head, prep.body)
+        await conn.drain()
+
+    # ------------------------------------------------------------------ internals
+    def _start(self, prep, timeout_s, select, fut):
+        """fut: an asyncio.Future or a callback(result, exc)."""
+        deadline = self._loop.time() + (timeout_s or self.config.send_timeout_s)
+        self._inflight += 1
+        op = _SendOp(self, prep, fut, deadline, self.config.retries, select)
+        op.attempt_fast()
+        self._note_brokers(prep.topic)
+
+    def _note_brokers(self, topic):
+        """Heartbeat a broker the first time we publish to it (producers register, issue 4)."""
+        info = self._instance.routes.publish_info_nowait(topic)
+        if info is None or info is self._noted.get(topic):
+            return
+        self._noted[topic] = info
+        for addr in info.master_addrs.values():
+            if addr not in self._known_brokers:
+                self._known_brokers.add(addr)
+                self._instance.spawn(self._instance.heartbeat([addr]), name="heartbeat-new")
+
+    def _template(self, topic, batch):
+        tmpl = self._templates.get((topic, batch))
+        if tmpl is None:
+            cfg = self.config
+            tmpl = self._templates[(topic, batch)] = SendHeaderTemplate(
+                cfg.group, topic, default_topic=cfg.default_topic,
+                default_queue_nums=cfg.default_topic_queue_nums,
+                serialize_type=self._serialize_type, v2=cfg.use_v2_header, batch=batch)
+        return tmpl
+
+    def _prepare(self, msg):
+        cfg = self.config
+        msg.check(cfg.max_message_bytes)
+        uniq = _given_uniq_key(msg) or uniq_keys.next()
+        text = _properties_text(msg, uniq)
+        body = msg.body if msg.body.__class__ is bytes else bytes(msg.body)
+        if len(body) > cfg.compress_threshold_bytes:
+            body, sys_flag = compress_body(body, cfg.compress_threshold_bytes, cfg.compress_level)
+        else:
+            sys_flag = 0
+        wire = self._template(msg.topic, False).encode_props(text)
+        return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
+
+    def _prepare_batch(self, msgs):
+        msgs = list(msgs)
+        if not msgs:
+            raise errors.IllegalArgument("a batch needs at least one message")
+        topic = msgs[0].topic
+        entries, keys = [], []
+        for msg in msgs:
+            msg.check(self.config.max_message_bytes)
+            if msg.topic != topic:
+                raise errors.IllegalArgument("every message of a batch must have the same topic")
+            if msg.delay_level:
+                raise errors.IllegalArgument("a batch cannot carry delayed messages")
+            uniq = _given_uniq_key(msg) or uniq_keys.next()
+            keys.append(uniq)
+            entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
+        if topic.startswith("%RETRY%"):
+            raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        body = encode_batch_body(entries)
+        if len(body) > self.config.max_message_bytes:
+            raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {self.config.max_message_bytes}")
+        wire = self._template(topic, True).encode_props("")
+        return _Prepared(topic, body, 0, 0, wire, ",".join(keys), True)
+
+
+__all__ = ["Producer", "SendResult", "SendStatus", "Message"]

@@ -1,0 +1,48 @@
+"""Which sends do not go straight to their topic, and the record they become instead.
+
+The send processor (node/processors/send.py) asks `kind_of` for every single-message send; a
+transactional message becomes a half message (node/sending/transaction_service.py), a delayed one a schedule
+entry (node/sending/schedule.py). Batches may carry neither (spec remoting.md 3.2): refused.
+
+Rules:
+1. The common case (no TRAN_MSG, no DELAY, no __STARTDELIVERTIME, no transaction sysflag) costs
+   three dict lookups and nothing else.
+2. A delay that cannot be honoured (not a number, past max_delivery_delay_ms) is refused with
+   MESSAGE_ILLEGAL before anything is stored; so is a transactional message's.
+3. `build` gets properties the send path already passed through
+   node/system_properties.py (no client REAL_TOPIC / REAL_QID left); the record it returns
+   names the send's own topic and queue as its target.
+"""
+from __future__ import annotations
+
+from tidemq.node.sending.schedule import PROP_START_DELIVER_TIME
+from tidemq.node.store.message import StoreMessage
+from tidemq.protocol import record as rec
+
+TRANSACTION, DELAYED = "transaction", "delayed"
+
+
+def kind_of(props: dict, sys_flag: int) -> str | None:
+    if props.get(rec.PROP_TRAN_MSG) == "true" or sys_flag & rec.SYSFLAG_TX_MASK == rec.TX_PREPARED:
+        return TRANSACTION
+    if rec.PROP_DELAY in props or PROP_START_DELIVER_TIME in props:
+        return DELAYED
+    return None
+
+
+def build(broker, kind, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
+          born_host, store_host, reconsume, now_ms) -> StoreMessage:
+    """The record to store instead; raises node.schedule.DelayError (rule 2)."""
+    schedule = broker.schedule
+    if kind == TRANSACTION:
+        schedule.divert(topic, queue_id, props, now_ms)  # validate the delay now (rule 2)
+        return broker.transactions.half_message(group, topic, queue_id, flag, body, props,
+                                                sys_flag, born_ts, born_host, store_host,
+                                                reconsume)
+    return schedule.delayed_message(topic, queue_id, body, props, now_ms, flag=flag,
+                                    sys_flag=sys_flag, born_timestamp=born_ts,
+                                    born_host=born_host, store_host=store_host,
+                                    reconsume_times=reconsume)
+
+
+__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "build", "kind_of"]

@@ -1,0 +1,2 @@
+"""Developer tools: a local cluster launcher and development certificates.
+"""
