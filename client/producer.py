@@ -15,7 +15,8 @@ Rules:
    `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
    re-fetched first on `refresh_route` errors; one attempt waits at most
    min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
-   broker-side duplicate window (issue 4) sees the retry. Oneway sends never retry.
+   broker-side duplicate window sees the retry. Oneway sends never retry. A request timeout
+   also re-fetches the route first (the master may have moved while this one hung).
 3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
    whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
    send that fails after retries carries `maybe_stored` True if ANY attempt may have been
@@ -24,6 +25,10 @@ Rules:
    template and writes without creating a task; the reply resolves the user's future directly.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
    never are (spec remoting.md 3.2).
+6. A master that stops answering while its connection stays open (client/stall_watch.py)
+   makes the producer re-fetch the routes it masters every 0.1 s; once a route names another
+   master for that group, the connection is dropped and its sends are retried there at once
+   (maybe_stored, same UNIQ_KEY: the new master's duplicate window sees them).
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ from client.protocol.record import PROP_UNIQ_KEY
 from client.protocol.route_json import HeartbeatData
 from client.remoting_client import serialize_type_for
 from client.route import MessageQueue
+from client.stall_watch import StallWatch
 from client.send_codec import SendHeaderTemplate, encode_batch_body
 
 log = logging.getLogger(__name__)
+STALL_CHECK_S = 0.1  # how often stalled addresses are looked for (rule 6)
 
 
 class SendStatus(enum.Enum):
@@ -103,7 +110,7 @@ class _SendOp:
     exc)) exactly once."""
 
     __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
-                 "mq", "addr", "maybe_stored")
+                 "mq", "addr", "maybe_stored", "waiting_on")
 
     def __init__(self, producer, prep, fut, deadline, retries, select):
         self.p = producer
@@ -116,6 +123,7 @@ class _SendOp:
         self.mq = None
         self.addr = None
         self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
+        self.waiting_on = None  # the address of the attempt written and not yet ended (rule 6)
 
     def attempt_fast(self):
         p = self.p
@@ -137,7 +145,7 @@ class _SendOp:
         p = self.p
         try:
             if exc is not None:
-                if exc.refresh_route:
+                if exc.refresh_route or isinstance(exc, errors.RequestTimeout):
                     await p._instance.routes.refresh(self.prep.topic)
                 elif isinstance(exc, (errors.SystemBusy, errors.FlowControl)):
                     await asyncio.sleep(p.config.retry_backoff_s)
@@ -168,12 +176,17 @@ class _SendOp:
         self.mq = mq
         self.addr = conn.addr
         opaque = conn.next_opaque()
+        self.waiting_on = conn.addr
+        p._stalls.sent(conn.addr)
         head = p._template(prep.topic, prep.batch).frame_head(
             opaque, mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag, prep.props_wire,
             len(prep.body))
         conn.request_raw(opaque, head, prep.body, timeout_s, self.on_reply)
 
     def on_reply(self, cmd, exc):
+        if self.waiting_on is not None:
+            self.p._stalls.ended(self.waiting_on, cmd is not None)
+            self.waiting_on = None
         if exc is None:
             status = _STATUS_BY_CODE.get(cmd.code)
             if status is not None:
@@ -250,6 +263,7 @@ class Producer(AsyncLifecycle):
         self._closing = False
         self._known_brokers = set()
         self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
+        self._stalls = None  # StallWatch, from start()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self):
@@ -260,6 +274,8 @@ class Producer(AsyncLifecycle):
         self._instance = ClientInstance(cfg, self._heartbeat_data, default_topic=cfg.default_topic,
                                         default_topic_queue_nums=cfg.default_topic_queue_nums)
         self._instance.start_timers()
+        self._stalls = StallWatch(self._loop.time)
+        self._instance.every(STALL_CHECK_S, self._leave_stalled, "stalled-sends")
         return self
 
     async def shutdown(self):
@@ -271,6 +287,18 @@ class Producer(AsyncLifecycle):
             await asyncio.sleep(0.01)
         await self._instance.unregister(producer_group=self.config.group)
         await self._instance.close()
+
+    async def _leave_stalled(self):
+        """Rule 6: drop the connection to a stalled address the route no longer names."""
+        routes = self._instance.routes
+        for addr in self._stalls.stalled(self.config.stalled_send_refresh_s):
+            if await routes.master_moved(addr):
+                conn = self._instance.remoting.connection_nowait(addr)
+                if conn is not None:
+                    log.warning("%s stopped answering and the route names another master: "
+                                "moving its sends", addr)
+                    conn.abort(errors.ConnectionError(
+                        f"{addr} stopped answering; the master moved", addr=addr))
 
     def _heartbeat_data(self):
         return HeartbeatData(self._instance.client_id, producer_groups=[self.config.group])

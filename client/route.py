@@ -15,7 +15,12 @@ Rules:
 4. Concurrent refreshes of one topic share one request; a forced refresh is skipped if the
    route was fetched less than `MIN_REFRESH_GAP_S` ago (a burst of failures costs one query).
 5. A route naming a group without a master (cluster mode, during an election) is fetched
-   again every `degraded_route_refresh_s`; not-master and connection errors refresh at once.
+   again every `degraded_route_refresh_s`; not-master, connection errors and request
+   timeouts refresh at once.
+6. master_moved(addr): the producer's question about a master that stopped answering
+   (client/stall_watch.py). It re-fetches the routes that publish to `addr` and says whether
+   one of them now names another master for a group `addr` mastered; a route without a master
+   for the group is not a move (the election is still running: keep waiting).
 """
 
 from __future__ import annotations
@@ -190,6 +195,18 @@ class RouteTable:
                 await self.refresh(topic, force=True)
             except errors.TideMQError as exc:
                 log.info("route refresh of %r failed: %s", topic, exc)
+
+    async def master_moved(self, addr) -> bool:
+        """Rule 6."""
+        topics = [t for t, info in self._publish.items() if addr in info.master_addrs.values()]
+        groups = {name for t in topics
+                  for name, a in self._publish[t].master_addrs.items() if a == addr}
+        for topic in topics:
+            try:
+                await self.refresh(topic, force=True)
+            except errors.TideMQError as exc:
+                log.info("route refresh of %r failed: %s", topic, exc)
+        return any(self.master_addr(g) not in (None, addr) for g in groups)
 
     async def refresh_all(self):
         for topic in list(self.routes) + [t for t in self._publish if t not in self.routes]:

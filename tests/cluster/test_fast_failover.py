@@ -1,0 +1,71 @@
+"""How fast producers reach a new master, with real processes: a ZooKeeper, a `tidemq
+namesrv`, one group of master + two slaves under SYNC_MASTER with a 2 s ZooKeeper session, the
+SDK producing through the name server.
+
+A fault's window is the time from the fault to the first SEND_OK of a send issued after it
+(tests/support/cluster.py first_ok_after). Bounds carry a margin for a loaded machine; the
+benchmark (bench/failover_bench.py) reports the real figures.
+"""
+import asyncio
+import signal
+import time
+
+from client.producer import Producer
+from tests.support.cluster import ClusterHarness, create_topic, first_ok_after, produce, read_all
+from tests.support.history import History
+
+TOPIC = "Moves"
+SESSION_S = 2.0
+LOAD_MARGIN_S = 1.5   # a shared, loaded machine: processes get the CPU late
+
+
+async def wait_window(windows, fault_at, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        w = first_ok_after(windows, fault_at)
+        if w is not None:
+            return w
+        await asyncio.sleep(0.01)
+    return None
+
+
+def test_producers_leave_a_paused_master_within_the_session_timeout(zk_hosts, tmp_path):
+    """SIGSTOP keeps the master's sockets open: no reset reaches the producer, only silence.
+    It must send to the new master within session timeout + 1 s, not wait for the master to
+    wake or for the 30 s route refresh."""
+    h = ClusterHarness(zk_hosts, tmp_path, {"g1": 3},
+                       session_timeout_ms=int(SESSION_S * 1000)).start()
+
+    async def main():
+        h.wait_masters()
+        await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)
+        await create_topic(h, TOPIC, 4)
+        history, stop, windows = History(), asyncio.Event(), []
+        producer = await Producer("pg", h.namesrv_addr).start()
+        load = asyncio.ensure_future(produce(producer, TOPIC, history, stop=stop, prefix="p",
+                                             tasks=2, windows=windows))
+        old, proc = h.master("g1")
+        try:
+            await asyncio.sleep(1.0)
+            assert windows, "no SEND_OK before the pause"
+            proc.proc.send_signal(signal.SIGSTOP)
+            paused = time.monotonic()
+            window = await wait_window(windows, paused, 10.0)
+            stopped_for = time.monotonic() - paused
+            new, _ = h.master("g1")
+        finally:
+            proc.proc.send_signal(signal.SIGCONT)
+            stop.set()
+            await load
+            await producer.shutdown()
+        print(f"paused-master window {window} s (new master {new})")
+        assert window is not None, f"no SEND_OK in {stopped_for:.1f} s of the pause: {h.logs()}"
+        assert new != old
+        assert window <= SESSION_S + 1.0 + LOAD_MARGIN_S, window
+        await read_all(h.namesrv_addr, TOPIC, history)
+        history.assert_valid()
+
+    try:
+        asyncio.run(main())
+    finally:
+        h.stop()
