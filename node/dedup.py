@@ -28,6 +28,14 @@ Rules:
    first write as master, so a promoted slave knows the keys the old master stored (those its
    index covers: up to the confirmed offset). Without an index (store.index_enable=false) the
    window starts empty.
+6. A full rebuild walks up to dedup_window_keys records (hundreds of ms at 100,000 keys), too
+   long for the event loop at the moment a new master takes its first write. So a replica keeps
+   a shadow window current while it is a slave (ShadowWindow: full once, then only the index
+   entries past the newest it holds, each pass in a worker thread), catches it up once more
+   when it is promoted, still off the loop, and rebuild() adopts it: what is left for the loop
+   is the index entries written after that, usually none. The shadow is dropped whenever the
+   log may have been cut back (a new epoch followed), and only adopted by a window with the
+   same bounds.
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
@@ -37,7 +45,9 @@ from __future__ import annotations
 import logging
 import struct
 import time
+import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 from client.protocol.record import PROP_REAL_TOPIC, decode_properties, decode_record
 from node.store import index_file
@@ -150,56 +160,144 @@ class DedupWindow:
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:
-        """Refill the window from the store's key index (rule 4); returns the keys found.
-        What the window held is dropped first: under HA the log may have been cut back since."""
+        """Refill the window from the store's key index (rule 4); returns the keys held.
+        What the window held is dropped first: under HA the log may have been cut back since.
+        A shadow prepared for this store (rule 6) is adopted instead of a full walk."""
         self._entries.clear()
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")
             return 0
         t0 = time.monotonic()
-        cutoff = int(self.clock() * 1000) - self.window_ms
-        found: list[tuple] = []  # newest first
-        found_props: list = []  # a stand-in's properties (rule 3), else None
-        seen_phys: set[int] = set()
-        budget = self.max_keys * _ENTRIES_PER_KEY_MAX
-        for f in reversed(store.index.files):
-            base = index_file.HEADER_BYTES + f.slots * 4
-            n = f.count - 1
-            while n >= 1 and budget > 0 and len(found) < self.max_keys:
-                budget -= 1
-                phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
-                n -= 1
-                # timeDiffSec is floored to seconds: one second of slack keeps the window whole
-                if f.begin_ts + diff_s * 1000 < cutoff - 1000:
-                    budget = 0
-                    break
-                if phys in seen_phys:
-                    continue
-                seen_phys.add(phys)
-                data = store.get_record(phys)
-                if not data:
-                    continue
-                r = parse_dispatch(data, 0, len(data))
-                if not r[8] or r[6] < cutoff:
-                    continue
-                if not is_system_topic(r[0]):
-                    found.append(r)
-                    found_props.append(None)
-                elif r[0] in _STAND_INS:
-                    props = decode_properties(decode_record(data).properties_raw)
-                    if _stand_in_topic(r[0], props) is not None:
-                        found.append(r)
-                        found_props.append(props)
-            if budget <= 0 or len(found) >= self.max_keys:
-                break
+        shadow = _shadows.pop(store, None)
+        above = -1
+        if shadow is not None and shadow.bounds == (self.window_ms, self.max_keys):
+            self._entries, above = shadow.window._entries, shadow.top_phys
+        found, props, _ = _walk(store, self.window_ms, self.max_keys, self.clock, above)
+        self._remember_oldest_first(found, props)
+        log.info("duplicate window rebuilt from the key index: %d keys (%s) in %.0f ms",
+                 len(self._entries), "shadow + %d newer" % len(found) if above >= 0 else "full",
+                 (time.monotonic() - t0) * 1000)
+        return len(self._entries)
+
+    def _remember_oldest_first(self, found: list, found_props: list) -> None:
         order = sorted(range(len(found)), key=lambda i: found[i][3])  # oldest first, as kept
         # keep_first: the reply a retry gets names the record the original reply named
         self.remember([found[i] for i in order], [_Props(found_props[i]) for i in order],
                       keep_first=True)
-        log.info("duplicate window rebuilt from the key index: %d keys in %.0f ms",
-                 len(self._entries), (time.monotonic() - t0) * 1000)
-        return len(self._entries)
+
+
+def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1):
+    """(records, their stand-in properties, newest phys offset seen) of the key index's
+    entries newest first, stopping at the time or count bound or at the first entry at or
+    below `above_phys` (entries are appended in log order)."""
+    cutoff = int(clock() * 1000) - window_ms
+    found: list[tuple] = []  # newest first
+    found_props: list = []  # a stand-in's properties (rule 3), else None
+    seen_phys: set[int] = set()
+    top = above_phys
+    budget = max_keys * _ENTRIES_PER_KEY_MAX
+    for f in reversed(store.index.files):
+        base = index_file.HEADER_BYTES + f.slots * 4
+        n = f.count - 1
+        while n >= 1 and budget > 0 and len(found) < max_keys:
+            budget -= 1
+            phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
+            n -= 1
+            # timeDiffSec is floored to seconds: one second of slack keeps the window whole
+            if phys <= above_phys or f.begin_ts + diff_s * 1000 < cutoff - 1000:
+                budget = 0
+                break
+            top = max(top, phys)
+            if phys in seen_phys:
+                continue
+            seen_phys.add(phys)
+            data = store.get_record(phys)
+            if not data:
+                continue
+            r = parse_dispatch(data, 0, len(data))
+            if not r[8] or r[6] < cutoff:
+                continue
+            if not is_system_topic(r[0]):
+                found.append(r)
+                found_props.append(None)
+            elif r[0] in _STAND_INS:
+                props = decode_properties(decode_record(data).properties_raw)
+                if _stand_in_topic(r[0], props) is not None:
+                    found.append(r)
+                    found_props.append(props)
+        if budget <= 0 or len(found) >= max_keys:
+            break
+    return found, found_props, top
+
+
+class ShadowWindow:
+    """A window a slave keeps current off the loop for the send path to adopt (rule 6).
+
+        shadow = ShadowWindow(window_ms, max_keys)
+        await asyncio.to_thread(shadow.refresh, store)   # while a slave, now and then
+        shadow.offer(store)                             # at promotion, after a last refresh
+        shadow.reset()                                  # the log may be cut back
+
+    refresh() runs in one worker thread at a time (the caller awaits it); it reads the store
+    as the send path's rebuild does, alongside the dispatcher that appends the index. A cut of
+    the log (note_cut, from the store's cut listener, any thread) voids the shadow: a pass
+    that overlapped one is thrown away, and nothing is offered until a pass ran after it.
+    """
+
+    def __init__(self, window_ms: int, max_keys: int):
+        self.bounds = (window_ms, max_keys)
+        self.window = DedupWindow(window_ms, max_keys)
+        self.top_phys = -1      # newest index entry the window has walked
+        self.enabled = self.window.enabled
+        self.cuts = 0           # log cuts seen (note_cut)
+        self._cuts_walked = 0   # `cuts` when the window's last pass began
+
+    def note_cut(self, _offset: int = 0) -> None:
+        self.cuts += 1
+
+    def refresh(self, store) -> int:
+        """Walk the index entries newer than the last pass; returns how many were new."""
+        if not self.enabled or store.index is None:
+            return 0
+        cuts = self.cuts
+        if cuts != self._cuts_walked:
+            self.reset()
+        w = self.window
+        found, props, top = _walk(store, w.window_ms, w.max_keys, w.clock, self.top_phys)
+        if cuts != self.cuts:     # the log was cut during the walk: start over next time
+            self.reset()
+            return 0
+        w._remember_oldest_first(found, props)
+        self.top_phys, self._cuts_walked = top, cuts
+        return len(found)
+
+    def reset(self) -> None:
+        self.window = DedupWindow(*self.bounds)
+        self.top_phys = -1
+        self._cuts_walked = self.cuts
+
+    def offer(self, store) -> bool:
+        """Hand the window to the next rebuild() of `store`; this shadow starts over."""
+        offered = self.enabled and self.top_phys >= 0 and self._cuts_walked == self.cuts
+        if offered:
+            _shadows[store] = _Offered(self.bounds, self.window, self.top_phys)
+        self.reset()
+        return offered
+
+    def withdraw(self, store) -> None:
+        """Take back an offer not adopted yet (the node follows again: its log may be cut)."""
+        _shadows.pop(store, None)
+        self.reset()
+
+
+class _Offered(NamedTuple):
+    bounds: tuple[int, int]
+    window: DedupWindow
+    top_phys: int
+
+
+_shadows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # store -> _Offered
 
 
 class _Props:

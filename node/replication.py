@@ -29,15 +29,21 @@ Rules:
    dispatched and applied; before that they would start from older progress (repeats).
 7. The secret is read from ha.secret_file or the ha.secret_env variable and never logged;
    HAConfig's repr leaves it out.
+8. The duplicate window (node/dedup.py rule 6) is kept current off the loop while this node is
+   a slave (a pass every SHADOW_REFRESH_S in a worker thread) and caught up once more at the
+   start of become_master; the send path then adopts it at its first write and walks only the
+   index entries written since (a few), instead of every remembered record on the loop.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
 
 from ha.config import SYNC_MASTER, HAConfig, HAConfigError
 from ha.service import FENCED, MASTER, SLAVE, HAService
+from node.dedup import ShadowWindow
 from node.group_route import slave_broker_ids
 from node.security import ha_tls
 
@@ -45,6 +51,7 @@ log = logging.getLogger("tidemq.replication")
 ROLES = ("standalone", "MASTER", "SLAVE", "cluster")  # cluster: ZooKeeper drives (node/cluster.py)
 # Java's accessMessageInMemoryMaxRatio (40% of RAM): reading further behind than this goes to
 # disk, so the pull is pointed at a slave.
+SHADOW_REFRESH_S = 1.0   # a slave's duplicate-window pass (rule 8)
 HOT_BYTES = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.40)
 
 
@@ -174,6 +181,10 @@ class Replication:
         self.service.on_fenced_callback = self._fenced
         store.put_refusal = "this broker has no replication role yet"
         store.after_put = self.service.notify_appended        # rule 3
+        self.dedup_shadow = ShadowWindow(cfg.dedup_window_ms, cfg.dedup_window_keys)  # rule 8
+        self._shadow_task: asyncio.Task | None = None
+        self._shadow_pass: asyncio.Future | None = None
+        self._cut_chained = False
 
     # -- roles -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -190,6 +201,8 @@ class Replication:
 
     async def become_master(self, epoch: int) -> str:
         self.store.put_refusal = "this broker is becoming master"
+        await self._stop_shadow()
+        await self._offer_shadow()                          # rule 8
         await self.service.become_master(epoch)
         self.master_addr = None
         self.store.put_refusal = None                       # rule 2
@@ -213,8 +226,11 @@ class Replication:
                                   f"only the master takes writes")
         if self.state is not None:
             self.state.on_follow()
+        await self._stop_shadow()
+        self.dedup_shadow.withdraw(self.store)   # a new epoch may cut the log
         await self.service.follow(master_addr, epoch)
         self.master_addr = master_addr
+        self._start_shadow()
 
     def fence(self) -> None:
         self.store.put_refusal = "this master was fenced: a newer epoch exists"
@@ -222,7 +238,60 @@ class Replication:
 
     async def step_down(self) -> None:
         self.store.put_refusal = "this broker gave up its replication role"
+        await self._stop_shadow()
+        self.dedup_shadow.withdraw(self.store)
         await self.service.stop()
+
+    # -- the duplicate window's shadow (rule 8) --------------------------------------------
+    def _start_shadow(self) -> None:
+        if not self.dedup_shadow.enabled or self._shadow_task is not None:
+            return
+        if not self._cut_chained:   # every cut of the log voids the shadow
+            self._cut_chained = True
+            before = self.store.cut_listener
+
+            def on_cut(offset: int) -> None:
+                self.dedup_shadow.note_cut(offset)
+                if before is not None:
+                    before(offset)
+            self.store.cut_listener = on_cut
+        self._shadow_task = asyncio.get_running_loop().create_task(self._shadow_loop(),
+                                                                    name="dedup-shadow")
+
+    async def _shadow_loop(self) -> None:
+        while True:
+            try:
+                await self._shadow_refresh()
+            except Exception:   # a bad record must not end the loop; the send path rebuilds
+                log.exception("duplicate-window shadow pass failed")
+                self.dedup_shadow.reset()
+            await asyncio.sleep(SHADOW_REFRESH_S)
+
+    async def _shadow_refresh(self) -> None:
+        """One pass in a worker thread; a pass already running is awaited, not doubled."""
+        if self._shadow_pass is None or self._shadow_pass.done():
+            self._shadow_pass = asyncio.ensure_future(
+                asyncio.to_thread(self.dedup_shadow.refresh, self.store))
+        await asyncio.shield(self._shadow_pass)
+
+    async def _offer_shadow(self) -> None:
+        """Catch the shadow up with the last entries and hand it to the send path; on a
+        failure the send path walks the index itself (correct, only slower)."""
+        try:
+            await self._shadow_refresh()
+        except Exception:
+            log.exception("duplicate-window shadow pass failed; the first write rebuilds it")
+            self.dedup_shadow.reset()
+            return
+        self.dedup_shadow.offer(self.store)
+
+    async def _stop_shadow(self) -> None:
+        task, self._shadow_task = self._shadow_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._shadow_pass is not None:   # a thread cannot be cancelled: let it finish
+            await asyncio.gather(self._shadow_pass, return_exceptions=True)
 
     async def stop(self) -> None:
         if self.state is not None and self.is_master:

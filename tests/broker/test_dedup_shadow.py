@@ -1,0 +1,102 @@
+"""The duplicate window's shadow (node/dedup.py rule 6) on a real store: a slave keeps it
+current off the loop, and a new master's first write adopts it instead of reading every
+remembered record back on the event loop."""
+import time
+
+from node.dedup import DedupWindow, ShadowWindow
+from node.store.message_store import MessageStore
+from tests.store.helpers import message, small_config
+
+WINDOW_MS, KEYS = 300_000, 100_000
+
+
+def open_store(root):
+    return MessageStore(small_config(str(root))).open()
+
+
+def put(store, seqs, topic="T"):
+    for i in seqs:
+        store.put([message(i, 120, topic)])
+    deadline = time.monotonic() + 10
+    while store.dispatcher.dispatched_offset < store.max_offset:
+        assert time.monotonic() < deadline, "not dispatched"
+        time.sleep(0.01)
+
+
+class CountingReads:
+    """Counts the records a rebuild reads back from the (real) store."""
+
+    def __init__(self, store):
+        self.store, self.reads = store, 0
+        self._get = store.get_record
+
+    def __enter__(self):
+        def get_record(phys):
+            self.reads += 1
+            return self._get(phys)
+        self.store.get_record = get_record
+        return self
+
+    def __exit__(self, *exc):
+        self.store.get_record = self._get
+
+
+def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(tmp_path):
+    store = open_store(tmp_path)
+    try:
+        put(store, range(3000))
+        shadow = ShadowWindow(WINDOW_MS, KEYS)
+        assert shadow.refresh(store) == 3000
+        put(store, range(3000, 3400))
+        assert shadow.refresh(store) == 400          # a pass walks only the newer entries
+        put(store, range(3400, 3450))                 # written after the last pass
+        assert shadow.offer(store)
+        adopted = DedupWindow(WINDOW_MS, KEYS)
+        with CountingReads(store) as c:
+            assert adopted.rebuild(store) == 3450
+        assert c.reads == 50, c.reads                # not 3,450 records on the loop
+        full = DedupWindow(WINDOW_MS, KEYS)
+        assert full.rebuild(store) == 3450           # nothing offered any more: full walk
+        assert dict(adopted._entries) == dict(full._entries)
+        msgs, dups = adopted.split([message(7, 120), message(9999, 120)])
+        assert len(dups) == 1 and [m.uniq_key for m in msgs] == ["U000000009999"]
+    finally:
+        store.close()
+
+
+def test_a_cut_log_voids_the_shadow(tmp_path):
+    store = open_store(tmp_path)
+    try:
+        put(store, range(100))
+        cut_at = store.max_offset
+        put(store, range(100, 200))
+        shadow = ShadowWindow(WINDOW_MS, KEYS)
+        store.cut_listener = shadow.note_cut
+        shadow.refresh(store)
+        store.truncate(cut_at)          # a new epoch cut the tail the shadow had seen
+        assert not shadow.offer(store)  # not offered before a pass after the cut
+        put(store, range(500, 600))     # other records where the cut ones were
+        shadow.refresh(store)
+        assert shadow.offer(store)
+        w = DedupWindow(WINDOW_MS, KEYS)
+        assert w.rebuild(store) == 200
+        msgs, dups = w.split([message(150, 120), message(550, 120)])
+        assert [m.uniq_key for m in msgs] == ["U000000000150"]   # cut: stored again
+        assert len(dups) == 1
+    finally:
+        store.close()
+
+
+def test_an_offer_is_adopted_only_by_a_window_with_the_same_bounds(tmp_path):
+    store = open_store(tmp_path)
+    try:
+        put(store, range(200))
+        shadow = ShadowWindow(WINDOW_MS, KEYS)
+        shadow.refresh(store)
+        assert shadow.offer(store)
+        small = DedupWindow(WINDOW_MS, 50)
+        with CountingReads(store) as c:
+            assert small.rebuild(store) == 50
+        assert c.reads >= 50    # walked itself: the shadow holds 200 keys, not 50
+    finally:
+        store.close()
