@@ -236,6 +236,10 @@ class Replication:
         self.store.put_refusal = "this master was fenced: a newer epoch exists"
         self.service.fence()
 
+    def watch_master_link(self, fn) -> None:
+        """The coordinator's fast-failover signal (coordinator/fast_failover.py)."""
+        self.service.on_link_lost = fn
+
     async def step_down(self) -> None:
         self.store.put_refusal = "this broker gave up its replication role"
         await self._stop_shadow()
