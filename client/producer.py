@@ -26,9 +26,10 @@ Rules:
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
    never are (spec remoting.md 3.2).
 6. A master that stops answering while its connection stays open (client/stall_watch.py)
-   makes the producer re-fetch the routes it masters every 0.1 s; once a route names another
-   master for that group, the connection is dropped and its sends are retried there at once
-   (maybe_stored, same UNIQ_KEY: the new master's duplicate window sees them).
+   makes the producer re-fetch the routes of the groups it mastered (at most every 0.1 s);
+   once a route names another master for such a group, the connection is dropped and its
+   sends are retried there at once (maybe_stored, same UNIQ_KEY: the new master's duplicate
+   window sees them). A route naming no master yet is waited out: the election still runs.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from client.stall_watch import StallWatch
 from client.send_codec import SendHeaderTemplate, encode_batch_body
 
 log = logging.getLogger(__name__)
-STALL_CHECK_S = 0.1  # how often stalled addresses are looked for (rule 6)
+STALL_CHECK_S = 0.05  # how often stalled addresses are looked for (rule 6)
 
 
 class SendStatus(enum.Enum):
@@ -264,6 +265,7 @@ class Producer(AsyncLifecycle):
         self._known_brokers = set()
         self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
         self._stalls = None  # StallWatch, from start()
+        self._stalled_groups = {}  # stalled address -> the broker groups it mastered (rule 6)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self):
@@ -290,15 +292,21 @@ class Producer(AsyncLifecycle):
 
     async def _leave_stalled(self):
         """Rule 6: drop the connection to a stalled address the route no longer names."""
-        routes = self._instance.routes
-        for addr in self._stalls.stalled(self.config.stalled_send_refresh_s):
-            if await routes.master_moved(addr):
-                conn = self._instance.remoting.connection_nowait(addr)
-                if conn is not None:
-                    log.warning("%s stopped answering and the route names another master: "
-                                "moving its sends", addr)
-                    conn.abort(errors.ConnectionError(
-                        f"{addr} stopped answering; the master moved", addr=addr))
+        routes, watched = self._instance.routes, self._stalled_groups
+        stalled = self._stalls.stalled(self.config.stalled_send_refresh_s)
+        for addr in [a for a in watched if a not in stalled]:
+            del watched[addr]                  # it answered again
+        for addr in stalled:
+            groups = watched.setdefault(addr, routes.groups_mastered_by(addr))
+            if not groups or not await routes.master_moved(addr, groups):
+                continue
+            del watched[addr]
+            conn = self._instance.remoting.connection_nowait(addr)
+            if conn is not None:
+                log.warning("%s stopped answering and the route names another master: "
+                            "moving its sends", addr)
+                conn.abort(errors.ConnectionError(
+                    f"{addr} stopped answering; the master moved", addr=addr))
 
     def _heartbeat_data(self):
         return HeartbeatData(self._instance.client_id, producer_groups=[self.config.group])

@@ -17,10 +17,11 @@ Rules:
 5. A route naming a group without a master (cluster mode, during an election) is fetched
    again every `degraded_route_refresh_s`; not-master, connection errors and request
    timeouts refresh at once.
-6. master_moved(addr): the producer's question about a master that stopped answering
-   (client/stall_watch.py). It re-fetches the routes that publish to `addr` and says whether
-   one of them now names another master for a group `addr` mastered; a route without a master
-   for the group is not a move (the election is still running: keep waiting).
+6. master_moved(addr, groups): the producer's question about a master that stopped answering
+   (client/stall_watch.py); `groups` are the broker groups it mastered when the stall began
+   (groups_mastered_by). It re-fetches the routes that hold those groups and says whether one
+   now names another master for them; a route without a master for the group is not a move
+   (the election is still running: keep waiting).
 """
 
 from __future__ import annotations
@@ -196,11 +197,14 @@ class RouteTable:
             except errors.TideMQError as exc:
                 log.info("route refresh of %r failed: %s", topic, exc)
 
-    async def master_moved(self, addr) -> bool:
+    def groups_mastered_by(self, addr) -> set[str]:
+        return {name for info in self._publish.values()
+                for name, a in info.master_addrs.items() if a == addr}
+
+    async def master_moved(self, addr, groups: set[str]) -> bool:
         """Rule 6."""
-        topics = [t for t, info in self._publish.items() if addr in info.master_addrs.values()]
-        groups = {name for t in topics
-                  for name, a in self._publish[t].master_addrs.items() if a == addr}
+        topics = [t for t, info in self._publish.items()
+                  if any(b.broker_name in groups for b in info.route.broker_datas)]
         for topic in topics:
             try:
                 await self.refresh(topic, force=True)
