@@ -3,6 +3,8 @@ current off the loop, and a new master's first write adopts it instead of readin
 remembered record back on the event loop."""
 import time
 
+import pytest
+
 from node.dedup import DedupWindow, ShadowWindow
 from node.store.message_store import MessageStore
 from tests.store.helpers import message, small_config
@@ -10,8 +12,11 @@ from tests.store.helpers import message, small_config
 WINDOW_MS, KEYS = 300_000, 100_000
 
 
-def open_store(root):
-    return MessageStore(small_config(str(root))).open()
+@pytest.fixture
+def store(tmp_path):
+    s = MessageStore(small_config(str(tmp_path))).open()
+    yield s
+    s.close()
 
 
 def put(store, seqs, topic="T"):
@@ -21,6 +26,12 @@ def put(store, seqs, topic="T"):
     while store.dispatcher.dispatched_offset < store.max_offset:
         assert time.monotonic() < deadline, "not dispatched"
         time.sleep(0.01)
+
+
+def assert_stored_once(window, kept: int, new: int) -> None:
+    """A retry of message `kept` is answered from the window; one of `new` is stored."""
+    msgs, dups = window.split([message(kept, 120), message(new, 120)])
+    assert len(dups) == 1 and [m.uniq_key for m in msgs] == [f"U{new:012d}"]
 
 
 class CountingReads:
@@ -41,62 +52,47 @@ class CountingReads:
         self.store.get_record = self._get
 
 
-def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(tmp_path):
-    store = open_store(tmp_path)
-    try:
-        put(store, range(3000))
-        shadow = ShadowWindow(WINDOW_MS, KEYS)
-        assert shadow.refresh(store) == 3000
-        put(store, range(3000, 3400))
-        assert shadow.refresh(store) == 400          # a pass walks only the newer entries
-        put(store, range(3400, 3450))                 # written after the last pass
-        assert shadow.offer(store)
-        adopted = DedupWindow(WINDOW_MS, KEYS)
-        with CountingReads(store) as c:
-            assert adopted.rebuild(store) == 3450
-        assert c.reads == 50, c.reads                # not 3,450 records on the loop
-        full = DedupWindow(WINDOW_MS, KEYS)
-        assert full.rebuild(store) == 3450           # nothing offered any more: full walk
-        assert dict(adopted._entries) == dict(full._entries)
-        msgs, dups = adopted.split([message(7, 120), message(9999, 120)])
-        assert len(dups) == 1 and [m.uniq_key for m in msgs] == ["U000000009999"]
-    finally:
-        store.close()
+def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(store):
+    put(store, range(3000))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    assert shadow.refresh(store) == 3000
+    put(store, range(3000, 3400))
+    assert shadow.refresh(store) == 400          # a pass walks only the newer entries
+    put(store, range(3400, 3450))                 # written after the last pass
+    assert shadow.offer(store)
+    adopted = DedupWindow(WINDOW_MS, KEYS)
+    with CountingReads(store) as c:
+        assert adopted.rebuild(store) == 3450
+    assert c.reads == 50, c.reads                # not 3,450 records on the loop
+    full = DedupWindow(WINDOW_MS, KEYS)
+    assert full.rebuild(store) == 3450           # nothing offered any more: full walk
+    assert dict(adopted._entries) == dict(full._entries)
+    assert_stored_once(adopted, kept=7, new=9999)
 
 
-def test_a_cut_log_voids_the_shadow(tmp_path):
-    store = open_store(tmp_path)
-    try:
-        put(store, range(100))
-        cut_at = store.max_offset
-        put(store, range(100, 200))
-        shadow = ShadowWindow(WINDOW_MS, KEYS)
-        store.cut_listener = shadow.note_cut
-        shadow.refresh(store)
-        store.truncate(cut_at)          # a new epoch cut the tail the shadow had seen
-        assert not shadow.offer(store)  # not offered before a pass after the cut
-        put(store, range(500, 600))     # other records where the cut ones were
-        shadow.refresh(store)
-        assert shadow.offer(store)
-        w = DedupWindow(WINDOW_MS, KEYS)
-        assert w.rebuild(store) == 200
-        msgs, dups = w.split([message(150, 120), message(550, 120)])
-        assert [m.uniq_key for m in msgs] == ["U000000000150"]   # cut: stored again
-        assert len(dups) == 1
-    finally:
-        store.close()
+def test_a_cut_log_voids_the_shadow(store):
+    put(store, range(100))
+    cut_at = store.max_offset
+    put(store, range(100, 200))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    store.cut_listener = shadow.note_cut
+    shadow.refresh(store)
+    store.truncate(cut_at)          # a new epoch cut the tail the shadow had seen
+    assert not shadow.offer(store)  # not offered before a pass after the cut
+    put(store, range(500, 600))     # other records where the cut ones were
+    shadow.refresh(store)
+    assert shadow.offer(store)
+    w = DedupWindow(WINDOW_MS, KEYS)
+    assert w.rebuild(store) == 200
+    assert_stored_once(w, kept=550, new=150)   # 150 was cut: stored again
 
 
-def test_an_offer_is_adopted_only_by_a_window_with_the_same_bounds(tmp_path):
-    store = open_store(tmp_path)
-    try:
-        put(store, range(200))
-        shadow = ShadowWindow(WINDOW_MS, KEYS)
-        shadow.refresh(store)
-        assert shadow.offer(store)
-        small = DedupWindow(WINDOW_MS, 50)
-        with CountingReads(store) as c:
-            assert small.rebuild(store) == 50
-        assert c.reads >= 50    # walked itself: the shadow holds 200 keys, not 50
-    finally:
-        store.close()
+def test_an_offer_is_adopted_only_by_a_window_with_the_same_bounds(store):
+    put(store, range(200))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    shadow.refresh(store)
+    assert shadow.offer(store)
+    small = DedupWindow(WINDOW_MS, 50)
+    with CountingReads(store) as c:
+        assert small.rebuild(store) == 50
+    assert c.reads >= 50    # walked itself: the shadow holds 200 keys, not 50

@@ -19,6 +19,31 @@ SESSION_S = 2.0
 LOAD_MARGIN_S = 1.5   # a shared, loaded machine: processes get the CPU late
 
 
+def group_of_three(zk_hosts, tmp_path) -> ClusterHarness:
+    return ClusterHarness(zk_hosts, tmp_path, {"g1": 3},
+                          session_timeout_ms=int(SESSION_S * 1000)).start()
+
+
+async def start_load(h: ClusterHarness, prefix: str):
+    """(producer, history, stop, windows, load task): two senders through the name server,
+    once the group is up and in sync."""
+    h.wait_masters()
+    await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)
+    await create_topic(h, TOPIC, 4)
+    history, stop, windows = History(), asyncio.Event(), []
+    producer = await Producer("pg", h.namesrv_addr).start()
+    load = asyncio.ensure_future(produce(producer, TOPIC, history, stop=stop, prefix=prefix,
+                                         tasks=2, windows=windows))
+    return producer, history, stop, windows, load
+
+
+def run_then_stop(h: ClusterHarness, main) -> None:
+    try:
+        asyncio.run(main())
+    finally:
+        h.stop()
+
+
 async def wait_window(windows, fault_at, timeout_s):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -33,17 +58,10 @@ def test_producers_leave_a_paused_master_within_the_session_timeout(zk_hosts, tm
     """SIGSTOP keeps the master's sockets open: no reset reaches the producer, only silence.
     It must send to the new master within session timeout + 1 s, not wait for the master to
     wake or for the 30 s route refresh."""
-    h = ClusterHarness(zk_hosts, tmp_path, {"g1": 3},
-                       session_timeout_ms=int(SESSION_S * 1000)).start()
+    h = group_of_three(zk_hosts, tmp_path)
 
     async def main():
-        h.wait_masters()
-        await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)
-        await create_topic(h, TOPIC, 4)
-        history, stop, windows = History(), asyncio.Event(), []
-        producer = await Producer("pg", h.namesrv_addr).start()
-        load = asyncio.ensure_future(produce(producer, TOPIC, history, stop=stop, prefix="p",
-                                             tasks=2, windows=windows))
+        producer, history, stop, windows, load = await start_load(h, "p")
         old, proc = h.master("g1")
         try:
             await asyncio.sleep(1.0)
@@ -65,10 +83,7 @@ def test_producers_leave_a_paused_master_within_the_session_timeout(zk_hosts, tm
         await read_all(h.namesrv_addr, TOPIC, history)
         history.assert_valid()
 
-    try:
-        asyncio.run(main())
-    finally:
-        h.stop()
+    run_then_stop(h, main)
 
 
 def test_killed_masters_are_replaced_before_their_sessions_expire_and_lose_nothing(
@@ -77,17 +92,11 @@ def test_killed_masters_are_replaced_before_their_sessions_expire_and_lose_nothi
     (coordinator/fast_failover.py) well before the 2 s session could expire. Three kills; the
     killed broker restarts and must rejoin the in-sync set each time; every acknowledged
     message is read back at the end."""
-    h = ClusterHarness(zk_hosts, tmp_path, {"g1": 3},
-                       session_timeout_ms=int(SESSION_S * 1000)).start()
+    h = group_of_three(zk_hosts, tmp_path)
 
     async def main():
-        h.wait_masters()
-        await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)
-        await create_topic(h, TOPIC, 4)
-        history, stop, windows, found = History(), asyncio.Event(), [], []
-        producer = await Producer("pg", h.namesrv_addr).start()
-        load = asyncio.ensure_future(produce(producer, TOPIC, history, stop=stop, prefix="k",
-                                             tasks=2, windows=windows))
+        producer, history, stop, windows, load = await start_load(h, "k")
+        found = []
         try:
             for _ in range(3):
                 await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)   # the set converges
@@ -111,7 +120,4 @@ def test_killed_masters_are_replaced_before_their_sessions_expire_and_lose_nothi
         await read_all(h.namesrv_addr, TOPIC, history)
         history.assert_valid()
 
-    try:
-        asyncio.run(main())
-    finally:
-        h.stop()
+    run_then_stop(h, main)

@@ -77,9 +77,28 @@ async def _steps(n: int) -> None:
         await asyncio.sleep(0)
 
 
-async def _play(script) -> tuple[ZkInSyncSet, ScriptedZk, dict]:
+def _scripted() -> tuple[ZkInSyncSet, ScriptedZk]:
     zk = ScriptedZk(GroupState(4, "m", frozenset({"m"})))
-    isr = ZkInSyncSet(zk, PATH, 4, "m", GroupState(4, "m", frozenset({"m"})), 0)
+    return ZkInSyncSet(zk, PATH, 4, "m", GroupState(4, "m", frozenset({"m"})), 0), zk
+
+
+async def _answer_all(zk: ScriptedZk, rounds: int = 20) -> None:
+    for _ in range(rounds):
+        await _steps(2)
+        if zk.pending:
+            zk.reply("ok")
+
+
+async def zk_in_sync_set(session, paths, epoch: int, master: str) -> ZkInSyncSet:
+    """A ZkInSyncSet over a fresh state znode {epoch, master, in_sync [master]}."""
+    st = GroupState(epoch, master, frozenset({master}))
+    await session.create(paths.state, st.encode(), makepath=True)
+    _, stat = await session.get(paths.state)
+    return ZkInSyncSet(session, paths.state, epoch, master, st, stat.version)
+
+
+async def _play(script) -> tuple[ZkInSyncSet, ScriptedZk, dict]:
+    isr, zk = _scripted()
     last: dict[str, bool] = {}
     for (op, node), steps in script:
         if op == "add":
@@ -123,8 +142,7 @@ def test_an_addition_between_the_last_write_and_its_done_callback_is_written(mon
     monkeypatch.setattr(in_sync_mod, "RETRY_DELAY_S", 0)
 
     async def main():
-        zk = ScriptedZk(GroupState(4, "m", frozenset({"m"})))
-        isr = ZkInSyncSet(zk, PATH, 4, "m", GroupState(4, "m", frozenset({"m"})), 0)
+        isr, zk = _scripted()
         assert isr.propose_add("a") is False
         await _steps(1)
         zk.reply("ok")
@@ -133,10 +151,7 @@ def test_an_addition_between_the_last_write_and_its_done_callback_is_written(mon
             await asyncio.sleep(0)
         assert isr._inflight is task          # the done-callback is still queued
         assert isr.propose_add("b") is False
-        for _ in range(20):
-            await _steps(2)
-            if zk.pending:
-                zk.reply("ok")
+        await _answer_all(zk)
         assert isr.members() == {"m", "a", "b"} and zk.in_sync() == {"m", "a", "b"}
     asyncio.run(main())
 
@@ -145,16 +160,12 @@ def test_a_removal_of_a_node_the_write_in_flight_adds_is_not_answered_done(monke
     monkeypatch.setattr(in_sync_mod, "RETRY_DELAY_S", 0)
 
     async def main():
-        zk = ScriptedZk(GroupState(4, "m", frozenset({"m"})))
-        isr = ZkInSyncSet(zk, PATH, 4, "m", GroupState(4, "m", frozenset({"m"})), 0)
+        isr, zk = _scripted()
         assert isr.propose_add("a") is False
         await _steps(1)
         assert zk.pending                        # the write carrying "a" is in flight
         assert isr.propose_remove("a") is False   # it is about to be committed: not done yet
-        for _ in range(20):
-            await _steps(2)
-            if zk.pending:
-                zk.reply("ok")
+        await _answer_all(zk)
         assert isr.members() == {"m"} and zk.in_sync() == {"m"}
     asyncio.run(main())
 
@@ -167,10 +178,7 @@ def test_random_proposals_on_a_real_zookeeper_converge(zk_hosts):
         s = ZkSession(zk_hosts, 2.0)
         await s.start()
         try:
-            st0 = GroupState(2, "m", frozenset({"m"}))
-            await s.create(paths.state, st0.encode(), makepath=True)
-            _, stat = await s.get(paths.state)
-            isr = ZkInSyncSet(s, paths.state, 2, "m", st0, stat.version)
+            isr = await zk_in_sync_set(s, paths, 2, "m")
             last = {}
             for _ in range(300):
                 node = rng.choice(NODES)
