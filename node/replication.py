@@ -184,7 +184,7 @@ class Replication:
         self.dedup_shadow = ShadowWindow(cfg.dedup_window_ms, cfg.dedup_window_keys)  # rule 8
         self._shadow_task: asyncio.Task | None = None
         self._shadow_pass: asyncio.Future | None = None
-        self._cut_chained = False
+        self._on_cut = None      # the store's cut listener this object chained in
 
     # -- roles -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -250,15 +250,14 @@ class Replication:
     def _start_shadow(self) -> None:
         if not self.dedup_shadow.enabled or self._shadow_task is not None:
             return
-        if not self._cut_chained:   # every cut of the log voids the shadow
-            self._cut_chained = True
+        if self.store.cut_listener is not self._on_cut:   # every cut voids the shadow
             before = self.store.cut_listener
 
             def on_cut(offset: int) -> None:
                 self.dedup_shadow.note_cut(offset)
                 if before is not None:
                     before(offset)
-            self.store.cut_listener = on_cut
+            self._on_cut = self.store.cut_listener = on_cut
         self._shadow_task = asyncio.get_running_loop().create_task(self._shadow_loop(),
                                                                     name="dedup-shadow")
 

@@ -80,6 +80,7 @@ def test_producers_leave_a_paused_master_within_the_session_timeout(zk_hosts, tm
         assert window is not None, f"no SEND_OK in {stopped_for:.1f} s of the pause: {h.logs()}"
         assert new != old
         assert window <= SESSION_S + 1.0 + LOAD_MARGIN_S, window
+        await asyncio.to_thread(h.wait_in_sync, "g1", 3, 60)   # the woken master rejoined
         await read_all(h.namesrv_addr, TOPIC, history)
         history.assert_valid()
 
