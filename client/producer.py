@@ -30,6 +30,9 @@ Rules:
    once a route names another master for such a group, the connection is dropped and its
    sends are retried there at once (maybe_stored, same UNIQ_KEY: the new master's duplicate
    window sees them). A route naming no master yet is waited out: the election still runs.
+7. A SendResult names the queue of the broker's reply (queueId), as Java's does: a retry the
+   broker answers from its duplicate window was stored by an earlier attempt, maybe in
+   another queue of the group, and the reply's offset is that queue's.
 """
 
 from __future__ import annotations
@@ -196,8 +199,9 @@ class _SendOp:
                     queue_offset = int(ext.get("queueOffset", -1))
                 except ValueError:
                     queue_offset = -1
-                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"), self.mq,
-                                    queue_offset, ext.get("MSG_REGION"), ext.get("transactionId"))
+                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"),
+                                    self._reply_queue(ext), queue_offset, ext.get("MSG_REGION"),
+                                    ext.get("transactionId"))
                 self.p._inflight -= 1
                 fut = self.fut
                 if fut.__class__ is asyncio.Future:
@@ -216,6 +220,18 @@ class _SendOp:
             self.p._instance.spawn(self._attempt_slow(exc), name="send-retry")
             return
         self._finish_exc(exc)
+
+    def _reply_queue(self, ext):
+        """The queue the broker names (rule 7): a retry answered from the duplicate window
+        names the original's queue, which may not be the one this attempt asked for."""
+        mq, qid = self.mq, ext.get("queueId")
+        if mq is None or qid is None:
+            return mq
+        try:
+            qid = int(qid)
+        except ValueError:
+            return mq
+        return mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
 
     def _finish_exc(self, exc):
         self.p._inflight -= 1
