@@ -3,10 +3,11 @@ a send issued after the fault is acknowledged (SEND_OK) through the name server 
 Prints one JSON line.
 
     python bench/failover_bench.py [--quick] [--kills N] [--pauses N] [--tasks T]
-                                   [--preload N] [--session-timeout-ms 2000]
+                                   [--preload N] [--session-timeout-ms 2000] [--no-fast]
 
 One ZooKeeper (Debian's package, tickTime 200 ms), one `tidemq namesrv`, one group of master +
-two slaves under SYNC_MASTER (fast failover on, the default), `--tasks` SDK senders sending one
+two slaves under SYNC_MASTER (fast failover on, the default; `--no-fast` turns it off for a
+baseline), `--tasks` SDK senders sending one
 message at a time (enough of them to keep the broker near its capacity on this machine; the
 achieved rate is reported). Per fault: wait until all three are in sync, wait a random
 0.5-1.5 s, then either SIGKILL the master (it is restarted and rejoins as a slave) or SIGSTOP
@@ -133,6 +134,7 @@ async def run(args, harness: ClusterHarness) -> dict:
     await read_all(harness.namesrv_addr, TOPIC, history, timeout_s=300)
     report, counts = history.check(), history.counts()
     out = {"send_rate_per_s": round(counts.get("ok", 0) / load_s), "tasks": args.tasks,
+           "fast_failover": not args.no_fast,
            "session_timeout_s": args.session_timeout_ms / 1000, "preload": args.preload,
            "first_write_stall_max_ms": max(ms for _, ms in rebuilds),
            "dedup_keys_max": max(k for k, _ in rebuilds),
@@ -158,6 +160,8 @@ def main() -> int:
     p.add_argument("--preload", type=int, default=0, help="keyed messages sent before the faults")
     p.add_argument("--session-timeout-ms", type=int, default=2000)
     p.add_argument("--seed", type=int, default=6)
+    p.add_argument("--no-fast", action="store_true",
+                   help="zookeeper.fast_failover=false: wait for the old master's session")
     args = p.parse_args()
     if args.quick:
         args.kills, args.pauses = 3, 2
@@ -167,7 +171,8 @@ def main() -> int:
     zk = ZkCluster(1).start()
     base = tempfile.mkdtemp(prefix="tidemq-failover-bench-")
     harness = ClusterHarness(zk.hosts, base, {"g1": 3},
-                             session_timeout_ms=args.session_timeout_ms)
+                             session_timeout_ms=args.session_timeout_ms,
+                             settings=["zookeeper.fast_failover=false"] if args.no_fast else ())
     try:
         harness.start()
         harness.wait_masters()
