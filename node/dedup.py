@@ -33,9 +33,9 @@ Rules:
    a shadow window current while it is a slave (ShadowWindow: full once, then only the index
    entries past the newest it holds, each pass in a worker thread), catches it up once more
    when it is promoted, still off the loop, and rebuild() adopts it: what is left for the loop
-   is the index entries written after that, usually none. The shadow is dropped whenever the
-   log may have been cut back (a new epoch followed), and only adopted by a window with the
-   same bounds.
+   is the index entries written after that, usually none. Promotion never waits for a full
+   pass: a shadow not built yet is abandoned and the first write rebuilds as before. The
+   shadow is voided by any cut of the log, and only adopted by a window with the same bounds.
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
@@ -60,6 +60,7 @@ _ENTRY_PHYS_TS = struct.Struct(">4xqi4x")  # an index entry's phyOffset and time
 # Index entries per remembered message the rebuild may walk: one per KEYS word plus UNIQ_KEY;
 # past this many a message's keys are unusually many and the walk stops (bounded start-up).
 _ENTRIES_PER_KEY_MAX = 8
+_STOP_CHECK_EVERY = 1024   # index entries between two looks at a shadow pass's stop flag
 
 _SYSTEM_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                             TRANS_CHECK_MAX_TIME_TOPIC))
@@ -187,21 +188,25 @@ class DedupWindow:
                       keep_first=True)
 
 
-def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1):
+def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, stop=None):
     """(records, their stand-in properties, newest phys offset seen) of the key index's
     entries newest first, stopping at the time or count bound or at the first entry at or
-    below `above_phys` (entries are appended in log order)."""
+    below `above_phys` (entries are appended in log order). None when stop() said so."""
     cutoff = int(clock() * 1000) - window_ms
     found: list[tuple] = []  # newest first
     found_props: list = []  # a stand-in's properties (rule 3), else None
     seen_phys: set[int] = set()
     top = above_phys
     budget = max_keys * _ENTRIES_PER_KEY_MAX
+    if stop is not None and stop():
+        return None
     for f in reversed(store.index.files):
         base = index_file.HEADER_BYTES + f.slots * 4
         n = f.count - 1
         while n >= 1 and budget > 0 and len(found) < max_keys:
             budget -= 1
+            if stop is not None and budget % _STOP_CHECK_EVERY == 0 and stop():
+                return None
             phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
             n -= 1
             # timeDiffSec is floored to seconds: one second of slack keeps the window whole
@@ -236,25 +241,36 @@ class ShadowWindow:
 
         shadow = ShadowWindow(window_ms, max_keys)
         await asyncio.to_thread(shadow.refresh, store)   # while a slave, now and then
-        shadow.offer(store)                             # at promotion, after a last refresh
-        shadow.reset()                                  # the log may be cut back
+        shadow.abort_pass()                             # promotion: a running pass ends
+        shadow.offer(store)                             # after a last (short) refresh
+        shadow.withdraw(store)                          # follows again: an unadopted offer
 
     refresh() runs in one worker thread at a time (the caller awaits it); it reads the store
-    as the send path's rebuild does, alongside the dispatcher that appends the index. A cut of
-    the log (note_cut, from the store's cut listener, any thread) voids the shadow: a pass
-    that overlapped one is thrown away, and nothing is offered until a pass ran after it.
+    as the send path's rebuild does, alongside the dispatcher that appends the index. The
+    shadow survives a change of master; only a cut of the log (note_cut, from the store's cut
+    listener, any thread) voids it: a pass that overlapped one is thrown away, and nothing is
+    offered until a pass ran after it.
     """
 
     def __init__(self, window_ms: int, max_keys: int):
         self.bounds = (window_ms, max_keys)
         self.window = DedupWindow(window_ms, max_keys)
-        self.top_phys = -1      # newest index entry the window has walked
+        self.top_phys = -1      # newest index entry the window has walked (-1: not built)
         self.enabled = self.window.enabled
         self.cuts = 0           # log cuts seen (note_cut)
         self._cuts_walked = 0   # `cuts` when the window's last pass began
+        self._abort = False
 
     def note_cut(self, _offset: int = 0) -> None:
         self.cuts += 1
+
+    def abort_pass(self, abort: bool = True) -> None:
+        """Make a running pass end at once, its work discarded (abort_pass(False) undoes)."""
+        self._abort = abort
+
+    @property
+    def built(self) -> bool:
+        return self.top_phys >= 0 and self._cuts_walked == self.cuts
 
     def refresh(self, store) -> int:
         """Walk the index entries newer than the last pass; returns how many were new."""
@@ -264,13 +280,16 @@ class ShadowWindow:
         if cuts != self._cuts_walked:
             self.reset()
         w = self.window
-        found, props, top = _walk(store, w.window_ms, w.max_keys, w.clock, self.top_phys)
-        if cuts != self.cuts:     # the log was cut during the walk: start over next time
+        found = _walk(store, w.window_ms, w.max_keys, w.clock, self.top_phys,
+                      lambda: self._abort)
+        if found is None:
+            return 0            # aborted: the window is as the last pass left it
+        if cuts != self.cuts:   # the log was cut during the walk: start over next time
             self.reset()
             return 0
-        w._remember_oldest_first(found, props)
-        self.top_phys, self._cuts_walked = top, cuts
-        return len(found)
+        w._remember_oldest_first(found[0], found[1])
+        self.top_phys, self._cuts_walked = found[2], cuts
+        return len(found[0])
 
     def reset(self) -> None:
         self.window = DedupWindow(*self.bounds)
@@ -278,17 +297,18 @@ class ShadowWindow:
         self._cuts_walked = self.cuts
 
     def offer(self, store) -> bool:
-        """Hand the window to the next rebuild() of `store`; this shadow starts over."""
-        offered = self.enabled and self.top_phys >= 0 and self._cuts_walked == self.cuts
+        """Hand the window to the next rebuild() of `store`; this shadow starts over (the send
+        path keeps the window current from now on)."""
+        offered = self.enabled and self.built
         if offered:
             _shadows[store] = _Offered(self.bounds, self.window, self.top_phys)
         self.reset()
         return offered
 
     def withdraw(self, store) -> None:
-        """Take back an offer not adopted yet (the node follows again: its log may be cut)."""
+        """Take back an offer not adopted yet: the node follows again and its log may be cut
+        (the send path would adopt it at its next first write as master)."""
         _shadows.pop(store, None)
-        self.reset()
 
 
 class _Offered(NamedTuple):

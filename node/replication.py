@@ -32,7 +32,9 @@ Rules:
 8. The duplicate window (node/dedup.py rule 6) is kept current off the loop while this node is
    a slave (a pass every SHADOW_REFRESH_S in a worker thread) and caught up once more at the
    start of become_master; the send path then adopts it at its first write and walks only the
-   index entries written since (a few), instead of every remembered record on the loop.
+   index entries written since (a few), instead of every remembered record on the loop. A
+   pass still running is aborted, never waited for, and a shadow not built yet (a full pass
+   after a restart or a cut) is left to the first write, as before.
 """
 from __future__ import annotations
 
@@ -227,7 +229,7 @@ class Replication:
         if self.state is not None:
             self.state.on_follow()
         await self._stop_shadow()
-        self.dedup_shadow.withdraw(self.store)   # a new epoch may cut the log
+        self.dedup_shadow.withdraw(self.store)   # an unadopted offer: the log may be cut
         await self.service.follow(master_addr, epoch)
         self.master_addr = master_addr
         self._start_shadow()
@@ -278,8 +280,13 @@ class Replication:
         await asyncio.shield(self._shadow_pass)
 
     async def _offer_shadow(self) -> None:
-        """Catch the shadow up with the last entries and hand it to the send path; on a
-        failure the send path walks the index itself (correct, only slower)."""
+        """Catch the shadow up with the last entries and hand it to the send path. A shadow
+        not built yet is not waited for (a full pass takes long: promotion must not), and on
+        a failure the send path walks the index itself (correct, only slower)."""
+        if not self.dedup_shadow.built:
+            if self.dedup_shadow.enabled:
+                log.info("duplicate-window shadow not built yet; the first write rebuilds it")
+            return
         try:
             await self._shadow_refresh()
         except Exception:
@@ -289,12 +296,15 @@ class Replication:
         self.dedup_shadow.offer(self.store)
 
     async def _stop_shadow(self) -> None:
+        """End the pass loop; a pass running in its thread is aborted and awaited."""
         task, self._shadow_task = self._shadow_task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._shadow_pass is not None:   # a thread cannot be cancelled: let it finish
+        if self._shadow_pass is not None:
+            self.dedup_shadow.abort_pass()
             await asyncio.gather(self._shadow_pass, return_exceptions=True)
+            self.dedup_shadow.abort_pass(False)
 
     async def stop(self) -> None:
         if self.state is not None and self.is_master:

@@ -96,3 +96,27 @@ def test_an_offer_is_adopted_only_by_a_window_with_the_same_bounds(store):
     with CountingReads(store) as c:
         assert small.rebuild(store) == 50
     assert c.reads >= 50    # walked itself: the shadow holds 200 keys, not 50
+
+
+def test_an_aborted_pass_leaves_the_shadow_as_the_last_pass_did(store):
+    """Promotion aborts a running pass instead of waiting for it."""
+    put(store, range(100))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    shadow.refresh(store)
+    put(store, range(100, 200))
+    shadow.abort_pass()
+    assert shadow.refresh(store) == 0
+    assert len(shadow.window) == 100 and shadow.built
+    shadow.abort_pass(False)
+    assert shadow.refresh(store) == 100 and len(shadow.window) == 200
+
+
+def test_a_shadow_survives_a_change_of_master_without_a_cut(store):
+    put(store, range(100))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    store.cut_listener = shadow.note_cut
+    shadow.refresh(store)
+    shadow.withdraw(store)          # following another master: nothing was cut
+    assert shadow.built and len(shadow.window) == 100
+    store.truncate(store.max_offset)   # a cut, even at the end, voids it
+    assert not shadow.built
