@@ -34,8 +34,9 @@ Rules:
    entries past the newest it holds, each pass in a worker thread), catches it up once more
    when it is promoted, still off the loop, and rebuild() adopts it: what is left for the loop
    is the index entries written after that, usually none. Promotion never waits for a full
-   pass: a shadow not built yet is abandoned and the first write rebuilds as before. The
-   shadow is voided by any cut of the log, and only adopted by a window with the same bounds.
+   pass: a shadow not built yet is abandoned and the first write rebuilds as before. A cut of
+   the log drops the shadow's entries at or past it; a window is only adopted with the same
+   bounds.
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
@@ -46,7 +47,7 @@ import logging
 import struct
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import NamedTuple
 
 from client.protocol.record import PROP_REAL_TOPIC, decode_properties, decode_record
@@ -61,6 +62,7 @@ _ENTRY_PHYS_TS = struct.Struct(">4xqi4x")  # an index entry's phyOffset and time
 # past this many a message's keys are unusually many and the walk stops (bounded start-up).
 _ENTRIES_PER_KEY_MAX = 8
 _STOP_CHECK_EVERY = 1024   # index entries between two looks at a shadow pass's stop flag
+_CUTS_REMEMBERED = 64      # a shadow's cut log; more cuts between two passes void it
 
 _SYSTEM_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                             TRANS_CHECK_MAX_TIME_TOPIC))
@@ -170,10 +172,13 @@ class DedupWindow:
                 log.warning("key index disabled: the duplicate window starts empty")
             return 0
         t0 = time.monotonic()
-        shadow = _shadows.pop(store, None)
+        offered = _shadows.pop(store, None)
         above = -1
-        if shadow is not None and shadow.bounds == (self.window_ms, self.max_keys):
-            self._entries, above = shadow.window._entries, shadow.top_phys
+        if offered is not None and offered.bounds == (self.window_ms, self.max_keys):
+            self._entries, above = offered.window._entries, offered.top_phys
+            floor = offered.source.cut_floor_since(offered.cuts)   # cut since the offer
+            if floor is not None:
+                above = min(above, _prune_from(self._entries, floor))
         found, props, _ = _walk(store, self.window_ms, self.max_keys, self.clock, above)
         self._remember_oldest_first(found, props)
         log.info("duplicate window rebuilt from the key index: %d keys (%s) in %.0f ms",
@@ -236,6 +241,17 @@ def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, sto
     return found, found_props, top
 
 
+def _prune_from(entries: OrderedDict, floor: int) -> int:
+    """Drop the entries of records at or past `floor` (a cut of the log): a shadow's entries
+    are in log order, so from the newest back. Returns the highest offset below the cut."""
+    while entries:
+        key = next(reversed(entries))
+        if entries[key][E_PHYS] < floor:
+            break
+        entries.popitem(last=True)
+    return floor - 1
+
+
 class ShadowWindow:
     """A window a slave keeps current off the loop for the send path to adopt (rule 6).
 
@@ -247,9 +263,10 @@ class ShadowWindow:
 
     refresh() runs in one worker thread at a time (the caller awaits it); it reads the store
     as the send path's rebuild does, alongside the dispatcher that appends the index. The
-    shadow survives a change of master; only a cut of the log (note_cut, from the store's cut
-    listener, any thread) voids it: a pass that overlapped one is thrown away, and nothing is
-    offered until a pass ran after it.
+    shadow survives a change of master. A cut of the log (note_cut, from the store's cut
+    listener, any thread) drops the entries of the records it removed, before and after each
+    pass and when an offered window is adopted; the entries are kept in log order, so that
+    costs only the entries dropped.
     """
 
     def __init__(self, window_ms: int, max_keys: int):
@@ -258,11 +275,21 @@ class ShadowWindow:
         self.top_phys = -1      # newest index entry the window has walked (-1: not built)
         self.enabled = self.window.enabled
         self.cuts = 0           # log cuts seen (note_cut)
-        self._cuts_walked = 0   # `cuts` when the window's last pass began
+        self._cut_log: deque = deque(maxlen=_CUTS_REMEMBERED)   # (cut number, offset)
+        self._cuts_applied = 0  # cuts the window's entries reflect
         self._abort = False
 
-    def note_cut(self, _offset: int = 0) -> None:
+    def note_cut(self, offset: int = 0) -> None:
+        self._cut_log.append((self.cuts + 1, offset))
         self.cuts += 1
+
+    def cut_floor_since(self, applied: int) -> int | None:
+        """The lowest offset cut after cut number `applied` (None: no cut since; 0 when
+        too many to know)."""
+        newer = [off for n, off in list(self._cut_log) if n > applied]
+        if self.cuts - applied > len(newer):
+            return 0
+        return min(newer) if newer else None
 
     def abort_pass(self, abort: bool = True) -> None:
         """Make a running pass end at once, its work discarded (abort_pass(False) undoes)."""
@@ -270,38 +297,43 @@ class ShadowWindow:
 
     @property
     def built(self) -> bool:
-        return self.top_phys >= 0 and self._cuts_walked == self.cuts
+        return self.top_phys >= 0
+
+    def _apply_cuts(self) -> None:
+        cuts = self.cuts
+        floor = self.cut_floor_since(self._cuts_applied)
+        if floor is not None:
+            self.top_phys = min(self.top_phys, _prune_from(self.window._entries, floor))
+        self._cuts_applied = cuts
 
     def refresh(self, store) -> int:
         """Walk the index entries newer than the last pass; returns how many were new."""
         if not self.enabled or store.index is None:
             return 0
-        cuts = self.cuts
-        if cuts != self._cuts_walked:
-            self.reset()
+        self._apply_cuts()
         w = self.window
         found = _walk(store, w.window_ms, w.max_keys, w.clock, self.top_phys,
                       lambda: self._abort)
         if found is None:
             return 0            # aborted: the window is as the last pass left it
-        if cuts != self.cuts:   # the log was cut during the walk: start over next time
-            self.reset()
-            return 0
         w._remember_oldest_first(found[0], found[1])
-        self.top_phys, self._cuts_walked = found[2], cuts
+        self.top_phys = max(self.top_phys, found[2])
+        self._apply_cuts()      # a cut during the walk: its entries go again
         return len(found[0])
 
     def reset(self) -> None:
         self.window = DedupWindow(*self.bounds)
         self.top_phys = -1
-        self._cuts_walked = self.cuts
+        self._cuts_applied = self.cuts
 
     def offer(self, store) -> bool:
         """Hand the window to the next rebuild() of `store`; this shadow starts over (the send
         path keeps the window current from now on)."""
         offered = self.enabled and self.built
         if offered:
-            _shadows[store] = _Offered(self.bounds, self.window, self.top_phys)
+            self._apply_cuts()
+            _shadows[store] = _Offered(self.bounds, self.window, self.top_phys, self,
+                                       self._cuts_applied)
         self.reset()
         return offered
 
@@ -315,6 +347,8 @@ class _Offered(NamedTuple):
     bounds: tuple[int, int]
     window: DedupWindow
     top_phys: int
+    source: ShadowWindow
+    cuts: int              # the source's cuts the window reflects
 
 
 _shadows: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # store -> _Offered

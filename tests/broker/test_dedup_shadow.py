@@ -70,7 +70,7 @@ def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(store):
     assert_stored_once(adopted, kept=7, new=9999)
 
 
-def test_a_cut_log_voids_the_shadow(store):
+def test_a_cut_drops_the_shadows_entries_past_it(store):
     put(store, range(100))
     cut_at = store.max_offset
     put(store, range(100, 200))
@@ -78,13 +78,31 @@ def test_a_cut_log_voids_the_shadow(store):
     store.cut_listener = shadow.note_cut
     shadow.refresh(store)
     store.truncate(cut_at)          # a new epoch cut the tail the shadow had seen
-    assert not shadow.offer(store)  # not offered before a pass after the cut
     put(store, range(500, 600))     # other records where the cut ones were
     shadow.refresh(store)
+    assert len(shadow.window) == 200
     assert shadow.offer(store)
     w = DedupWindow(WINDOW_MS, KEYS)
     assert w.rebuild(store) == 200
     assert_stored_once(w, kept=550, new=150)   # 150 was cut: stored again
+    assert_stored_once(w, kept=99, new=199)
+
+
+def test_a_cut_after_the_offer_is_applied_when_the_window_is_adopted(store):
+    put(store, range(100))
+    cut_at = store.max_offset
+    put(store, range(100, 120))
+    shadow = ShadowWindow(WINDOW_MS, KEYS)
+    store.cut_listener = shadow.note_cut
+    shadow.refresh(store)
+    assert shadow.offer(store)
+    store.truncate(cut_at)          # e.g. a partial tail cut as the node is promoted
+    put(store, range(700, 705))
+    w = DedupWindow(WINDOW_MS, KEYS)
+    with CountingReads(store) as c:
+        assert w.rebuild(store) == 105
+    assert c.reads == 5
+    assert_stored_once(w, kept=702, new=110)
 
 
 def test_an_offer_is_adopted_only_by_a_window_with_the_same_bounds(store):
@@ -118,5 +136,3 @@ def test_a_shadow_survives_a_change_of_master_without_a_cut(store):
     shadow.refresh(store)
     shadow.withdraw(store)          # following another master: nothing was cut
     assert shadow.built and len(shadow.window) == 100
-    store.truncate(store.max_offset)   # a cut, even at the end, voids it
-    assert not shadow.built
