@@ -70,13 +70,20 @@ def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(store):
     assert_stored_once(adopted, kept=7, new=9999)
 
 
-def test_a_cut_drops_the_shadows_entries_past_it(store):
-    put(store, range(100))
+def shadow_over(store, kept: range, cut: range):
+    """(shadow, offset): a built shadow over `kept` then `cut` messages, and the offset
+    between the two (where a cut would go); the shadow hears of the store's cuts."""
+    put(store, kept)
     cut_at = store.max_offset
-    put(store, range(100, 200))
+    put(store, cut)
     shadow = ShadowWindow(WINDOW_MS, KEYS)
     store.cut_listener = shadow.note_cut
     shadow.refresh(store)
+    return shadow, cut_at
+
+
+def test_a_cut_drops_the_shadows_entries_past_it(store):
+    shadow, cut_at = shadow_over(store, range(100), range(100, 200))
     store.truncate(cut_at)          # a new epoch cut the tail the shadow had seen
     put(store, range(500, 600))     # other records where the cut ones were
     shadow.refresh(store)
@@ -89,12 +96,7 @@ def test_a_cut_drops_the_shadows_entries_past_it(store):
 
 
 def test_a_cut_after_the_offer_is_applied_when_the_window_is_adopted(store):
-    put(store, range(100))
-    cut_at = store.max_offset
-    put(store, range(100, 120))
-    shadow = ShadowWindow(WINDOW_MS, KEYS)
-    store.cut_listener = shadow.note_cut
-    shadow.refresh(store)
+    shadow, cut_at = shadow_over(store, range(100), range(100, 120))
     assert shadow.offer(store)
     store.truncate(cut_at)          # e.g. a partial tail cut as the node is promoted
     put(store, range(700, 705))
