@@ -64,7 +64,8 @@ class ClusterNode:
         The root is left alone: other clusters may share it."""
         p, root = self.paths, self.cfg.zookeeper.root.rstrip("/")
         cluster = f"{root}/{self.cfg.cluster_name}"
-        paths = [cluster, f"{cluster}/groups", p.base, p.state, p.members, p.topics, p.handoff]
+        paths = [cluster, f"{cluster}/groups", p.base, p.state, p.members, p.topics, p.handoff,
+                 p.down]
         paths += [p.topic(t) for t in await self.session.children(p.topics)]
         await self.session.tighten_acls(paths)
 
