@@ -103,3 +103,27 @@ def test_a_live_master_voted_down_acknowledges_nothing_more(tmp_path, zk_hosts, 
             for n in nodes:
                 await n.close()
     asyncio.run(main())
+
+
+def test_an_election_round_ends_once_every_in_sync_member_published(tmp_path, zk_hosts, paths):
+    """Rule 5 of coordinator/member.py: a 5 s settle wait is cut short when every live
+    in-sync member has published its log end for the round (not a fast takeover: the old
+    master's session is closed, as on a clean stop)."""
+    async def main():
+        nodes = await start_group(tmp_path, zk_hosts, paths, settle_ms=5000)
+        a, b, c = nodes
+        try:
+            await wait_until(lambda: a.member.master_epoch == 1 and b.member.following
+                             and c.member.following, 30, "group up")
+            await wait_until(lambda: len(a.member.isr.members()) == 3, 10, "isr of 3")
+            await put_acked(a, range(20))
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+            await a.crash()   # its session closes: the leader node goes at once
+            await wait_until(lambda: b.member.master_epoch or c.member.master_epoch, 10,
+                             "a new master")
+            assert loop.time() - t0 < 2.5   # well inside the 5 s settle wait
+        finally:
+            for n in nodes:
+                await n.close()
+    asyncio.run(main())

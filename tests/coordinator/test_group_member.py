@@ -32,7 +32,7 @@ class Node:
                             on_fenced=lambda e: holder["m"].on_replica_fenced(e))
         self.member = GroupMember(self.session, self.paths, self.name,
                                   HAReplica(self.ha, self.store), addr=f"127.0.0.1:{1000}",
-                                  settle_ms=100, recheck_ms=300, **self.member_kw)
+                                  **{"settle_ms": 100, "recheck_ms": 300, **self.member_kw})
         holder["m"] = self.member
         await self.member.start()
         return self
