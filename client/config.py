@@ -47,6 +47,9 @@ class ClientConfig:
     heartbeat_interval_s: float = 30.0  # heartbeatBrokerInterval (spec 9 #21)
     # A route with a masterless group (an election) is re-fetched this often (TideMQ only).
     degraded_route_refresh_s: float = 0.5
+    # Sends waiting this long with nothing heard from their broker make the producer re-fetch
+    # the route and leave that broker if it is no longer the master (TideMQ only).
+    stalled_send_refresh_s: float = 0.5
     timeout_sweep_interval_s: float = 0.05  # how late a timed-out request may be failed
     # client.security.ClientSecurity (ACL signing, TLS); None = the process default (the CLI's).
     security: object = None
@@ -62,7 +65,7 @@ class ClientConfig:
             out.append(f"header_format must be one of {HEADER_FORMATS}, got {self.header_format!r}")
         for name in ("request_timeout_s", "connect_timeout_s", "route_timeout_s",
                      "route_refresh_interval_s", "heartbeat_interval_s", "timeout_sweep_interval_s",
-                     "degraded_route_refresh_s"):
+                     "degraded_route_refresh_s", "stalled_send_refresh_s"):
             if not getattr(self, name) > 0:
                 out.append(f"{name} must be > 0")
         return out

@@ -187,6 +187,12 @@ class RemotingConnection(asyncio.Protocol):
                 self._drain_waiter = self._loop.create_future()
             await asyncio.shield(self._drain_waiter)
 
+    def abort(self, exc):
+        """Drop the connection now, unsent bytes included: close() would wait for a peer that
+        stopped reading. Pending requests fail with `exc`."""
+        if not self._closed:
+            self._abort(exc)
+
     def close(self, exc=None):
         if not self._closed and self._transport is not None:
             self._close_exc = exc

@@ -15,7 +15,13 @@ Rules:
 4. Concurrent refreshes of one topic share one request; a forced refresh is skipped if the
    route was fetched less than `MIN_REFRESH_GAP_S` ago (a burst of failures costs one query).
 5. A route naming a group without a master (cluster mode, during an election) is fetched
-   again every `degraded_route_refresh_s`; not-master and connection errors refresh at once.
+   again every `degraded_route_refresh_s`; not-master, connection errors and request
+   timeouts refresh at once.
+6. master_moved(addr, groups): the producer's question about a master that stopped answering
+   (client/stall_watch.py); `groups` are the broker groups it mastered when the stall began
+   (groups_mastered_by). It re-fetches the routes that hold those groups and says whether one
+   now names another master for them; a route without a master for the group is not a move
+   (the election is still running: keep waiting).
 """
 
 from __future__ import annotations
@@ -190,6 +196,21 @@ class RouteTable:
                 await self.refresh(topic, force=True)
             except errors.TideMQError as exc:
                 log.info("route refresh of %r failed: %s", topic, exc)
+
+    def groups_mastered_by(self, addr) -> set[str]:
+        return {name for info in self._publish.values()
+                for name, a in info.master_addrs.items() if a == addr}
+
+    async def master_moved(self, addr, groups: set[str]) -> bool:
+        """Rule 6."""
+        topics = [t for t, info in self._publish.items()
+                  if any(b.broker_name in groups for b in info.route.broker_datas)]
+        for topic in topics:
+            try:
+                await self.refresh(topic, force=True)
+            except errors.TideMQError as exc:
+                log.info("route refresh of %r failed: %s", topic, exc)
+        return any(self.master_addr(g) not in (None, addr) for g in groups)
 
     async def refresh_all(self):
         for topic in list(self.routes) + [t for t in self._publish if t not in self.routes]:

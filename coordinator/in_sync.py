@@ -8,9 +8,13 @@ Until then the tracker counts the union of the old and new sets, so nothing is a
 on a smaller set before the smaller set is durable in ZooKeeper.
 
 Rules:
-1. One write in flight at a time. A proposal is remembered until committed or cancelled (the
-   tracker re-asks removals but not additions): proposals made during a write go into the next
-   one. A removal of a node that is only a pending addition cancels the addition.
+1. One write in flight at a time. A proposal is remembered until committed or cancelled, so
+   one call is enough: proposals made during a write go into the next one, and a write loop
+   that ends with wants still unwritten starts the next at once, whatever the order of the
+   write's completion and the proposal on the loop.
+   A removal of a node that is only a pending addition cancels the addition; a removal of a
+   node the write in flight adds is kept and written next (the answer stays False until the
+   node is out of the committed set).
 2. A write conditioned on a znode version that moved is re-read: the same epoch and master
    means only the version changed (adopt it and retry on the next proposal); a newer epoch or
    another master means this master is fenced: on_fenced(epoch) is called and nothing more is
@@ -41,6 +45,8 @@ class ZkInSyncSet:
         self._state = state
         self._version = version
         self._inflight: asyncio.Task | None = None
+        self._writing: frozenset[str] = frozenset()   # the set the write in flight carries
+        self._stopped = False
         self._want_add: set[str] = set()
         self._want_remove: set[str] = set()
         self.fenced_by: int | None = None
@@ -51,31 +57,37 @@ class ZkInSyncSet:
         return self._state.in_sync | {self.master}
 
     def propose_add(self, node: str) -> bool:
-        if node in self.members():
+        self._want_remove.discard(node)
+        if node in self.members() and not self._write_removes(node):
             self._want_add.discard(node)
             return True
         self._want_add.add(node)
-        self._want_remove.discard(node)
         self._kick()
         return False
 
     def propose_remove(self, node: str) -> bool:
         if node == self.master:
             return False   # the master leaves its set only by losing the role
-        if node not in self.members():
-            self._want_add.discard(node)   # only a pending addition: cancelled
+        self._want_add.discard(node)   # a pending addition is cancelled
+        if node not in self.members() and node not in self._writing:
             self._want_remove.discard(node)
             return True
         self._want_remove.add(node)
-        self._want_add.discard(node)
         self._kick()
         return False
+
+    def _write_removes(self, node: str) -> bool:
+        """The write in flight leaves `node` out (it commits a removal)."""
+        return bool(self._writing) and node not in self._writing
 
     def _target(self) -> frozenset[str]:
         return (self._state.in_sync | self._want_add | {self.master}) - self._want_remove
 
     def _kick(self) -> None:
-        if self.fenced_by is None and self._inflight is None:
+        # A finished task whose done-callback has not run yet counts as no write: its loop
+        # has returned and will not see this proposal.
+        busy = self._inflight is not None and not self._inflight.done()
+        if self.fenced_by is None and not self._stopped and not busy:
             self._inflight = asyncio.get_running_loop().create_task(self._write_loop())
             self._inflight.add_done_callback(self._written)
 
@@ -93,6 +105,7 @@ class ZkInSyncSet:
 
     async def _write(self, wanted: frozenset[str]) -> bool:
         new = self._state.replace(in_sync=wanted)
+        self._writing = wanted
         try:
             stat = await self.session.set(self.state_path, new.encode(), self._version)
         except BadVersionError:
@@ -101,6 +114,8 @@ class ZkInSyncSet:
         except UNREACHABLE + (NoNodeError,) as exc:
             log.warning("in-sync change %s not written (%s); will retry", sorted(wanted), exc)
             return False
+        finally:
+            self._writing = frozenset()
         self._state, self._version = new, stat.version
         self._want_add -= wanted
         self._want_remove -= self._want_remove - wanted
@@ -125,9 +140,14 @@ class ZkInSyncSet:
             self.on_fenced(self.fenced_by)
 
     def _written(self, task: asyncio.Task) -> None:
-        self._inflight = None
-        if not task.cancelled() and task.exception() is not None:
+        if self._inflight is task:
+            self._inflight = None
+        if task.cancelled():
+            return
+        if task.exception() is not None:
             log.error("in-sync write failed", exc_info=task.exception())
+        elif self._target() != self.members():
+            self._kick()    # rule 1: a want that arrived as the loop returned
 
     def adopt(self, state: GroupState, version: int) -> None:
         """The coordinator read a newer version of the same epoch (e.g. after a reconnect)."""
@@ -135,5 +155,6 @@ class ZkInSyncSet:
             self._state, self._version = state, version
 
     def cancel(self) -> None:
+        self._stopped = True
         if self._inflight is not None:
             self._inflight.cancel()

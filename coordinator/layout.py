@@ -5,6 +5,7 @@
     /tidemq/<cluster>/groups/<group>/members/<node>   ephemeral   Member (one per live broker)
     /tidemq/<cluster>/groups/<group>/topics/<topic>   persistent  topic config (TopicConfig JSON)
     /tidemq/<cluster>/groups/<group>/handoff          persistent  {"to": node} (graceful hand-off)
+    /tidemq/<cluster>/groups/<group>/down/<node>      ephemeral   {"epoch": E, "master": m}
 
 GroupState = {"epoch": E, "master": node | null, "in_sync": [node, ...]}
 Leader     = {"node": n, "epoch": E, "addr": "ip:port", "ha_addr": "ip:port" | "", "ready": bool}
@@ -28,6 +29,10 @@ Rules:
    then prefers the named member, which deletes `handoff` once it leads.
 7. With credentials configured every znode above carries a digest ACL for that identity
    (coordinator/zk_security.py): no other identity can change any of it.
+8. `down/<node>` is a member's vote that the master of epoch E is gone (its process no longer
+   listens): when every live in-sync member but the master has voted, the election winner
+   deletes the master's `leader` and takes epoch E+1 in one transaction that checks `state`,
+   the votes and `leader` (coordinator/fast_failover.py, with its safety argument).
 """
 from __future__ import annotations
 
@@ -70,9 +75,13 @@ class GroupPaths:
         self.members = f"{self.base}/members"
         self.topics = f"{self.base}/topics"
         self.handoff = f"{self.base}/handoff"
+        self.down = f"{self.base}/down"
 
     def member(self, node: str) -> str:
         return f"{self.members}/{check_name('node', node)}"
+
+    def vote(self, node: str) -> str:
+        return f"{self.down}/{check_name('node', node)}"
 
     def topic(self, topic: str) -> str:
         return f"{self.topics}/{topic}"

@@ -3,7 +3,9 @@
 Level-triggered: every watch, session change or timer "pokes" one reconcile pass that reads
 the group (state, leader, members) and moves the replica towards what it says:
 
-    leader is another node, ready     -> follow(leader.ha_addr, leader.epoch)
+    leader is another node, ready     -> follow(leader.ha_addr, leader.epoch); with fast
+                                         failover, take over once the live in-sync members
+                                         all voted it down (coordinator/fast_failover.py)
     leader is me (my session)         -> lead leader.epoch; after SUSPENDED, lead a new epoch
     leader is me (an older session)   -> delete it (the store lock proves that process is dead)
     no leader                         -> publish my log end for this round, wait settle_ms,
@@ -21,6 +23,11 @@ Rules:
 4. The new in-sync set is the winner plus the live members of the old set: all of them hold
    every acknowledged byte, and dropping the dead ones in the same transaction means no write
    waits max_lag_ms for a member that cannot come back.
+5. The settle wait of an election round ends early once every live in-sync member (every live
+   member in a new group) has published its log end for the round: the choice cannot change.
+6. Fast failover (fast_failover.py): a slave whose HA link ends probes the master and votes;
+   the takeover needs every live in-sync vote and is one transaction; votes are withdrawn
+   when their owner follows or leads another epoch.
 """
 from __future__ import annotations
 
@@ -30,11 +37,13 @@ import logging
 import time
 
 from . import election
+from . import fast_failover as ff
 from .in_sync import ZkInSyncSet
 from .layout import GroupPaths, GroupState, LayoutError, Leader, Member
 from .zk import UNREACHABLE, NodeExistsError, NoNodeError, ZkSession, stop_task
 
 log = logging.getLogger("tidemq.coordinator.member")
+SETTLE_POLL_S = 0.02   # how often a settling round re-reads the members (rule 5)
 
 
 def _handoff_target(data: bytes | None) -> str | None:
@@ -55,7 +64,8 @@ def parse_addr(addr: str) -> tuple[str, int]:
 class GroupMember:
     def __init__(self, session: ZkSession, paths: GroupPaths, node: str, replica, *,
                  broker_id: int = 0, addr: str = "", unclean_election: bool = False,
-                 settle_ms: int = 300, recheck_ms: int = 1000, handoff_wait_ms: int = 5000):
+                 settle_ms: int = 300, recheck_ms: int = 1000, handoff_wait_ms: int = 5000,
+                 fast_failover: bool = False):
         self.session = session
         self.paths = paths
         self.node = node
@@ -73,6 +83,9 @@ class GroupMember:
         self.isr: ZkInSyncSet | None = None
         self.elections_won = 0
         self.unclean_wins = 0
+        self.fast_takeovers = 0
+        self.fast = ff.FastFailover(session, paths, node) if fast_failover else None
+        self._leader: Leader | None = None      # the other node's leader document I follow
         self._elected: tuple[GroupState, int] | None = None
         self._registered = False
         self._round_published: int | None = None
@@ -86,6 +99,11 @@ class GroupMember:
     async def start(self) -> None:
         for path in (self.paths.members, self.paths.topics):
             await self.session.ensure_path(path)
+        if self.fast is not None:
+            await self.fast.start()
+            watch = getattr(self.replica, "watch_master_link", None)
+            if watch is not None:
+                watch(self._on_link_lost)
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-member")
         self._task.add_done_callback(self._died)
 
@@ -125,6 +143,22 @@ class GroupMember:
         log.warning("replica fenced by epoch %d", epoch)
         self.poke()
 
+    def _on_link_lost(self) -> None:
+        """The replica's HA link to the master ended (rule 6): probe, maybe vote."""
+        leader = self._leader
+        if self.fast is None or leader is None or self._stopping:
+            return
+        asyncio.get_running_loop().create_task(self._suspect(leader), name="suspect-master")
+
+    async def _suspect(self, leader: Leader) -> None:
+        try:
+            if await self.fast.suspect(leader, lambda: self._leader == leader, self.publish):
+                self.poke()
+        except UNREACHABLE as exc:
+            log.info("could not vote on the master (ZooKeeper unreachable): %s", exc)
+        except Exception:
+            log.exception("voting on the master failed")
+
     def isr_factory(self, epoch: int) -> ZkInSyncSet:
         """HAService's isr_factory: the in-sync set written by the election of `epoch`."""
         state, version = self._elected
@@ -162,10 +196,14 @@ class GroupMember:
         if ldata is not None:
             leader = Leader.decode(ldata)
             if leader.node == self.node:
+                self._leader = None
                 await self._my_leader(leader, lstat, state, sver, members)
             else:
                 await self._other_leader(leader)
+                if self.fast is not None:
+                    await self._maybe_take_over(leader, lstat, state, sver, members)
         else:
+            self._leader = None
             await self._no_leader(state, sver, members)
         await self.publish()
 
@@ -227,8 +265,36 @@ class GroupMember:
         target = (leader.node, leader.epoch, leader.ha_addr)
         if leader.ready and leader.ha_addr and self.following != target:
             log.info("following %s (%s) in epoch %d", leader.node, leader.ha_addr, leader.epoch)
+            if self.fast is not None:
+                await self.fast.withdraw()     # rule 6: a vote for an earlier master
+            self._leader = leader
             await self.replica.follow(parse_addr(leader.ha_addr), leader.epoch)
             self.following = target
+
+    async def _maybe_take_over(self, leader: Leader, lstat, state: GroupState, sver: int,
+                               members: dict) -> None:
+        """Rule 6: the takeover, when every live in-sync member voted `leader` down and the
+        choice among them is me."""
+        if (not leader.ready or self.fast.voted != (leader.epoch, leader.node)
+                or self.node not in ff.voters_needed(state, leader, members)):
+            return   # no takeover without my own vote: no reads while all is well
+        votes, versions = await self.fast.votes(self._watch)
+        voters = ff.agreed(state, leader, members, votes)
+        if not voters or ff.takeover_winner(state, voters, members) != self.node:
+            return
+        epoch = election.next_epoch(state, members)
+        new = GroupState(epoch, self.node, frozenset(voters | {self.node}))
+        results = await self.fast.take_over(state, sver, lstat.version, voters, versions, new,
+                                            Leader(self.node, epoch, self.addr))
+        if any(isinstance(r, Exception) for r in results):
+            log.info("fast takeover of epoch %d lost a race: %s", epoch, results)
+            return
+        log.warning("took over from %s (epoch %d), voted down by %s: leading epoch %d",
+                    leader.node, leader.epoch, sorted(voters), epoch)
+        self.fast_takeovers += 1
+        self._leader = None
+        self._elected = (new, sver + 1)
+        await self._lead(epoch)
 
     async def _no_leader(self, state: GroupState, sver: int, members: dict) -> None:
         if self.master_epoch is not None:
@@ -238,7 +304,7 @@ class GroupMember:
             # Publish my log end for this round and give the others settle_s to do the same.
             self._round_published = state.epoch
             await self.publish(force=True)
-            await asyncio.sleep(self.settle_s)
+            await self._settle(state)
             self.poke()
             return
         choice = election.choose(state, members, self.unclean_election, self.handoff_to)
@@ -247,6 +313,18 @@ class GroupMember:
                 log.warning("group %s cannot elect: %s", self.paths.name, choice.reason)
             return
         await self._try_win(state, sver, members, choice)
+
+    async def _settle(self, state: GroupState) -> None:
+        """Rule 5: wait settle_s, or until every candidate published for this round."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settle_s
+        while loop.time() < deadline:
+            members = await self._read_members()
+            new_group = state.epoch == 0 and state.master is None
+            pool = [m for n, m in members.items() if new_group or n in state.in_sync]
+            if pool and all(m.election_round == state.epoch for m in pool):
+                return
+            await asyncio.sleep(min(SETTLE_POLL_S, max(0.0, deadline - loop.time())))
 
     async def _try_win(self, state, sver, members, choice) -> None:
         epoch = election.next_epoch(state, members)
@@ -328,6 +406,8 @@ class GroupMember:
         self.elections_won += 1
         await self.session.set(self.paths.leader,
                                Leader(self.node, epoch, self.addr, ha_addr, True).encode())
+        if self.fast is not None:
+            await self.fast.withdraw()
 
     async def _step_down(self) -> None:
         self.replica.fence()

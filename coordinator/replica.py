@@ -24,6 +24,9 @@ class Replica(Protocol):
     def progress(self) -> dict:
         """role, epoch, last_epoch, max_offset, acked_offset, confirmed_offset."""
 
+    def watch_master_link(self, fn) -> None:
+        """fn() whenever a slave's link to its master ends (fast failover's signal)."""
+
 
 class HAReplica:
     def __init__(self, ha, store):
@@ -39,6 +42,9 @@ class HAReplica:
 
     def fence(self) -> None:
         self.ha.fence()
+
+    def watch_master_link(self, fn) -> None:
+        self.ha.on_link_lost = fn
 
     async def step_down(self) -> None:
         await self.ha.stop()

@@ -147,6 +147,8 @@ class InSyncTracker:
                 self.joining.discard(node)
                 if self._should_leave(p, now_ms, master_max) or node in self.pending_remove:
                     self._remove(node)
+                elif node not in members and self.isr.propose_add(node):
+                    self.pending_add.discard(node)   # rule 6: asked again until committed
             elif not self._caught_up(p, now_ms, master_max):
                 self.joining.discard(node)
             elif p.acked < self._floor():

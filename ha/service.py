@@ -82,6 +82,7 @@ class HAService:
         # The coordinator passes isr_factory(epoch) -> InSyncSet to own the in-sync set.
         self.isr_factory = isr_factory or (lambda epoch: LocalInSyncSet({config.node_id}))
         self.on_fenced_callback = on_fenced
+        self.on_link_lost = None   # fn(): a slave's link to its master ended (transport.py)
         self.role = NONE
         self.epoch = self.history.last_epoch
         self.listen_port = 0
@@ -150,6 +151,7 @@ class HAService:
         host, port = master_addr
         self._client = SlaveClient(self.config, host, port, epoch, self.history,
                                    self.epoch_file, self.store, ssl=self.client_ssl)
+        self._client.on_lost = self._master_link_lost
         self._client.start()
         self.role = SLAVE
         log.info("HA: following %s:%d in epoch %d", host, port, epoch)
@@ -157,6 +159,10 @@ class HAService:
     async def stop(self) -> None:
         await self._stop_roles()
         self.role = NONE
+
+    def _master_link_lost(self) -> None:
+        if self.role == SLAVE and self.on_link_lost is not None:
+            self.on_link_lost()
 
     async def _stop_roles(self) -> None:
         if self._server is not None:

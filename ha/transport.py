@@ -233,6 +233,9 @@ class SlaveClient:
         self._lock = asyncio.Lock()
         self._writer: asyncio.StreamWriter | None = None
         self._closing = False
+        # fn() on the loop when the link to the master ended or a connect was refused: the
+        # coordinator's fast-failover signal (coordinator/fast_failover.py rule 1).
+        self.on_lost = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="ha-slave")
@@ -274,6 +277,8 @@ class SlaveClient:
                 self.config.peer_timeout_ms / 1000)
         except (TimeoutError, OSError) as e:
             self.last_error = f"connect to {self.host}:{self.port}: {e!r}"
+            if isinstance(e, ConnectionRefusedError):
+                self._link_lost()
             return False
         self.connects += 1
         self._writer = writer
@@ -320,7 +325,16 @@ class SlaveClient:
             await asyncio.gather(ticker, return_exceptions=True)
             writer.close()
         self.epoch = max(self.epoch, session.epoch)
+        if session.accepted:
+            self._link_lost()
         return session.refused_reason is not None
+
+    def _link_lost(self) -> None:
+        if self.on_lost is not None and not self._closing:
+            try:
+                self.on_lost()
+            except Exception:   # the listener's bug must not stop replication
+                log.exception("HA link-lost listener failed")
 
     async def _tick_loop(self, session: SlaveSession, writer) -> None:
         interval = self.config.tick_interval_ms / 1000

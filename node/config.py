@@ -88,7 +88,12 @@ class ZooKeeperConfig:
     unclean_election: bool = _f(False, "Let a member outside the in-sync set become master when "
                                        "no in-sync member is alive (logged as data loss).")
     election_settle_ms: int = _f(300, "After the master's node vanishes, members publish their "
-                                      "log end and wait this long before the winner is picked.")
+                                      "log end and wait at most this long (less once every "
+                                      "in-sync member has) before the winner is picked.")
+    fast_failover: bool = _f(True, "SYNC_MASTER groups: when every live in-sync slave finds the "
+                                   "master's ports refusing connections (its process is gone), "
+                                   "they replace it through ZooKeeper at once instead of waiting "
+                                   "for its session to expire (coordinator/fast_failover.py).")
     auth_file: str = _f("", "File holding the ZooKeeper digest credentials 'user:password' "
                             "(instead of auth). With credentials, TideMQ's znodes get digest ACLs.")
     acl_world_read: bool = _f(True, "With credentials: anyone may read TideMQ's znodes (name "

@@ -15,7 +15,8 @@ Rules:
    `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
    re-fetched first on `refresh_route` errors; one attempt waits at most
    min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
-   broker-side duplicate window (issue 4) sees the retry. Oneway sends never retry.
+   broker-side duplicate window sees the retry. Oneway sends never retry. A request timeout
+   also re-fetches the route first (the master may have moved while this one hung).
 3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
    whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
    send that fails after retries carries `maybe_stored` True if ANY attempt may have been
@@ -24,6 +25,14 @@ Rules:
    template and writes without creating a task; the reply resolves the user's future directly.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
    never are (spec remoting.md 3.2).
+6. A master that stops answering while its connection stays open (client/stall_watch.py)
+   makes the producer re-fetch the routes of the groups it mastered (at most every 0.1 s);
+   once a route names another master for such a group, the connection is dropped and its
+   sends are retried there at once (maybe_stored, same UNIQ_KEY: the new master's duplicate
+   window sees them). A route naming no master yet is waited out: the election still runs.
+7. A SendResult names the queue of the broker's reply (queueId), as Java's does: a retry the
+   broker answers from its duplicate window was stored by an earlier attempt, maybe in
+   another queue of the group, and the reply's offset is that queue's.
 """
 
 from __future__ import annotations
@@ -43,9 +52,11 @@ from tidemq.protocol.codes import FLAG_ONEWAY
 from tidemq.protocol.record import PROP_UNIQ_KEY
 from tidemq.protocol.route_json import HeartbeatData
 from tidemq.remoting_client import serialize_type_for
+from tidemq.stall_watch import StallWatch
 from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
+STALL_CHECK_S = 0.05  # how often stalled addresses are looked for (rule 6)
 
 
 class SendStatus(enum.Enum):
@@ -103,7 +114,7 @@ class _SendOp:
     exc)) exactly once."""
 
     __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
-                 "mq", "addr", "maybe_stored")
+                 "mq", "addr", "maybe_stored", "waiting_on")
 
     def __init__(self, producer, prep, fut, deadline, retries, select):
         self.p = producer
@@ -116,6 +127,7 @@ class _SendOp:
         self.mq = None
         self.addr = None
         self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
+        self.waiting_on = None  # the address of the attempt written and not yet ended (rule 6)
 
     def attempt_fast(self):
         p = self.p
@@ -137,7 +149,7 @@ class _SendOp:
         p = self.p
         try:
             if exc is not None:
-                if exc.refresh_route:
+                if exc.refresh_route or isinstance(exc, errors.RequestTimeout):
                     await p._instance.routes.refresh(self.prep.topic)
                 elif isinstance(exc, (errors.SystemBusy, errors.FlowControl)):
                     await asyncio.sleep(p.config.retry_backoff_s)
@@ -168,12 +180,17 @@ class _SendOp:
         self.mq = mq
         self.addr = conn.addr
         opaque = conn.next_opaque()
+        self.waiting_on = conn.addr
+        p._stalls.sent(conn.addr)
         head = p._template(prep.topic, prep.batch).frame_head(
             opaque, mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag, prep.props_wire,
             len(prep.body))
         conn.request_raw(opaque, head, prep.body, timeout_s, self.on_reply)
 
     def on_reply(self, cmd, exc):
+        if self.waiting_on is not None:
+            self.p._stalls.ended(self.waiting_on, cmd is not None)
+            self.waiting_on = None
         if exc is None:
             status = _STATUS_BY_CODE.get(cmd.code)
             if status is not None:
@@ -182,8 +199,9 @@ class _SendOp:
                     queue_offset = int(ext.get("queueOffset", -1))
                 except ValueError:
                     queue_offset = -1
-                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"), self.mq,
-                                    queue_offset, ext.get("MSG_REGION"), ext.get("transactionId"))
+                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"),
+                                    self._reply_queue(ext), queue_offset, ext.get("MSG_REGION"),
+                                    ext.get("transactionId"))
                 self.p._inflight -= 1
                 fut = self.fut
                 if fut.__class__ is asyncio.Future:
@@ -202,6 +220,18 @@ class _SendOp:
             self.p._instance.spawn(self._attempt_slow(exc), name="send-retry")
             return
         self._finish_exc(exc)
+
+    def _reply_queue(self, ext):
+        """The queue the broker names (rule 7): a retry answered from the duplicate window
+        names the original's queue, which may not be the one this attempt asked for."""
+        mq, qid = self.mq, ext.get("queueId")
+        if mq is None or qid is None:
+            return mq
+        try:
+            qid = int(qid)
+        except ValueError:
+            return mq
+        return mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
 
     def _finish_exc(self, exc):
         self.p._inflight -= 1
@@ -250,6 +280,8 @@ class Producer(AsyncLifecycle):
         self._closing = False
         self._known_brokers = set()
         self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
+        self._stalls = None  # StallWatch, from start()
+        self._stalled_groups = {}  # stalled address -> the broker groups it mastered (rule 6)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self):
@@ -260,6 +292,8 @@ class Producer(AsyncLifecycle):
         self._instance = ClientInstance(cfg, self._heartbeat_data, default_topic=cfg.default_topic,
                                         default_topic_queue_nums=cfg.default_topic_queue_nums)
         self._instance.start_timers()
+        self._stalls = StallWatch(self._loop.time)
+        self._instance.every(STALL_CHECK_S, self._leave_stalled, "stalled-sends")
         return self
 
     async def shutdown(self):
@@ -271,6 +305,24 @@ class Producer(AsyncLifecycle):
             await asyncio.sleep(0.01)
         await self._instance.unregister(producer_group=self.config.group)
         await self._instance.close()
+
+    async def _leave_stalled(self):
+        """Rule 6: drop the connection to a stalled address the route no longer names."""
+        routes, watched = self._instance.routes, self._stalled_groups
+        stalled = self._stalls.stalled(self.config.stalled_send_refresh_s)
+        for addr in [a for a in watched if a not in stalled]:
+            del watched[addr]                  # it answered again
+        for addr in stalled:
+            groups = watched.setdefault(addr, routes.groups_mastered_by(addr))
+            if not groups or not await routes.master_moved(addr, groups):
+                continue
+            del watched[addr]
+            conn = self._instance.remoting.connection_nowait(addr)
+            if conn is not None:
+                log.warning("%s stopped answering and the route names another master: "
+                            "moving its sends", addr)
+                conn.abort(errors.ConnectionError(
+                    f"{addr} stopped answering; the master moved", addr=addr))
 
     def _heartbeat_data(self):
         return HeartbeatData(self._instance.client_id, producer_groups=[self.config.group])

@@ -1,7 +1,7 @@
 """`tidemq namesrv`: a name server that serves the ZooKeeper view of one cluster.
 
     tidemq namesrv --zk 127.0.0.1:2181 --cluster DefaultCluster --listen 127.0.0.1:9876 \
-                   --http-port 9877
+                   --http 127.0.0.1:9877
 
 Run several: they hold no state of their own (coordinator/view.py reads ZooKeeper). Answers
 GET_ROUTEINFO_BY_TOPIC (105) and GET_BROKER_CLUSTER_INFO (106) over the RocketMQ remoting

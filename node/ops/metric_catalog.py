@@ -177,6 +177,9 @@ METRICS: tuple[MetricSpec, ...] = (
        CLUSTER),
     _m("tidemq_unclean_elections_total", "counter", [], "Elections won outside the in-sync set "
        "(possible data loss).", COORDINATOR, CLUSTER),
+    _m("tidemq_fast_takeovers_total", "counter", [], "Elections this node won by fast failover "
+       "(every live in-sync slave found the old master's ports closed; "
+       "coordinator/fast_failover.py).", COORDINATOR, CLUSTER),
     # -- name server (`tidemq namesrv` /metrics, node/broker_metrics.NameServerCollector;
     #    it also exports tidemq_zk_session_state, tidemq_requests_total and process_*) ---------
     _m("tidemq_namesrv_group_has_master", "gauge", ["broker_group"], "1 while the group's "

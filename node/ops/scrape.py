@@ -209,6 +209,8 @@ class BrokerCollector:
                        m.get("elections_won") or 0)
         yield _counter("tidemq_unclean_elections", "Elections won outside the in-sync set.",
                        m.get("unclean_wins") or 0)
+        yield _counter("tidemq_fast_takeovers", "Elections won by fast failover.",
+                       m.get("fast_takeovers") or 0)
 
 
 def _delay_pending(b) -> int:

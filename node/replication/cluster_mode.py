@@ -18,6 +18,9 @@ Rules:
    epoch; a send to any other node gets an error the SDK treats as "refresh the route".
 4. While not master, the broker's topic table follows the group's topics in ZooKeeper
    (coordinator/topics.py TopicWatch); from become_master on, it is what this node writes.
+5. Fast failover (coordinator/fast_failover.py) only under SYNC_MASTER: there a master cannot
+   acknowledge without its in-sync slaves, which is what makes replacing a live-session master
+   safe. ASYNC_MASTER groups wait for the old master's session to expire.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from tidemq.coordinator.layout import ClusterPaths
 from tidemq.coordinator.member import GroupMember
 from tidemq.coordinator.topics import TopicWatch, ZkTopicConfigStore
 from tidemq.coordinator.zk import ZkSession
+from tidemq.ha.config import SYNC_MASTER
 from tidemq.node.security.settings import zk_security
 from tidemq.node.topics import TopicConfig
 
@@ -44,6 +48,11 @@ class ClusterNode:
         self.topics_store: ZkTopicConfigStore | None = None
         self.topic_watch: TopicWatch | None = None   # while not master (rule 4)
 
+    @property
+    def fast_failover(self) -> bool:
+        """Rule 5."""
+        return self.cfg.zookeeper.fast_failover and self.cfg.ha.replication_mode == SYNC_MASTER
+
     async def connect(self) -> None:
         await self.session.start()
         log.info("ZooKeeper session 0x%x to %s (timeout %.1f s), group %s", self.session.session_id or 0,
@@ -55,7 +64,8 @@ class ClusterNode:
         The root is left alone: other clusters may share it."""
         p, root = self.paths, self.cfg.zookeeper.root.rstrip("/")
         cluster = f"{root}/{self.cfg.cluster_name}"
-        paths = [cluster, f"{cluster}/groups", p.base, p.state, p.members, p.topics, p.handoff]
+        paths = [cluster, f"{cluster}/groups", p.base, p.state, p.members, p.topics, p.handoff,
+                 p.down]
         paths += [p.topic(t) for t in await self.session.children(p.topics)]
         await self.session.tighten_acls(paths)
 
@@ -86,7 +96,8 @@ class ClusterNode:
         self.member = GroupMember(self.session, self.paths, node_id, replica,
                                   broker_id=self.cfg.broker_id, addr=addr,
                                   unclean_election=zk.unclean_election,
-                                  settle_ms=zk.election_settle_ms)
+                                  settle_ms=zk.election_settle_ms,
+                                  fast_failover=self.fast_failover)
         await self.member.start()
 
     async def stop(self) -> None:
@@ -101,7 +112,8 @@ class ClusterNode:
         return {"zookeeper": self.session.state,
                 "master_epoch": m.master_epoch if m else None,
                 "elections_won": m.elections_won if m else 0,
-                "unclean_wins": m.unclean_wins if m else 0}
+                "unclean_wins": m.unclean_wins if m else 0,
+                "fast_takeovers": m.fast_takeovers if m else 0}
 
 
 class _RoleHooks:

@@ -29,9 +29,16 @@ Rules:
    dispatched and applied; before that they would start from older progress (repeats).
 7. The secret is read from ha.secret_file or the ha.secret_env variable and never logged;
    HAConfig's repr leaves it out.
+8. The duplicate window (node/sending/dedup.py rule 6) is kept current off the loop while this node is
+   a slave (a pass every SHADOW_REFRESH_S in a worker thread) and caught up once more at the
+   start of become_master; the send path then adopts it at its first write and walks only the
+   index entries written since (a few), instead of every remembered record on the loop. A
+   pass still running is aborted, never waited for, and a shadow not built yet (a full pass
+   after a restart or a cut) is left to the first write, as before.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -40,11 +47,13 @@ from tidemq.ha.config import SYNC_MASTER, HAConfig, HAConfigError
 from tidemq.ha.service import FENCED, MASTER, SLAVE, HAService
 from tidemq.node.replication.static_group import slave_broker_ids
 from tidemq.node.security.settings import ha_tls
+from tidemq.node.sending.dedup import ShadowWindow
 
 log = logging.getLogger("tidemq.replication")
 ROLES = ("standalone", "MASTER", "SLAVE", "cluster")  # cluster: ZooKeeper drives (node/replication/cluster_mode.py)
 # Java's accessMessageInMemoryMaxRatio (40% of RAM): reading further behind than this goes to
 # disk, so the pull is pointed at a slave.
+SHADOW_REFRESH_S = 1.0   # a slave's duplicate-window pass (rule 8)
 HOT_BYTES = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.40)
 
 
@@ -174,6 +183,10 @@ class Replication:
         self.service.on_fenced_callback = self._fenced
         store.put_refusal = "this broker has no replication role yet"
         store.after_put = self.service.notify_appended        # rule 3
+        self.dedup_shadow = ShadowWindow(cfg.dedup_window_ms, cfg.dedup_window_keys)  # rule 8
+        self._shadow_task: asyncio.Task | None = None
+        self._shadow_pass: asyncio.Future | None = None
+        self._on_cut = None      # the store's cut listener this object chained in
 
     # -- roles -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -190,6 +203,8 @@ class Replication:
 
     async def become_master(self, epoch: int) -> str:
         self.store.put_refusal = "this broker is becoming master"
+        await self._stop_shadow()
+        await self._offer_shadow()                          # rule 8
         await self.service.become_master(epoch)
         self.master_addr = None
         self.store.put_refusal = None                       # rule 2
@@ -213,16 +228,83 @@ class Replication:
                                   f"only the master takes writes")
         if self.state is not None:
             self.state.on_follow()
+        await self._stop_shadow()
+        self.dedup_shadow.withdraw(self.store)   # an unadopted offer: the log may be cut
         await self.service.follow(master_addr, epoch)
         self.master_addr = master_addr
+        self._start_shadow()
 
     def fence(self) -> None:
         self.store.put_refusal = "this master was fenced: a newer epoch exists"
         self.service.fence()
 
+    def watch_master_link(self, fn) -> None:
+        """The coordinator's fast-failover signal (coordinator/fast_failover.py)."""
+        self.service.on_link_lost = fn
+
     async def step_down(self) -> None:
         self.store.put_refusal = "this broker gave up its replication role"
+        await self._stop_shadow()
+        self.dedup_shadow.withdraw(self.store)
         await self.service.stop()
+
+    # -- the duplicate window's shadow (rule 8) --------------------------------------------
+    def _start_shadow(self) -> None:
+        if not self.dedup_shadow.enabled or self._shadow_task is not None:
+            return
+        if self.store.cut_listener is not self._on_cut:   # every cut voids the shadow
+            before = self.store.cut_listener
+
+            def on_cut(offset: int) -> None:
+                self.dedup_shadow.note_cut(offset)
+                if before is not None:
+                    before(offset)
+            self._on_cut = self.store.cut_listener = on_cut
+        self._shadow_task = asyncio.get_running_loop().create_task(self._shadow_loop(),
+                                                                    name="dedup-shadow")
+
+    async def _shadow_loop(self) -> None:
+        while True:
+            try:
+                await self._shadow_refresh()
+            except Exception:   # a bad record must not end the loop; the send path rebuilds
+                log.exception("duplicate-window shadow pass failed")
+                self.dedup_shadow.reset()
+            await asyncio.sleep(SHADOW_REFRESH_S)
+
+    async def _shadow_refresh(self) -> None:
+        """One pass in a worker thread; a pass already running is awaited, not doubled."""
+        if self._shadow_pass is None or self._shadow_pass.done():
+            self._shadow_pass = asyncio.ensure_future(
+                asyncio.to_thread(self.dedup_shadow.refresh, self.store))
+        await asyncio.shield(self._shadow_pass)
+
+    async def _offer_shadow(self) -> None:
+        """Catch the shadow up with the last entries and hand it to the send path. A shadow
+        not built yet is not waited for (a full pass takes long: promotion must not), and on
+        a failure the send path walks the index itself (correct, only slower)."""
+        if not self.dedup_shadow.built:
+            if self.dedup_shadow.enabled:
+                log.info("duplicate-window shadow not built yet; the first write rebuilds it")
+            return
+        try:
+            await self._shadow_refresh()
+        except Exception:
+            log.exception("duplicate-window shadow pass failed; the first write rebuilds it")
+            self.dedup_shadow.reset()
+            return
+        self.dedup_shadow.offer(self.store)
+
+    async def _stop_shadow(self) -> None:
+        """End the pass loop; a pass running in its thread is aborted and awaited."""
+        task, self._shadow_task = self._shadow_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._shadow_pass is not None:
+            self.dedup_shadow.abort_pass()
+            await asyncio.gather(self._shadow_pass, return_exceptions=True)
+            self.dedup_shadow.abort_pass(False)
 
     async def stop(self) -> None:
         if self.state is not None and self.is_master:

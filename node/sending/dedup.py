@@ -28,6 +28,15 @@ Rules:
    first write as master, so a promoted slave knows the keys the old master stored (those its
    index covers: up to the confirmed offset). Without an index (store.index_enable=false) the
    window starts empty.
+6. A full rebuild walks up to dedup_window_keys records (hundreds of ms at 100,000 keys), too
+   long for the event loop at the moment a new master takes its first write. So a replica keeps
+   a shadow window current while it is a slave (ShadowWindow: full once, then only the index
+   entries past the newest it holds, each pass in a worker thread), catches it up once more
+   when it is promoted, still off the loop, and rebuild() adopts it: what is left for the loop
+   is the index entries written after that, usually none. Promotion never waits for a full
+   pass: a shadow not built yet is abandoned and the first write rebuilds as before. A cut of
+   the log drops the shadow's entries at or past it; a window is only adopted with the same
+   bounds.
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
@@ -37,7 +46,9 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections import OrderedDict
+import weakref
+from collections import OrderedDict, deque
+from typing import NamedTuple
 
 from tidemq.node.store import index_file
 from tidemq.node.store.message import parse_dispatch
@@ -49,6 +60,8 @@ _ENTRY_PHYS_TS = struct.Struct(">4xqi4x")  # an index entry's phyOffset and time
 # Index entries per remembered message the rebuild may walk: one per KEYS word plus UNIQ_KEY;
 # past this many a message's keys are unusually many and the walk stops (bounded start-up).
 _ENTRIES_PER_KEY_MAX = 8
+_STOP_CHECK_EVERY = 1024   # index entries between two looks at a shadow pass's stop flag
+_CUTS_REMEMBERED = 64      # a shadow's cut log; more cuts between two passes void it
 
 _SYSTEM_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
                             TRANS_CHECK_MAX_TIME_TOPIC))
@@ -149,56 +162,195 @@ class DedupWindow:
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:
-        """Refill the window from the store's key index (rule 4); returns the keys found.
-        What the window held is dropped first: under HA the log may have been cut back since."""
+        """Refill the window from the store's key index (rule 4); returns the keys held.
+        What the window held is dropped first: under HA the log may have been cut back since.
+        A shadow prepared for this store (rule 6) is adopted instead of a full walk."""
         self._entries.clear()
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")
             return 0
         t0 = time.monotonic()
-        cutoff = int(self.clock() * 1000) - self.window_ms
-        found: list[tuple] = []  # newest first
-        found_props: list = []  # a stand-in's properties (rule 3), else None
-        seen_phys: set[int] = set()
-        budget = self.max_keys * _ENTRIES_PER_KEY_MAX
-        for f in reversed(store.index.files):
-            base = index_file.HEADER_BYTES + f.slots * 4
-            n = f.count - 1
-            while n >= 1 and budget > 0 and len(found) < self.max_keys:
-                budget -= 1
-                phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
-                n -= 1
-                # timeDiffSec is floored to seconds: one second of slack keeps the window whole
-                if f.begin_ts + diff_s * 1000 < cutoff - 1000:
-                    budget = 0
-                    break
-                if phys in seen_phys:
-                    continue
-                seen_phys.add(phys)
-                data = store.get_record(phys)
-                if not data:
-                    continue
-                r = parse_dispatch(data, 0, len(data))
-                if not r[8] or r[6] < cutoff:
-                    continue
-                if not is_system_topic(r[0]):
-                    found.append(r)
-                    found_props.append(None)
-                elif r[0] in _STAND_INS:
-                    props = decode_properties(decode_record(data).properties_raw)
-                    if _stand_in_topic(r[0], props) is not None:
-                        found.append(r)
-                        found_props.append(props)
-            if budget <= 0 or len(found) >= self.max_keys:
-                break
+        offered = _shadows.pop(store, None)
+        above = -1
+        if offered is not None and offered.bounds == (self.window_ms, self.max_keys):
+            self._entries, above = offered.window._entries, offered.top_phys
+            floor = offered.source.cut_floor_since(offered.cuts)   # cut since the offer
+            if floor is not None:
+                above = min(above, _prune_from(self._entries, floor))
+        found, props, _ = _walk(store, self.window_ms, self.max_keys, self.clock, above)
+        self._remember_oldest_first(found, props)
+        log.info("duplicate window rebuilt from the key index: %d keys (%s) in %.0f ms",
+                 len(self._entries), "shadow + %d newer" % len(found) if above >= 0 else "full",
+                 (time.monotonic() - t0) * 1000)
+        return len(self._entries)
+
+    def _remember_oldest_first(self, found: list, found_props: list) -> None:
         order = sorted(range(len(found)), key=lambda i: found[i][3])  # oldest first, as kept
         # keep_first: the reply a retry gets names the record the original reply named
         self.remember([found[i] for i in order], [_Props(found_props[i]) for i in order],
                       keep_first=True)
-        log.info("duplicate window rebuilt from the key index: %d keys in %.0f ms",
-                 len(self._entries), (time.monotonic() - t0) * 1000)
-        return len(self._entries)
+
+
+def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, stop=None):
+    """(records, their stand-in properties, newest phys offset seen) of the key index's
+    entries newest first, stopping at the time or count bound or at the first entry at or
+    below `above_phys` (entries are appended in log order). None when stop() said so."""
+    cutoff = int(clock() * 1000) - window_ms
+    found: list[tuple] = []  # newest first
+    found_props: list = []  # a stand-in's properties (rule 3), else None
+    seen_phys: set[int] = set()
+    top = above_phys
+    budget = max_keys * _ENTRIES_PER_KEY_MAX
+    if stop is not None and stop():
+        return None
+    for f in reversed(store.index.files):
+        base = index_file.HEADER_BYTES + f.slots * 4
+        n = f.count - 1
+        while n >= 1 and budget > 0 and len(found) < max_keys:
+            budget -= 1
+            if stop is not None and budget % _STOP_CHECK_EVERY == 0 and stop():
+                return None
+            phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
+            n -= 1
+            # timeDiffSec is floored to seconds: one second of slack keeps the window whole
+            if phys <= above_phys or f.begin_ts + diff_s * 1000 < cutoff - 1000:
+                budget = 0
+                break
+            top = max(top, phys)
+            if phys in seen_phys:
+                continue
+            seen_phys.add(phys)
+            data = store.get_record(phys)
+            if not data:
+                continue
+            r = parse_dispatch(data, 0, len(data))
+            if not r[8] or r[6] < cutoff:
+                continue
+            if not is_system_topic(r[0]):
+                found.append(r)
+                found_props.append(None)
+            elif r[0] in _STAND_INS:
+                props = decode_properties(decode_record(data).properties_raw)
+                if _stand_in_topic(r[0], props) is not None:
+                    found.append(r)
+                    found_props.append(props)
+        if budget <= 0 or len(found) >= max_keys:
+            break
+    return found, found_props, top
+
+
+def _prune_from(entries: OrderedDict, floor: int) -> int:
+    """Drop the entries of records at or past `floor` (a cut of the log): a shadow's entries
+    are in log order, so from the newest back. Returns the highest offset below the cut."""
+    while entries:
+        key = next(reversed(entries))
+        if entries[key][E_PHYS] < floor:
+            break
+        entries.popitem(last=True)
+    return floor - 1
+
+
+class ShadowWindow:
+    """A window a slave keeps current off the loop for the send path to adopt (rule 6).
+
+        shadow = ShadowWindow(window_ms, max_keys)
+        await asyncio.to_thread(shadow.refresh, store)   # while a slave, now and then
+        shadow.abort_pass()                             # promotion: a running pass ends
+        shadow.offer(store)                             # after a last (short) refresh
+        shadow.withdraw(store)                          # follows again: an unadopted offer
+
+    refresh() runs in one worker thread at a time (the caller awaits it); it reads the store
+    as the send path's rebuild does, alongside the dispatcher that appends the index. The
+    shadow survives a change of master. A cut of the log (note_cut, from the store's cut
+    listener, any thread) drops the entries of the records it removed, before and after each
+    pass and when an offered window is adopted; the entries are kept in log order, so that
+    costs only the entries dropped.
+    """
+
+    def __init__(self, window_ms: int, max_keys: int):
+        self.bounds = (window_ms, max_keys)
+        self.window = DedupWindow(window_ms, max_keys)
+        self.top_phys = -1      # newest index entry the window has walked (-1: not built)
+        self.enabled = self.window.enabled
+        self.cuts = 0           # log cuts seen (note_cut)
+        self._cut_log: deque = deque(maxlen=_CUTS_REMEMBERED)   # (cut number, offset)
+        self._cuts_applied = 0  # cuts the window's entries reflect
+        self._abort = False
+
+    def note_cut(self, offset: int = 0) -> None:
+        self._cut_log.append((self.cuts + 1, offset))
+        self.cuts += 1
+
+    def cut_floor_since(self, applied: int) -> int | None:
+        """The lowest offset cut after cut number `applied` (None: no cut since; 0 when
+        too many to know)."""
+        newer = [off for n, off in list(self._cut_log) if n > applied]
+        if self.cuts - applied > len(newer):
+            return 0
+        return min(newer) if newer else None
+
+    def abort_pass(self, abort: bool = True) -> None:
+        """Make a running pass end at once, its work discarded (abort_pass(False) undoes)."""
+        self._abort = abort
+
+    @property
+    def built(self) -> bool:
+        return self.top_phys >= 0
+
+    def _apply_cuts(self) -> None:
+        cuts = self.cuts
+        floor = self.cut_floor_since(self._cuts_applied)
+        if floor is not None:
+            self.top_phys = min(self.top_phys, _prune_from(self.window._entries, floor))
+        self._cuts_applied = cuts
+
+    def refresh(self, store) -> int:
+        """Walk the index entries newer than the last pass; returns how many were new."""
+        if not self.enabled or store.index is None:
+            return 0
+        self._apply_cuts()
+        w = self.window
+        found = _walk(store, w.window_ms, w.max_keys, w.clock, self.top_phys,
+                      lambda: self._abort)
+        if found is None:
+            return 0            # aborted: the window is as the last pass left it
+        w._remember_oldest_first(found[0], found[1])
+        self.top_phys = max(self.top_phys, found[2])
+        self._apply_cuts()      # a cut during the walk: its entries go again
+        return len(found[0])
+
+    def reset(self) -> None:
+        self.window = DedupWindow(*self.bounds)
+        self.top_phys = -1
+        self._cuts_applied = self.cuts
+
+    def offer(self, store) -> bool:
+        """Hand the window to the next rebuild() of `store`; this shadow starts over (the send
+        path keeps the window current from now on)."""
+        offered = self.enabled and self.built
+        if offered:
+            self._apply_cuts()
+            _shadows[store] = _Offered(self.bounds, self.window, self.top_phys, self,
+                                       self._cuts_applied)
+        self.reset()
+        return offered
+
+    def withdraw(self, store) -> None:
+        """Take back an offer not adopted yet: the node follows again and its log may be cut
+        (the send path would adopt it at its next first write as master)."""
+        _shadows.pop(store, None)
+
+
+class _Offered(NamedTuple):
+    bounds: tuple[int, int]
+    window: DedupWindow
+    top_phys: int
+    source: ShadowWindow
+    cuts: int              # the source's cuts the window reflects
+
+
+_shadows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # store -> _Offered
 
 
 class _Props:

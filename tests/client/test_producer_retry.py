@@ -177,3 +177,32 @@ def test_a_failure_after_an_unanswered_attempt_is_maybe_stored():
     with pytest.raises(errors.ServiceNotAvailable) as info:
         run(with_producer(clean, lambda p: p.send(Message("T", b"x"))))
     assert not info.value.maybe_stored
+
+
+def test_a_result_names_the_queue_of_the_reply_not_of_the_attempt():
+    """A retry answered from the broker's duplicate window: the original was stored in
+    another queue of the group, and the reply's offset is that queue's."""
+    script = Script([])
+    original = {}
+
+    def answer(cmd):
+        if cmd.code in (10, 310, 320):
+            asked = int(cmd.ext.get("queueId", cmd.ext.get("e")))
+            original.setdefault("queue", (asked + 1) % 4)   # stored earlier, elsewhere
+            script.sends.append(cmd)
+            return reply(cmd, 0, {"msgId": "7F000001000027AF0000000000000000",
+                                  "queueId": str(original["queue"]), "queueOffset": "307"})
+        return script(cmd)
+
+    async def main():
+        async with FakeBroker(answer) as fb:
+            script.addr = fb.addr
+            producer = await Producer("pg", fb.addr).start()
+            try:
+                return await producer.send(Message("T", b"x"))
+            finally:
+                await producer.shutdown()
+    result = run(main())
+    asked = int(script.sends[0].ext.get("queueId", script.sends[0].ext.get("e")))
+    assert result.queue.queue_id == original["queue"] != asked
+    assert result.queue_offset == 307

@@ -32,7 +32,7 @@ class Node:
                             on_fenced=lambda e: holder["m"].on_replica_fenced(e))
         self.member = GroupMember(self.session, self.paths, self.name,
                                   HAReplica(self.ha, self.store), addr=f"127.0.0.1:{1000}",
-                                  settle_ms=100, recheck_ms=300, **self.member_kw)
+                                  **{"settle_ms": 100, "recheck_ms": 300, **self.member_kw})
         holder["m"] = self.member
         await self.member.start()
         return self
@@ -212,16 +212,13 @@ def test_in_sync_write_of_an_old_epoch_is_refused_and_fences(tmp_path, zk_hosts,
 def test_proposals_made_during_a_write_are_committed_without_being_asked_again(zk_hosts, paths):
     """The tracker asks for an addition once (then counts it pending): ZkInSyncSet must keep
     it through a write already in flight."""
-    from tidemq.coordinator.in_sync import ZkInSyncSet
+    from tests.coordinator.test_in_sync_interleavings import zk_in_sync_set
 
     async def main():
         s = ZkSession(zk_hosts, 2.0)
         await s.start()
         try:
-            st = GroupState(3, "m", frozenset({"m"}))
-            await s.create(paths.state, st.encode(), makepath=True)
-            _, stat = await s.get(paths.state)
-            isr = ZkInSyncSet(s, paths.state, 3, "m", st, stat.version)
+            isr = await zk_in_sync_set(s, paths, 3, "m")
             assert isr.propose_add("b") is False      # write 1 starts
             assert isr.propose_add("c") is False      # during write 1: asked once only
             assert isr.propose_remove("zz") is True   # not a member: nothing to do

@@ -139,3 +139,24 @@ def test_async_master_confirms_its_own_bound():
     t.on_connect("s", 0)
     t.on_ack("s", 10, 1, 10, caught_up_ms=1)
     assert "s" in t.isr.members() and t.confirmed(900) == 900
+
+
+class ForgetfulSet(SlowSet):
+    """A coordinator that drops a proposal (a write that ended as the proposal arrived)."""
+
+    def forget(self):
+        self.proposed = {}
+
+
+def test_a_pending_addition_is_asked_again_until_committed():
+    isr = ForgetfulSet({"m"})
+    t = tracker(isr)
+    t.on_connect("s", 0)
+    t.on_ack("s", 900, 20, 900, caught_up_ms=15)
+    assert isr.proposed == {"s": "add"} and "s" in t.pending_add
+    isr.forget()
+    t.on_ack("s", 900, 40, 900, caught_up_ms=35)
+    assert isr.proposed == {"s": "add"}          # asked again, not left pending for ever
+    isr.commit()
+    t.evaluate(60, 900)
+    assert isr.members() == {"m", "s"} and not t.pending_add

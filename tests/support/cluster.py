@@ -143,8 +143,9 @@ async def create_topic(harness: ClusterHarness, topic: str, queues: int = 4) -> 
 async def produce(producer: Producer, topic: str, history: History, *, stop: asyncio.Event,
                   prefix: str, tasks: int = 4, max_per_task: int = 100_000,
                   acked_log: list | None = None, failures: list | None = None,
-                  ack_times: dict | None = None) -> None:
-    """`tasks` senders, each one message at a time, until `stop` or max_per_task (bounded)."""
+                  ack_times: dict | None = None, windows: list | None = None) -> None:
+    """`tasks` senders, each one message at a time, until `stop` or max_per_task (bounded).
+    windows: (issued, acknowledged) monotonic times of every SEND_OK (see first_ok_after)."""
     attempts = producer.config.retries + 1
 
     async def sender(t: int):
@@ -152,6 +153,7 @@ async def produce(producer: Producer, topic: str, history: History, *, stop: asy
             if stop.is_set():
                 return
             pid = f"{prefix}-{t}-{i}"
+            issued = time.monotonic()
             try:
                 r = await producer.send(Message(topic, pid.encode(), keys=pid))
             except errors.TideMQError as exc:
@@ -168,9 +170,18 @@ async def produce(producer: Producer, topic: str, history: History, *, stop: asy
                     acked_log.append((time.monotonic(), r.queue.broker_name))
                 if ack_times is not None:
                     ack_times[pid] = time.monotonic()
+                if windows is not None:
+                    windows.append((issued, time.monotonic()))
             else:
                 history.send(pid, MAYBE, attempts=attempts, producer=f"{prefix}-{t}")
     await asyncio.gather(*(sender(t) for t in range(tasks)))
+
+
+def first_ok_after(windows: list, fault_at: float) -> float | None:
+    """Seconds from `fault_at` to the first SEND_OK of a send issued after it (a fault's
+    window), or None if there is none yet."""
+    acks = [acked for issued, acked in windows if issued >= fault_at]
+    return min(acks) - fault_at if acks else None
 
 
 async def read_all(namesrv_addr: str, topic: str, history: History, timeout_s: float = 60.0):
