@@ -4,8 +4,9 @@
                    --http-port 9877
 
 Run several: they hold no state of their own (coordinator/view.py reads ZooKeeper). Answers
-GET_ROUTEINFO_BY_TOPIC (105) and GET_BROKER_CLUSTER_INFO (106) over the RocketMQ remoting
-protocol, and an HTTP JSON view:
+GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106) and the cluster-wide listings
+RocketMQ's admin tools read (206, 224, 304, ...: node/namesrv_lists.py) over the RocketMQ
+remoting protocol, and an HTTP JSON view:
 
     GET /health          {"status": "ok", "zookeeper": "CONNECTED", "groups": n}
     GET /cluster         every group: epoch, master, in-sync set, members, topics, addresses
@@ -40,6 +41,7 @@ from node.admin_auth import admin_auth_middleware
 from node.config import BrokerConfig
 from node.broker_metrics import NameServerCollector
 from node.metrics import Metrics
+from node.namesrv_lists import NameServerLists
 from node.processors.common import FAQ_SUFFIX, error, ok
 from node.server import RemotingServer
 
@@ -70,6 +72,7 @@ class NameServer:
         self._server = RemotingServer(BrokerConfig(), loop, self.metrics)
         self._server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
         self._server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
+        NameServerLists(self.view).register(self._server)
         sock = socket.create_server(self.listen, backlog=1024)
         ssl_ctx = self.tls.server() if self.tls is not None else None
         self.remoting_port = await self._server.start_on(sock, ssl_ctx, 10.0)

@@ -204,7 +204,7 @@ def test_update_queue_counts_and_delete_group(broker):
     topic, group = "OpsQueues", "ops-q-g"
     run(create(broker.addr, topic, 4))
     out = cli(broker, "topic", "update", topic, "--write-queues", "8", "--read-queues", "8")
-    assert out == {"topic": topic, "read_queues": 8, "write_queues": 8}
+    assert out == {"topic": topic, "read_queues": 8, "write_queues": 8, "perm": "rw"}
     configs = run(_configs(broker.addr))
     assert (configs[topic]["readQueueNums"], configs[topic]["writeQueueNums"]) == (8, 8)
     assert "does not exist" in cli(broker, "topic", "update", "NoSuchTopic", "--read-queues",
