@@ -105,10 +105,9 @@ def _run_server(name, argv) -> int:
     try:
         entry = getattr(importlib.import_module(module), fn)
     except ImportError as exc:
-        extra = "cluster" if name in ("namesrv", "handoff") else "server"
-        print(f"tidemq {name}: missing Python package {exc.name!r} (hint: pip install "
-              f"'tidemq[{extra}]')" if extra == "cluster" else
-              f"tidemq {name}: missing Python package {exc.name!r} (hint: pip install tidemq)",
+        package = (exc.name or "?").split(".")[0]
+        install = "'tidemq[cluster]'" if name in ("namesrv", "handoff") else "tidemq"
+        print(f"tidemq {name}: missing Python package {package!r} (hint: pip install {install})",
               file=sys.stderr)
         return cli_errors.EXIT_ERROR
     return entry(argv)

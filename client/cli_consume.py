@@ -92,15 +92,21 @@ class _Reader:
                 self.next[mq] = await self.pc.max_offset(mq)
             self.committed[mq] = stored
 
-    def wanted(self) -> int:
-        return self.args.count - self.received if self.args.count else PULL_MAX
+    def wanted(self, queues_left: int) -> int:
+        """With --count, the rest is spread over the queues still to visit in this round, so
+        a short read takes from every queue instead of draining the first."""
+        if not self.args.count:
+            return PULL_MAX
+        rest = self.args.count - self.received
+        return min(PULL_MAX, -(-rest // max(queues_left, 1)))
 
     async def pull_round(self) -> int:
         """One pull per queue; the number of messages delivered."""
         from client.pull_api import PullStatus
         got = 0
-        for mq in list(self.next):
-            want = min(PULL_MAX, self.wanted())
+        queues = list(self.next)
+        for i, mq in enumerate(queues):
+            want = self.wanted(len(queues) - i)
             if want <= 0:
                 break
             result = await self.pc.pull(mq, self.next[mq], want, expression=self.args.tag)

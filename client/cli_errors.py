@@ -4,7 +4,8 @@ becomes `tidemq: <what happened> (hint: <what to do>)` on stderr, never a traceb
 Rules:
 1. `describe(exc)` turns an SDK or OS error into that line; unknown errors keep their message.
 2. A frame length whose four bytes are ASCII letters means the peer answered in text: "HTTP"
-   read as a length is 1,213,486,164, so the hint names the HTTP port mistake.
+   read as a length is 1,213,486,160 (the decoder reports 4 more, the frame's own length
+   field), so the hint names the HTTP port mistake.
 3. Hints never echo secrets: only addresses, topics and groups appear.
 """
 from __future__ import annotations
@@ -23,17 +24,17 @@ _LENGTH = re.compile(r"(\d{9,10})")
 def text_length_hint(message: str) -> str | None:
     """Rule 2: a huge frame length that is four printable ASCII bytes."""
     for m in _LENGTH.finditer(message):
-        n = int(m.group(1))
-        if n >= 2 ** 32:
+        for n in (int(m.group(1)) - 4, int(m.group(1))):
+            if 0 <= n < 2 ** 32 and all(32 <= b < 127 for b in n.to_bytes(4, "big")):
+                break
+        else:
             continue
-        raw = n.to_bytes(4, "big")
-        if all(32 <= b < 127 for b in raw):
-            text = raw.decode("ascii")
-            if text.startswith("HTTP"):
-                return ("this looks like an HTTP port (the answer began with \"HTTP\"): give -b "
-                        "the remoting port (broker 10911, name server 9876), not the admin/HTTP port")
-            return (f"the peer answered with text ({text!r}...), not the RocketMQ remoting "
-                    f"protocol: is -b the remoting port?")
+        text = n.to_bytes(4, "big").decode("ascii")
+        if text.startswith("HTTP"):
+            return ("this looks like an HTTP port (the answer began with \"HTTP\"): give -b "
+                    "the remoting port (broker 10911, name server 9876), not the admin/HTTP port")
+        return (f"the peer answered with text ({text!r}...), not the RocketMQ remoting "
+                f"protocol: is -b the remoting port?")
     return None
 
 

@@ -99,7 +99,10 @@ async def run(args):
         else:
             if exc is not None and not first_error:
                 first_error.append(exc)
-            key = "maybe" if exc is None or getattr(exc, "maybe_stored", False) else "failed"
+            # a peer that answered in text (an HTTP port) stored nothing
+            maybe = exc is None or (getattr(exc, "maybe_stored", False)
+                                    and not cli_errors.text_length_hint(str(exc)))
+            key = "maybe" if maybe else "failed"
             counts[key] += len(chunk)
         progress.tick(counts["sent"] + counts["failed"] + counts["maybe"], len(payloads))
 

@@ -1,0 +1,26 @@
+"""Run the real `tidemq` command (this checkout's code) as a subprocess and read its result."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.support.broker_proc import REPO_ROOT
+
+
+def tidemq(*args, ok=True, stdin=None, timeout_s=90.0, env=None):
+    """(exit code, parsed JSON stdout or None, stderr). With ok=True the exit must be 0."""
+    full_env = dict(os.environ, PYTHONPATH=REPO_ROOT, **(env or {}))
+    full_env.pop("TIDEMQ_BROKER", None)
+    proc = subprocess.run([sys.executable, "-m", "client.cli", *args], capture_output=True,
+                          text=True, timeout=timeout_s, cwd=REPO_ROOT, env=full_env, input=stdin)
+    if ok:
+        assert proc.returncode == 0, f"rc {proc.returncode}: {proc.stderr}"
+    out = None
+    if proc.stdout.strip():
+        try:
+            out = json.loads(proc.stdout.strip().splitlines()[-1])
+        except ValueError:
+            out = proc.stdout
+    return proc.returncode, out, proc.stderr
