@@ -55,7 +55,7 @@ async def on_groups(admin, fn, what: str, *, write: bool, topic: str | None = No
             except absent:
                 skipped.append(group)
     if not done:
-        what_missing = f"topic {topic!r}" if topic else "it"
-        raise errors.TopicNotExist(f"cannot {what}: no broker group has {what_missing} "
+        thing = f"topic {topic!r}" if topic else "it"
+        raise errors.TopicNotExist(f"cannot {what}: {thing} does not exist in any broker group "
                                    f"(asked {', '.join(skipped)})", code=ResponseCode.TOPIC_NOT_EXIST)
     return done

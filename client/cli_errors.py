@@ -21,6 +21,11 @@ EXIT_PIPE = 141   # 128 + SIGPIPE: the reader of stdout went away (`| head`)
 _LENGTH = re.compile(r"(\d{9,10})")
 
 
+class Detailed(ValueError):
+    """An error whose first line is the message and whose later lines are evidence (a log
+    tail) worth printing too: `tidemq cluster up` when a process exits at start."""
+
+
 def text_length_hint(message: str) -> str | None:
     """Rule 2: a huge frame length that is four printable ASCII bytes."""
     for m in _LENGTH.finditer(message):
@@ -69,7 +74,9 @@ def hint_for(exc: BaseException) -> str | None:
 
 def describe(exc: BaseException) -> str:
     """Rule 1: the one line printed for `exc`."""
-    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    msg = (text if isinstance(exc, Detailed) else text.splitlines()[0]) if text else \
+        type(exc).__name__
     if isinstance(exc, socket.gaierror):
         msg = f"cannot resolve a host name: {exc}"
     hint = hint_for(exc)

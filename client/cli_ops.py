@@ -30,7 +30,7 @@ import datetime
 import os
 import time
 
-from client import errors, retry
+from client import cli_errors, errors, retry
 from client.admin_fanout import on_groups
 from client.protocol.codes import ResponseCode
 
@@ -148,7 +148,7 @@ def launch(args) -> dict:
             return launcher.restart(args.dir, args.node)
         return launcher.status(args.dir)
     except launcher.LaunchError as exc:
-        raise ValueError(str(exc)) from None
+        raise cli_errors.Detailed(str(exc)) from None
 
 
 async def topic_command(admin, args):
