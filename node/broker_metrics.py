@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from node import __version__
 from node.consumer_progress import progress_table, queue_lag
 from node.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
+from node.topics import RETRY_PREFIX
 
 MAX_LAG_SERIES = 20_000
 MAX_AGE_READS = 2_000
@@ -121,12 +122,15 @@ class BrokerCollector:
         yield _gauge("tidemq_transaction_half_messages", "Half messages past the check "
                      "progress awaiting commit or rollback (check-back copies included).",
                      tx.open_count())
+        # every group that has a %RETRY% topic (it had a consumer) is exported from the start,
+        # at 0: its first retry or dead letter is then an increase, not a new series
+        known = {t[len(RETRY_PREFIX):] for t in list(b.topics.table) if t.startswith(RETRY_PREFIX)}
         for name, counts, what in (("tidemq_retry_messages", m.retried, "%RETRY%<group>"),
                                    ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
             c = CounterMetricFamily(name, f"Messages sent back to {what}.",
                                     labels=["consumer_group"])
-            for group, n in sorted(counts.items()):
-                c.add_metric([group], float(n))
+            for group in sorted(known | set(counts)):
+                c.add_metric([group], float(counts.get(group, 0)))
             yield c
 
     def _consumer_lag(self):
