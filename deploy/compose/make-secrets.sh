@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Makes the files docker-compose.yml takes its ZooKeeper TLS and ACL secrets from, in
-# deploy/compose/secrets/ (or $1):
+# Makes the files docker-compose.yml takes its secrets from, in deploy/compose/secrets/ (or $1);
+# `docker compose up` fails until they exist, so no example secret is ever deployed:
+#   ha-secret              random shared secret of the brokers' HA links
 #   ca.pem                 development CA (`tidemq certs`); ZooKeeper and TideMQ trust it
 #   zk-server-bundle.pem   ZooKeeper's certificate (names zk-1, zk-2, zk-3) + PKCS#8 key
 #   client.pem, client.key TideMQ nodes' client certificate (ZooKeeper requires one)
@@ -25,6 +26,7 @@ trap 'rm -rf "$work"' EXIT
 cp "$work/ca.pem" "$work/client.pem" "$work/client.key" "$out/"
 cat "$work/server.pem" "$work/server.key" > "$out/zk-server-bundle.pem"
 printf 'tidemq:%s\n' "$(openssl rand -hex 24)" > "$out/zk-auth"
+openssl rand -hex 32 > "$out/ha-secret"
 chmod 0755 "$out"
 chmod 0644 "$out"/*
 echo "make-secrets: wrote $out"

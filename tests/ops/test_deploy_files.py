@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -55,10 +58,15 @@ def test_compose_brokers_load_as_valid_configs(tmp_path):
             continue
         args = svc["command"]
         assert args[:3] == ["broker", "-c", "/etc/tidemq/broker.toml"]
-        overrides = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        # compose's ${VAR:-default} interpolation, with VAR unset
+        overrides = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", args[i + 1])
+                     for i, a in enumerate(args) if a == "--set"]
         cfg = load_config(str(conf), overrides)
         assert cfg.ha.role == "cluster" and not cfg.standalone
-        assert cfg.ha.node_id == name and cfg.advertised_host == name
+        assert cfg.ha.node_id == name and cfg.ha.listen_host == name
+        # routes name an address a CLI on the Docker host reaches: the published remoting port
+        published = {int(p.split(":")[1]): int(p.split(":")[0]) for p in svc["ports"]}
+        assert cfg.advertised_addr(cfg.listen_port) == ("127.0.0.1", published[cfg.listen_port])
         seen.add((cfg.broker_name, cfg.broker_id))
     assert seen == {("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)}
 
@@ -88,19 +96,41 @@ def test_k8s_files_pass_kubernetes_validate_strict():
     assert "statefulset/broker-a" in out and "poddisruptionbudget/broker-b" in out, out
 
 
-def test_k8s_kustomization_renders_and_validates():
+def test_k8s_kustomization_renders_and_validates(tmp_path):
+    """With the secrets make-secrets.sh writes, the kustomization renders and validates;
+    without them it refuses to build (no example secret can be deployed by mistake)."""
+    doc = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
+    secret_files = {x for g in doc["secretGenerator"] for x in g["files"]}
+    assert all(f.startswith("secrets/") for f in secret_files)
     kubectl = tool("kubectl", required=False)
     if kubectl is None:   # the kustomization still lists only files that exist
-        doc = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
         for f in doc["resources"] + [x for g in doc["configMapGenerator"] for x in g["files"]]:
             assert os.path.isfile(os.path.join(K8S, f)), f
         return
-    rendered = run([kubectl, "kustomize", K8S])
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("secrets"))
+    refused = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "secrets/" in refused.stderr
+    made = subprocess.run(["bash", str(copy / "make-secrets.sh")], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TIDEMQ=_tidemq_wrapper(tmp_path)))
+    assert made.returncode == 0, made.stderr
+    assert {"secrets/" + f for f in os.listdir(copy / "secrets")} == secret_files
+    assert len(open(copy / "secrets" / "ha-secret").read().strip()) == 64
+    rendered = run([kubectl, "kustomize", str(copy)])
     kinds = [d["kind"] for d in yaml.safe_load_all(rendered)]
     for kind in ("Namespace", "ConfigMap", "Secret", "Service", "StatefulSet", "Deployment",
                  "PodDisruptionBudget"):
         assert kind in kinds
     run([tool("kubernetes-validate"), "--strict", "-"], stdin=rendered)
+
+
+def _tidemq_wrapper(tmp_path) -> str:
+    """An executable `tidemq` running this checkout's CLI (make-secrets.sh calls `tidemq certs`)."""
+    path = tmp_path / "tidemq"
+    path.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m client.cli \"$@\"\n")
+    path.chmod(0o755)
+    return str(path)
 
 
 def test_k8s_brokers_load_as_valid_configs(tmp_path):
