@@ -10,8 +10,8 @@ Rules:
 2. Start offsets: `--offset` (with `--queue`); else the group's committed offset; else the
    queue's first message with `--from-beginning`, its end without. `--peek` never commits and
    starts at the committed offset of GROUP when given, else at the first message.
-3. Commits (UPDATE_CONSUMER_OFFSET) happen once a second and at the end, also after Ctrl-C,
-   for what was delivered; a closed stdout (`| head`) stops at once, commits only what was
+3. Commits (UPDATE_CONSUMER_OFFSET) happen once a second and at the end, also after Ctrl-C
+   (exit 0 with --follow, where Ctrl-C is the way to stop, else 130), for what was delivered; a closed stdout (`| head`) stops at once, commits only what was
    written, and exits 141 without a traceback.
 4. Exit code 3 when `--count` was given and fewer arrived before `--timeout`.
 5. The tool pulls every queue itself (it does not join the group's rebalance): do not run it
@@ -203,8 +203,8 @@ async def _loop(reader, args, progress, start) -> int:
                 pause = IDLE_SLEEP_S if deadline is None else \
                     max(0.0, min(IDLE_SLEEP_S, deadline - time.perf_counter()))
                 await asyncio.sleep(pause)
-    except asyncio.CancelledError:
-        return cli_errors.EXIT_INTERRUPTED
+    except asyncio.CancelledError:   # Ctrl-C: the normal end of --follow
+        return cli_errors.EXIT_OK if args.follow else cli_errors.EXIT_INTERRUPTED
     return cli_errors.EXIT_OK
 
 

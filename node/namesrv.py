@@ -135,13 +135,16 @@ def _addr(text: str) -> tuple[str, int]:
 
 def run_namesrv(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tidemq namesrv",
-                                description="Serve routes of a ZooKeeper-coordinated cluster.")
+                                description="Serve routes of a ZooKeeper-coordinated cluster.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--zk", required=True, help="ZooKeeper connect string")
-    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument("--cluster", default="DefaultCluster",
+                   help="cluster name (the brokers' cluster_name)")
     p.add_argument("--listen", default="127.0.0.1:9876", help="remoting host:port (0 = any)")
     p.add_argument("--http", default="127.0.0.1:9877", help="HTTP JSON view host:port")
-    p.add_argument("--session-timeout-ms", type=int, default=6000)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--session-timeout-ms", type=int, default=6000,
+                   help="ZooKeeper session timeout")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--tls-cert", default="", help="PEM certificate: TLS on both ports")
     p.add_argument("--tls-key", default="", help="PEM key of --tls-cert")
     p.add_argument("--tls-ca", default="", help="CA that verifies client certificates")

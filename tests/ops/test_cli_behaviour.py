@@ -4,9 +4,13 @@ one-line errors with hints, help text and output formats."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 from client.cli import build_parser
 from tests.ops.cli_proc import tidemq
@@ -139,3 +143,32 @@ def test_every_option_has_help_text():
                 missing.append(" ".join(path + [action.dest]))
     walk(build_parser(), ["tidemq"])
     assert missing == []
+
+
+def test_follow_prints_new_messages_until_interrupted(broker):
+    b, topic = broker.addr, "CliFollow"
+    tidemq("-b", b, "topic", "create", topic, "--queues", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "-b", b, "consume", topic,
+                             "g-follow", "--follow", "--from-beginning", "--print", "-o", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    try:
+        time.sleep(1.0)
+        tidemq("-b", b, "produce", topic, "--stdin", stdin="f1\nf2\nf3\n")
+        buf, deadline = b"", time.monotonic() + 30
+        while buf.count(b"\n") < 3 and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+            if ready:
+                buf += os.read(proc.stdout.fileno(), 65536)
+        lines = buf.decode().splitlines()
+        assert [json.loads(line)["body"] for line in lines[:3]] == ["f1", "f2", "f3"]
+        assert proc.poll() is None   # --follow keeps running past the default timeout logic
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert json.loads((buf.decode() + out).strip().splitlines()[-1])["received"] == 3
+    assert _committed(b, "g-follow", topic) == 3
