@@ -59,3 +59,12 @@ async def on_groups(admin, fn, what: str, *, write: bool, topic: str | None = No
         raise errors.TopicNotExist(f"cannot {what}: {thing} does not exist in any broker group "
                                    f"(asked {', '.join(skipped)})", code=ResponseCode.TOPIC_NOT_EXIST)
     return done
+
+
+async def everywhere(admin, fn, what: str, *, write: bool, topic: str | None = None,
+                     absent=ABSENT):
+    """(per-group results, None) through name servers; (None, await fn(admin)) on a broker."""
+    per_group = await on_groups(admin, fn, what, write=write, topic=topic, absent=absent)
+    if per_group is None:
+        return None, await fn(admin)
+    return per_group, None

@@ -12,7 +12,6 @@ its own ("tidemq-cli-dlq"), so it never moves anyone's progress.
 
 from __future__ import annotations
 
-import argparse
 
 from client import retry
 
@@ -52,20 +51,21 @@ async def dispatch(args):
     if args.command == "dlq":
         return await dead_letters(args.broker, args.group, args.count)
     from client.admin import Admin
-    from client.admin_fanout import on_groups
+    from client.admin_fanout import everywhere
     async with Admin(args.broker) as admin:
         if args.command == "txn":
             async def parked(a):
                 return await parked_transactions(a, args.begin, args.count)
-            per_group = await on_groups(admin, parked, "list parked transactions", write=False)
-            return await parked(admin) if per_group is None else {"broker_groups": per_group}
+            per_group, here = await everywhere(admin, parked, "list parked transactions",
+                                               write=False)
+            return here if per_group is None else {"broker_groups": per_group}
 
         async def progress(a):
             return await a.consumer_progress(args.group, args.topic)
-        per_group = await on_groups(admin, progress, f"read progress of {args.group!r}",
-                                    write=False, topic=args.topic)
+        per_group, here = await everywhere(admin, progress, f"read progress of {args.group!r}",
+                                           write=False, topic=args.topic)
         if per_group is None:
-            return await progress(admin)
+            return here
         key = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
         return {"group": args.group,
                 "queues": sorted((r for p in per_group.values() for r in p["queues"]), key=key),

@@ -31,7 +31,7 @@ import os
 import time
 
 from client import cli_errors, errors, retry
-from client.admin_fanout import on_groups
+from client.admin_fanout import everywhere
 from client.protocol.codes import ResponseCode
 
 LATEST_MS = 2 ** 62  # "a time after every message": offset_by_time answers the max offset
@@ -113,25 +113,23 @@ async def group_command(admin, args):
     if args.group_command == "delete":
         async def delete(a):
             await a.delete_group(args.group)
-            return True
-        per_group = await on_groups(admin, delete, f"delete group {args.group!r}", write=True,
-                                    absent=())
-        out = {"deleted_group": args.group}
-        if per_group is None:
-            await delete(admin)
-            return out
-        return dict(out, broker_groups=sorted(per_group))
+        per_group, _ = await everywhere(admin, delete, f"delete group {args.group!r}",
+                                        write=True, absent=())
+        return _with_groups({"deleted_group": args.group}, per_group)
     ts = 0 if args.earliest else LATEST_MS if args.latest else parse_time(args.timestamp)
 
     async def reset(a):
         offsets = await a.reset_offsets(args.group, args.topic, ts, force=not args.no_force)
         return {str(q): o for q, o in sorted(offsets.items())}
     out = {"group": args.group, "topic": args.topic, "timestamp": ts}
-    per_group = await on_groups(admin, reset, f"reset {args.group!r}", write=True,
-                                topic=args.topic, absent=(errors.TopicNotExist,))
-    if per_group is None:
-        return dict(out, offsets=await reset(admin))
-    return dict(out, broker_groups=per_group)
+    per_group, here = await everywhere(admin, reset, f"reset {args.group!r}", write=True,
+                                       topic=args.topic, absent=(errors.TopicNotExist,))
+    return dict(out, offsets=here) if per_group is None else dict(out, broker_groups=per_group)
+
+
+def _with_groups(out: dict, per_group: dict | None) -> dict:
+    """Through name servers the output names the broker groups that did it."""
+    return out if per_group is None else dict(out, broker_groups=sorted(per_group))
 
 
 def launch(args) -> dict:
@@ -155,21 +153,15 @@ async def topic_command(admin, args):
     if args.topic_command == "delete":
         async def delete(a):
             await a.delete_topic(args.topic)
-            return True
-        per_group = await on_groups(admin, delete, f"delete topic {args.topic!r}", write=True,
-                                    topic=args.topic, absent=(errors.TopicNotExist,))
-        if per_group is None:
-            await admin.delete_topic(args.topic)
-            return {"deleted_topic": args.topic}
-        return {"deleted_topic": args.topic, "broker_groups": sorted(per_group)}
+        per_group, _ = await everywhere(admin, delete, f"delete topic {args.topic!r}", write=True,
+                                        topic=args.topic, absent=(errors.TopicNotExist,))
+        return _with_groups({"deleted_topic": args.topic}, per_group)
 
     async def update(a):
         return await _update_topic(a, args)
-    per_group = await on_groups(admin, update, f"update topic {args.topic!r}", write=True,
-                                topic=args.topic, absent=(errors.TopicNotExist,))
-    if per_group is None:
-        return await _update_topic(admin, args)
-    return dict(next(iter(per_group.values())), broker_groups=sorted(per_group))
+    per_group, here = await everywhere(admin, update, f"update topic {args.topic!r}", write=True,
+                                       topic=args.topic, absent=(errors.TopicNotExist,))
+    return here if per_group is None else _with_groups(next(iter(per_group.values())), per_group)
 
 
 async def _update_topic(admin, args):

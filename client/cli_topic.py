@@ -18,12 +18,11 @@ Rules:
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 
 from client import errors
-from client.admin_fanout import on_groups
+from client.admin_fanout import everywhere
 from client.protocol.codes import PermName
 
 ROUTE_WAIT_S = 10.0   # cluster-mode `topic create`: how long to wait for the name server's route
@@ -106,11 +105,9 @@ async def _create(admin, args):
     async def create(a):
         await a.create_topic(args.topic, args.queues, read_queues=args.read_queues,
                              write_queues=args.write_queues, order=args.order)
-        return True
     out = {"created": args.topic, "read_queues": read, "write_queues": write}
-    per_group = await on_groups(admin, create, f"create topic {args.topic!r}", write=True)
+    per_group, _ = await everywhere(admin, create, f"create topic {args.topic!r}", write=True)
     if per_group is None:
-        await create(admin)
         return out
     ready = await _wait_for_route(admin, args.topic, set(per_group), read, write)
     return dict(out, groups=sorted(per_group), route_ready=ready)
@@ -142,9 +139,9 @@ async def _wait_for_route(namesrv, topic, groups, read, write, timeout_s=ROUTE_W
 async def _stats(admin, topic):
     async def stats(a):
         return await a.topic_stats(topic)
-    per_group = await on_groups(admin, stats, f"read stats of {topic!r}", write=False, topic=topic)
-    rows = await stats(admin) if per_group is None else \
-        [r for g in per_group.values() for r in g]
+    per_group, here = await everywhere(admin, stats, f"read stats of {topic!r}", write=False,
+                                       topic=topic)
+    rows = here if per_group is None else [r for g in per_group.values() for r in g]
     return {"topic": topic, "queues": rows,
             "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}
 
@@ -200,8 +197,8 @@ async def find(admin, topic, *, key=None, msg_id=None):
         if msg_id:
             return await a.query_by_key(topic, msg_id, unique=True)
         return await a.query_by_key(topic, key)
-    per_group = await on_groups(admin, query, f"query {topic!r}", write=False, topic=topic)
-    return await query(admin) if per_group is None else [m for g in per_group.values() for m in g]
+    per_group, here = await everywhere(admin, query, f"query {topic!r}", write=False, topic=topic)
+    return here if per_group is None else [m for g in per_group.values() for m in g]
 
 
 async def message_get(args):

@@ -6,7 +6,18 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.broker_proc import REPO_ROOT
+from tests.support.zookeeper import debian_zookeeper_available
+
+
+def need_local_zookeeper() -> None:
+    """`tidemq cluster up` runs Debian's ZooKeeper: fail under CI without it, else skip."""
+    if not debian_zookeeper_available():
+        if os.environ.get("CI"):
+            pytest.fail("Debian's zookeeper package and java are needed (scripts/setup.sh)")
+        pytest.skip("Debian's zookeeper package and java are not installed")
 
 
 def tidemq(*args, ok=True, stdin=None, timeout_s=90.0, env=None):

@@ -10,18 +10,14 @@ import time
 
 import pytest
 
-from tests.ops.cli_proc import tidemq
+from tests.ops.cli_proc import need_local_zookeeper, tidemq
 from tests.ops.tools import run as run_tool
 from tests.ops.tools import tool
-from tests.support.zookeeper import debian_zookeeper_available
 
 
 @pytest.fixture
 def small_cluster(tmp_path):
-    if not debian_zookeeper_available():
-        if os.environ.get("CI"):
-            pytest.fail("Debian's zookeeper package and java are needed (scripts/setup.sh)")
-        pytest.skip("Debian's zookeeper package and java are not installed")
+    need_local_zookeeper()
     d = str(tmp_path / "cluster")
     _, up, _ = tidemq("cluster", "up", "--dir", d, "--zk-nodes", "1", "--namesrvs", "2",
                       "--groups", "1", "--replicas", "2", "--commitlog-mib", "8",

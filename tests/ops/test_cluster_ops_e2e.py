@@ -9,7 +9,7 @@ import time
 from client import errors
 from client.admin import Admin
 from client.protocol.codes import RequestCode, ResponseCode
-from tests.ops.test_cluster_e2e import TIDEMQ, local_cluster, tidemq  # noqa: F401 (fixture)
+from tests.ops.test_cluster_e2e import CLI_ENV, TIDEMQ_CMD, local_cluster, tidemq  # noqa: F401 (fixture)
 from tests.ops.test_operator_e2e import produce, run
 from tests.support.raw_client import RC, RawClient
 
@@ -94,6 +94,6 @@ def test_operator_commands_fan_out_to_every_group(local_cluster):
     wait(lambda: run(route_code()) == ResponseCode.TOPIC_NOT_EXIST, 30,
          "topic gone from the name server's routes")
     # a second delete finds the topic nowhere: a clear error, nothing changed
-    proc = subprocess.run([TIDEMQ, "-b", ns, "topic", "delete", TOPIC], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([*TIDEMQ_CMD, "-b", ns, "topic", "delete", TOPIC], capture_output=True,
+                          env=CLI_ENV, text=True, timeout=120)
     assert proc.returncode != 0 and "does not exist" in proc.stderr, proc.stderr

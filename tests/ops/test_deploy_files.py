@@ -107,8 +107,8 @@ def test_k8s_kustomization_renders_and_validates(tmp_path):
         for f in doc["resources"] + [x for g in doc["configMapGenerator"] for x in g["files"]]:
             assert os.path.isfile(os.path.join(K8S, f)), f
         return
-    copy = tmp_path / "k8s"
-    shutil.copytree(K8S, copy, ignore=shutil.ignore_patterns("secrets"))
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("secrets"))
+    copy = tmp_path / "deploy" / "k8s"   # its make-secrets.sh runs the compose one
     refused = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True,
                              timeout=120)
     assert refused.returncode != 0 and "secrets/" in refused.stderr

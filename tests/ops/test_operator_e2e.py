@@ -18,14 +18,17 @@ from client.consumer import ConsumeResult, PushConsumer
 from client.message import Message
 from client.producer import Producer
 from tests.client.conftest import wait_until
+from tests.support.broker_proc import REPO_ROOT
 
-TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
+# this checkout's CLI (an installed `tidemq` may run another copy of the code)
+TIDEMQ_CMD = [sys.executable, "-m", "client.cli"]
+CLI_ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
 FAST = dict(offset_commit_interval_s=0.2)
 
 
 def cli(broker, *args, ok=True) -> dict:
-    proc = subprocess.run([TIDEMQ, "-b", broker.addr, *args], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([*TIDEMQ_CMD, "-b", broker.addr, *args], capture_output=True, text=True,
+                          env=CLI_ENV, timeout=60)
     if ok:
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
