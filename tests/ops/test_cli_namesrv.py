@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
+from client.consumer import ConsumeResult, PushConsumer
 from client.protocol.codes import RequestCode, ResponseCode
+from tests.client.conftest import wait_until
 from tests.ops.cli_proc import tidemq
 from tests.support.cluster import ClusterHarness
 from tests.support.raw_client import RawClient
@@ -105,3 +108,34 @@ def test_name_servers_answer_rocketmq_listing_codes(cluster):
         assert kv.code == ResponseCode.QUERY_NOT_FOUND
         bodies.append(all_topics.body)
     assert bodies[0] == bodies[1]   # stateless name servers answer byte-identically
+
+
+def test_dead_letters_through_the_name_servers(cluster):
+    """A consumer that refuses every message (max_reconsume_times 0: straight to %DLQ%G);
+    `dlq G` through the name servers lists the dead letters of every group."""
+    ns, topic, group = cluster.namesrv_addr, TOPIC + "D", "ns-dead-g"
+    tidemq("-b", ns, "topic", "create", topic, "--queues", "1")
+    tidemq("-b", ns, "produce", topic, "--stdin", stdin="d1\nd2\nd3\nd4\n")
+    seen = []
+
+    async def refuse():
+        def on(msgs):
+            seen.extend(msgs)
+            return ConsumeResult.RECONSUME_LATER
+        c = PushConsumer(group, {topic: "*"}, on, consume_from="FIRST", namesrv_or_broker=ns,
+                         max_reconsume_times=0)
+        await c.start()
+        try:
+            await wait_until(lambda: len(seen) >= 4, 30, what="4 deliveries")
+            await asyncio.sleep(1.0)
+        finally:
+            await c.shutdown()
+    asyncio.run(refuse())
+    deadline = time.monotonic() + 30
+    while True:
+        rc, dead, err = tidemq("-b", ns, "dlq", group, ok=False)
+        if (rc == 0 and dead["found"] == 4) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert rc == 0, err
+    assert sorted(m["body"] for m in dead["messages"]) == ["d1", "d2", "d3", "d4"]
