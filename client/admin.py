@@ -131,6 +131,11 @@ class Admin:
         return {"group": group, "queues": sorted(rows, key=order),
                 "broadcast": sorted(members, key=lambda r: (str(r["client_id"]),) + order(r))}
 
+    async def subscription_groups(self) -> dict:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): {group: Java SubscriptionGroupConfig dict}."""
+        resp = await self._call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, what="list groups")
+        return _json(resp.body).get("subscriptionGroupTable") or {}
+
     # -- operator commands (node/processors/ops.py) ------------------------------------------
     async def reset_offsets(self, group, topic, timestamp_ms, *, force=True) -> dict:
         """INVOKE_BROKER_TO_RESET_OFFSET (222): every queue of `topic` to its first message

@@ -5,6 +5,7 @@
     tidemq [-b ADDR] group reset G T (--earliest | --latest | --timestamp TS) [--no-force]
                                                           222 (+ 220 to live consumers)
     tidemq [-b ADDR] group delete G                      207 DELETE_SUBSCRIPTIONGROUP
+    tidemq [-b ADDR] group list                          201: groups and their settings
     tidemq [-b ADDR] cluster list                        106 (name server) or 28 (a broker),
                                                           then 28 per broker (role, epoch)
     tidemq cluster up|status|down|restart [--dir D] ...  a local cluster (node/launcher.py)
@@ -52,6 +53,8 @@ def add_parsers(sub, common) -> None:
                        help="only move offsets backwards (re-read), never skip ahead")
     delete = gsub.add_parser("delete", help="forget a group's committed offsets", **common.fmt)
     delete.add_argument("group", help="consumer group")
+    glist = gsub.add_parser("list", help="consumer groups the brokers know, with their settings "
+                            "(201)", **common.fmt)
 
     cluster = sub.add_parser("cluster", help="run a local cluster (up, down, status, restart); "
                              "list a cluster's groups with roles and epochs", **common.fmt)
@@ -63,7 +66,7 @@ def add_parsers(sub, common) -> None:
     resend.add_argument("group", help="consumer group whose dead letter it is")
     resend.add_argument("--id", required=True, help="offsetMsgId or msgId (UNIQ_KEY)")
     resend.add_argument("--to-topic", help="send here instead of %%RETRY%%<group>")
-    for p in (reset, delete, listing, resend):
+    for p in (reset, delete, glist, listing, resend):
         common.add(p)
 
 
@@ -110,6 +113,8 @@ async def dispatch(args):
 
 
 async def group_command(admin, args):
+    if args.group_command == "list":
+        return await list_groups(admin)
     if args.group_command == "delete":
         async def delete(a):
             await a.delete_group(args.group)
@@ -125,6 +130,27 @@ async def group_command(admin, args):
     per_group, here = await everywhere(admin, reset, f"reset {args.group!r}", write=True,
                                        topic=args.topic, absent=(errors.TopicNotExist,))
     return dict(out, offsets=here) if per_group is None else dict(out, broker_groups=per_group)
+
+
+async def list_groups(admin) -> dict:
+    """Every broker group's known consumer groups, merged: one row per consumer group."""
+    async def groups(a):
+        return await a.subscription_groups()
+    per_group, here = await everywhere(admin, groups, "list consumer groups", write=False)
+    rows: dict = {}
+    for bgroup, table in (per_group or {"": here}).items():
+        for name, conf in sorted(table.items()):
+            row = rows.setdefault(name, {"group": name, "broker_groups": [],
+                                         "consume_enable": conf.get("consumeEnable"),
+                                         "retry_max_times": conf.get("retryMaxTimes"),
+                                         "retry_queues": conf.get("retryQueueNums")})
+            if bgroup:
+                row["broker_groups"].append(bgroup)
+    out = sorted(rows.values(), key=lambda r: r["group"])
+    if per_group is None:
+        for r in out:
+            del r["broker_groups"]
+    return {"groups": out}
 
 
 def _with_groups(out: dict, per_group: dict | None) -> dict:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from client.protocol.codes import RequestCode as R
 
 from node.processors.admin import AdminProcessor
-from node.processors import connections
+from node.processors import connections, subscription_groups
 from node.processors.client_manage import ClientManageProcessor
 from node.processors.consume_stats import ConsumeStatsProcessor
 from node.processors.offsets import OffsetProcessor
@@ -57,4 +57,5 @@ def register_all(server, broker) -> ClientManageProcessor:
     for code, fn in table.items():
         server.register(code, fn)
     connections.register(server, broker)   # 203/204 (node/processors/connections.py)
+    subscription_groups.register(server, broker)   # 201 (node/processors/subscription_groups.py)
     return clients

@@ -172,3 +172,53 @@ def test_follow_prints_new_messages_until_interrupted(broker):
     assert proc.returncode == 0, err
     assert json.loads((buf.decode() + out).strip().splitlines()[-1])["received"] == 3
     assert _committed(b, "g-follow", topic) == 3
+
+
+def test_group_list_shows_known_groups_and_their_settings(broker):
+    b, topic = broker.addr, "CliGroups"
+    tidemq("-b", b, "topic", "create", topic, "--queues", "1")
+    tidemq("-b", b, "produce", topic, "--body", "x", "--count", "2")
+    tidemq("-b", b, "consume", topic, "g-listed", "--from-beginning", "--count", "2")
+    _, out, _ = tidemq("-b", b, "group", "list")
+    row = next(r for r in out["groups"] if r["group"] == "g-listed")
+    assert row == {"group": "g-listed", "consume_enable": True, "retry_max_times": 16,
+                   "retry_queues": 1}
+
+
+def test_consumer_and_producer_connections_and_broker_status(broker):
+    import asyncio
+
+    from client.consumer import PushConsumer
+    from client.message import Message
+    from client.producer import Producer
+    b, topic = broker.addr, "CliConns"
+    tidemq("-b", b, "topic", "create", topic, "--queues", "1")
+
+    async def main():
+        c = PushConsumer("g-conn", {topic: "a || b"}, lambda msgs: None, namesrv_or_broker=b)
+        p = Producer("p-conn", b)
+        await c.start()
+        await p.start()
+        try:
+            for _ in range(2):   # a producer heartbeats a broker once it has its route
+                await p.send(Message(topic, b"hello"))
+            consumers = await asyncio.to_thread(tidemq, "-b", b, "consumer", "connections", "g-conn")
+            for _ in range(20):   # the producer's first heartbeat runs in the background
+                producers = await asyncio.to_thread(tidemq, "-b", b, "producer", "connections",
+                                                    "p-conn", ok=False)
+                if producers[0] == 0:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await p.shutdown()
+            await c.shutdown()
+        return consumers[1], producers
+    consumers, producers = asyncio.run(main())
+    assert [r["language"] for r in consumers["connections"]] == ["PYTHON"]
+    assert consumers["subscriptions"][topic] == "a || b"
+    assert consumers["messageModel"] == "CLUSTERING"
+    assert producers[0] == 0 and len(producers[1]["connections"]) == 1
+    rc, _, err = tidemq("-b", b, "consumer", "connections", "g-nobody", ok=False)
+    assert rc == 1 and "no consumer of group 'g-nobody'" in err
+    _, status, _ = tidemq("-b", b, "brokers", "status")
+    assert len(status["brokers"]) == 1 and status["brokers"][0]["addr"] == b

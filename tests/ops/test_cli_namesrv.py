@@ -139,3 +139,13 @@ def test_dead_letters_through_the_name_servers(cluster):
         time.sleep(0.5)
     assert rc == 0, err
     assert sorted(m["body"] for m in dead["messages"]) == ["d1", "d2", "d3", "d4"]
+
+
+def test_group_list_merges_every_broker_group(cluster):
+    ns, topic = cluster.namesrv_addr, TOPIC + "G"
+    tidemq("-b", ns, "topic", "create", topic, "--queues", "1")
+    tidemq("-b", ns, "produce", topic, "--count", "10", "--size", "8")
+    tidemq("-b", ns, "consume", topic, "ns-listed", "--from-beginning", "--count", "10")
+    _, out, _ = tidemq("-b", ns, "group", "list")
+    row = next(r for r in out["groups"] if r["group"] == "ns-listed")
+    assert row["broker_groups"] == ["ga", "gb"] and row["retry_max_times"] == 16
