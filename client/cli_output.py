@@ -8,7 +8,8 @@ Rules:
 1. The JSON form is the contract for scripts: keys never depend on the output mode.
 2. Progress lines go to stderr, only when stderr is a terminal, at most once a second, and
    are erased before the result is printed.
-3. Values are shown as they are; None prints as "-", lists of scalars comma-separated.
+3. Values are shown as they are; None prints as "-", lists of scalars comma-separated; a
+   column of records (a group's members) is expanded into one row per record.
 """
 from __future__ import annotations
 
@@ -51,13 +52,37 @@ def _cell(v) -> str:
     return str(v)
 
 
+def _flatten(rows: list[dict]) -> list[dict]:
+    """A column holding records (a group's members) becomes one row per record, the parent's
+    other fields repeated."""
+    out = []
+    for r in rows:
+        nested = [k for k, v in r.items() if isinstance(v, list) and v
+                  and all(isinstance(x, dict) for x in v)]
+        if not nested:
+            out.append(r)
+            continue
+        base = {k: v for k, v in r.items() if k != nested[0]}
+        out.extend(_flatten([dict(base, **child) for child in r[nested[0]]]))
+    return out
+
+
+def _header(name: str) -> str:
+    """snake_case or camelCase -> SNAKE_CASE."""
+    return "".join("_" + c if c.isupper() and i and name[i - 1].islower() else c
+                   for i, c in enumerate(name)).upper()
+
+
 def table(rows: list[dict]) -> str:
+    rows = _flatten(rows)
     cols: list[str] = []
     for r in rows:
         cols.extend(k for k in r if k not in cols and not isinstance(r[k], (dict,)))
     cells = [[_cell(r.get(c)) for c in cols] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
-    head = "  ".join(c.upper().ljust(w) for c, w in zip(cols, widths))
+    heads = [_header(c) for c in cols]
+    widths = [max(w, len(h)) for w, h in zip(widths, heads)]
+    head = "  ".join(h.ljust(w) for h, w in zip(heads, widths))
     body = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join([head.rstrip()] + body) + "\n"
 

@@ -222,3 +222,12 @@ def test_consumer_and_producer_connections_and_broker_status(broker):
     assert rc == 1 and "no consumer of group 'g-nobody'" in err
     _, status, _ = tidemq("-b", b, "brokers", "status")
     assert len(status["brokers"]) == 1 and status["brokers"][0]["addr"] == b
+
+
+def test_table_rendering_expands_member_records_and_names_columns():
+    from client.cli_output import render
+    text = render({"groups": [{"group": "a", "members": [
+        {"broker_id": 0, "brokerRole": "MASTER"}, {"broker_id": 1, "brokerRole": "SLAVE"}]}]})
+    lines = text.splitlines()
+    assert lines[1].split() == ["GROUP", "BROKER_ID", "BROKER_ROLE"]
+    assert [ln.split() for ln in lines[2:]] == [["a", "0", "MASTER"], ["a", "1", "SLAVE"]]
