@@ -54,6 +54,9 @@ def test_consume_short_of_count_exits_3(broker):
                           "--timeout", "2", ok=False)
     assert rc == 3 and out["received"] == 3
     assert "received 3 of 5" in err and "Traceback" not in err
+    _, unbounded, _ = tidemq("-b", b, "consume", topic, "g-short-2", "--from-beginning",
+                             "--count", "3", "--timeout", "0")   # 0 = no time limit
+    assert unbounded["received"] == 3
 
 
 def test_pipe_into_head_is_quiet_and_commits_only_what_was_written(broker):
