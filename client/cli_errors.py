@@ -62,7 +62,10 @@ def hint_for(exc: BaseException) -> str | None:
     if isinstance(exc, errors.TopicNotExist):
         return "create it with `tidemq topic create TOPIC`, or list topics with `tidemq topic list`"
     if isinstance(exc, errors.NoPermission):
-        return "the ACL refused it: pass credentials with --credentials-file or TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY"
+        if "forbidden" in msg and "topic[" in msg:   # the topic's own permission, not the ACL
+            return "the topic's permission forbids it: `tidemq topic update TOPIC --perm rw`"
+        return ("the ACL refused it: pass credentials with --credentials-file or "
+                "TIDEMQ_ACCESS_KEY/TIDEMQ_SECRET_KEY")
     if isinstance(exc, errors.RequestCodeNotSupported):
         return "this server does not answer that request: is -b a TideMQ broker or name server?"
     if isinstance(exc, errors.RequestTimeout):

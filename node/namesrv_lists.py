@@ -7,6 +7,7 @@ for them: pure functions from a ClusterView snapshot to response bodies.
                                               "brokerAddr": a master's address}
     311/312/313 unit topic lists             {"topicList": []} (TideMQ has no unit topics)
     101 GET_KV_CONFIG, 219 GET_KVLIST_BY_NAMESPACE   22 QUERY_NOT_FOUND (no KV store)
+    216 DELETE_TOPIC_IN_NAMESRV (ext topic)  0: nothing to do here (rule 4)
 
 Rules:
 1. A topic is listed once its `topics/<topic>` node exists in some group, whether or not that
@@ -14,6 +15,9 @@ Rules:
 2. Bodies are compact standard JSON with sorted lists, so answers from several name servers
    of one cluster are byte-identical.
 3. Nothing here changes state; the KV write codes (100, 102) stay unsupported.
+4. mqadmin's deleteTopic deletes on the brokers (215), then asks every name server (216) and
+   fails if one refuses. A TideMQ name server keeps no topic of its own: the route goes
+   when the brokers' topic nodes leave ZooKeeper, so 216 succeeds without changing anything.
 """
 from __future__ import annotations
 
@@ -56,7 +60,8 @@ class NameServerLists:
                          (RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST, self.empty_list),
                          (RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST, self.empty_list),
                          (RequestCode.GET_KV_CONFIG, self.kv_not_found),
-                         (RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_not_found)):
+                         (RequestCode.GET_KVLIST_BY_NAMESPACE, self.kv_not_found),
+                         (RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)):
             server.register(code, fn)
 
     def all_topics(self, conn, cmd):
@@ -75,6 +80,10 @@ class NameServerLists:
 
     def empty_list(self, conn, cmd):
         return ok(cmd, body=_body({"topicList": []}))
+
+    def delete_topic(self, conn, cmd):
+        cmd.require_str("topic")   # rule 4
+        return ok(cmd)
 
     def kv_not_found(self, conn, cmd):
         ns = (cmd.ext or {}).get("namespace", "")

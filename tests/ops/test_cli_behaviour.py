@@ -234,3 +234,15 @@ def test_table_rendering_expands_member_records_and_names_columns():
     lines = text.splitlines()
     assert lines[1].split() == ["GROUP", "BROKER_ID", "BROKER_ROLE"]
     assert [ln.split() for ln in lines[2:]] == [["a", "0", "MASTER"], ["a", "1", "SLAVE"]]
+
+
+def test_topic_permission_update_refuses_sends_until_restored(broker):
+    b, topic = broker.addr, "CliPerm"
+    tidemq("-b", b, "topic", "create", topic, "--queues", "1")
+    _, out, _ = tidemq("-b", b, "topic", "update", topic, "--perm", "r")
+    assert out["perm"] == "r" and out["read_queues"] == 1
+    rc, sent, err = tidemq("-b", b, "produce", topic, "--body", "x", ok=False)
+    assert rc == 3 and sent["failed"] == 1 and "--perm rw" in err
+    tidemq("-b", b, "topic", "update", topic, "--perm", "rw")
+    _, sent, _ = tidemq("-b", b, "produce", topic, "--body", "x")
+    assert sent["sent"] == 1

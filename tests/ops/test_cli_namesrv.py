@@ -91,6 +91,8 @@ def test_name_servers_answer_rocketmq_listing_codes(cluster):
             unit = await c.request(RequestCode.GET_UNIT_TOPIC_LIST)
             kv = await c.request(RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG",
                                                             "key": TOPIC})
+            deleted = await c.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "Nope"})
+            assert deleted.code == ResponseCode.SUCCESS   # mqadmin deleteTopic's last step
             return all_topics, by_cluster, other, system, unit, kv
 
     bodies = []
