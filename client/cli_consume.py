@@ -15,7 +15,8 @@ Rules:
    written, and exits 141 without a traceback.
 4. Exit code 3 when `--count` was given and fewer arrived before `--timeout`.
 5. The tool pulls every queue itself (it does not join the group's rebalance): do not run it
-   on a group whose consumers are running, except with `--peek`.
+   on a group whose consumers are running, except with `--peek`, which pulls under a group
+   of its own (it only reads GROUP's committed offsets), so GROUP's members never see it.
 """
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ class _Reader:
             if a.offset is not None:
                 self.next[mq] = a.offset
                 continue
-            stored = await self.pc.committed(mq) if a.group else -1
+            stored = await self._committed(mq) if a.group else -1
             if stored >= 0:
                 self.next[mq] = stored
             elif a.from_beginning or a.peek:
@@ -91,6 +92,14 @@ class _Reader:
             else:
                 self.next[mq] = await self.pc.max_offset(mq)
             self.committed[mq] = stored
+
+    async def _committed(self, mq) -> int:
+        """GROUP's committed offset; under --peek read as PEEK_GROUP's guest (rule 5)."""
+        if not self.args.peek:
+            return await self.pc.committed(mq)
+        from client import pull_api
+        return await pull_api.query_consumer_offset(self.pc._running(), self.pc._addr(mq),
+                                                    self.args.group, mq)
 
     def wanted(self, queues_left: int) -> int:
         """With --count, the rest is spread over the queues still to visit in this round, so
@@ -149,7 +158,7 @@ class _Reader:
 async def run(args):
     from client.pull_consumer import PullConsumer
     check(args)
-    group = args.group or PEEK_GROUP
+    group = PEEK_GROUP if args.peek else args.group
     start = time.perf_counter()
     pc = PullConsumer(group, args.broker)
     await pc.start()

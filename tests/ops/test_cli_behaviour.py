@@ -32,9 +32,14 @@ def test_consume_stops_at_exactly_count_and_peek_commits_nothing(broker):
                         "--from-beginning", "-o", "json")
     assert rc == 0 and out["received"] == 2
     assert _committed(b, "g-exact", topic) == 2
-    _, peeked, _ = tidemq("-b", b, "consume", topic, "g-exact", "--peek", "--count", "5")
+    _, peeked, _ = tidemq("-b", b, "consume", topic, "g-exact", "--peek", "--count", "5",
+                          "--print", "-o", "json")
     assert peeked["received"] == 5 and peeked["committed"] is False
     assert _committed(b, "g-exact", topic) == 2
+    # the peek started at g-exact's committed offsets: none of the two consumed ones again
+    rc, again, _ = tidemq("-b", b, "consume", topic, "g-exact", "--peek", "--count", "19",
+                          "--timeout", "3", ok=False)
+    assert rc == 3 and again["received"] == 18
     proc = subprocess.run([sys.executable, "-m", "client.cli", "-b", b, "consume", topic,
                            "--peek", "--queue", "1", "--offset", "3", "--count", "1", "--print"],
                           capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
