@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -176,6 +177,15 @@ async def _serve(ns: NameServer) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await ns.start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            log.exception("name server failed to start")
+        else:   # a common mistake: one line with a hint, not a traceback
+            print(f"tidemq namesrv: a port is already in use ({exc.strerror}; remoting "
+                  f"{ns.listen[1]}, http {ns.http[1]}) (hint: another name server runs here; "
+                  f"pick free ports with --listen and --http)", file=sys.stderr, flush=True)
+        await ns.stop()
+        return 1
     except NoAuthError:
         log.error("ZooKeeper refused this name server's reads (NoAuth): the cluster's znodes "
                   "are not world-readable (zookeeper.acl_world_read=false); give the name server "

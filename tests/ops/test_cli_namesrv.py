@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -13,6 +17,7 @@ from client.consumer import ConsumeResult, PushConsumer
 from client.protocol.codes import RequestCode, ResponseCode
 from tests.client.conftest import wait_until
 from tests.ops.cli_proc import tidemq
+from tests.support.broker_proc import REPO_ROOT
 from tests.support.cluster import ClusterHarness
 from tests.support.raw_client import RawClient
 
@@ -151,3 +156,17 @@ def test_group_list_merges_every_broker_group(cluster):
     _, out, _ = tidemq("-b", ns, "group", "list")
     row = next(r for r in out["groups"] if r["group"] == "ns-listed")
     assert row["broker_groups"] == ["ga", "gb"] and row["retry_max_times"] == 16
+
+
+def test_name_server_port_in_use_is_one_line(zk_hosts):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "client.cli", "namesrv", "--zk", zk_hosts,
+                               "--listen", f"127.0.0.1:{port}", "--http", "127.0.0.1:0"],
+                              capture_output=True, text=True, timeout=60, cwd=REPO_ROOT,
+                              env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "already in use" in proc.stderr
+    assert "hint:" in proc.stderr
