@@ -80,22 +80,8 @@ def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
        zk_nodes: int = 3, cluster: str = "tidemq", commitlog_mib: int = 64,
        timeout_s: float = 120.0, overrides: list[str] | tuple = ()) -> dict:
     d = os.path.abspath(os.path.expanduser(directory))
-    if os.path.exists(os.path.join(d, STATE)):
-        st = _load(d)
-        if any(_alive(p, d) for p in _procs(st)):
-            raise LaunchError(f"a cluster from {d} is running: `tidemq cluster down --dir {d}` "
-                              f"first")
-    for name, n in (("groups", groups), ("replicas", replicas), ("namesrvs", namesrvs),
-                    ("zk_nodes", zk_nodes)):
-        if not 1 <= n <= 26:
-            raise LaunchError(f"--{name.replace('_', '-')} must be 1..26")
-    for kv in overrides:
-        if "=" not in kv or not kv.split("=", 1)[0].strip():
-            raise LaunchError(f"--set {kv!r}: expected KEY=VALUE (see `tidemq broker "
-                              f"--describe-config`)")
-    if not os.path.exists(ZK_JAR) or shutil.which("java") is None:
-        raise LaunchError("ZooKeeper needs Debian's `zookeeper` package and java "
-                          "(apt-get install zookeeper default-jre-headless)")
+    _check_up(d, {"groups": groups, "replicas": replicas, "namesrvs": namesrvs,
+                  "zk_nodes": zk_nodes}, overrides)
     os.makedirs(os.path.join(d, "logs"), exist_ok=True)
     ports = _Ports()
     secret_file = os.path.join(d, "ha-secret")
@@ -118,22 +104,12 @@ def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
             st["namesrvs"].append(_spawn(d, f"namesrv-{i}", cmd) | {
                 "name": f"namesrv-{i}", "addr": f"{HOST}:{rport}",
                 "http": f"http://{HOST}:{hport}"})
+        base = [f"zookeeper.hosts={zk_hosts}", f"cluster_name={cluster}", "ha.role=cluster",
+                f"ha.secret_file={secret_file}",
+                f"store.commitlog_file_bytes={commitlog_mib * 1024 * 1024}"]
         for g in range(groups):
-            group = f"{cluster}-{string.ascii_lowercase[g]}"
-            for i in range(replicas):
-                node = f"{group}-{i}"
-                rport, aport, hport = ports.take(), ports.take(), ports.take()
-                sets = [f"zookeeper.hosts={zk_hosts}", f"cluster_name={cluster}",
-                        f"broker_name={group}", f"broker_id={i}", "ha.role=cluster",
-                        f"ha.node_id={node}", f"ha.listen_port={hport}",
-                        f"ha.secret_file={secret_file}", f"listen_port={rport}",
-                        f"admin_port={aport}",
-                        f"store.root_dir={os.path.join(d, 'data', node)}",
-                        f"store.commitlog_file_bytes={commitlog_mib * 1024 * 1024}"] + list(overrides)
-                cmd = [sys.executable, "-m", "node"] + [x for s in sets for x in ("--set", s)]
-                st["brokers"].append(_spawn(d, node, cmd) | {
-                    "name": node, "group": group, "broker_id": i, "addr": f"{HOST}:{rport}",
-                    "admin": f"http://{HOST}:{aport}", "ha": f"{HOST}:{hport}"})
+            _start_group(st, d, f"{cluster}-{string.ascii_lowercase[g]}", replicas, ports,
+                         base, list(overrides))
         _save(d, st)
         for p in st["namesrvs"] + st["brokers"]:
             ready = NAMESRV_READY if p["name"].startswith("namesrv") else BROKER_READY
@@ -148,6 +124,41 @@ def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
     _write_prometheus(st)
     _save(d, st)
     return status(d)
+
+
+def _check_up(d: str, counts: dict, overrides) -> None:
+    """Refuse before starting anything: a running cluster in d, bad counts or --set items,
+    no ZooKeeper to run."""
+    if os.path.exists(os.path.join(d, STATE)):
+        st = _load(d)
+        if any(_alive(p, d) for p in _procs(st)):
+            raise LaunchError(f"a cluster from {d} is running: `tidemq cluster down --dir {d}` "
+                              f"first (or `tidemq cluster restart NODE` for one stopped node)")
+    for name, n in counts.items():
+        if not 1 <= n <= 26:
+            raise LaunchError(f"--{name.replace('_', '-')} must be 1..26")
+    for kv in overrides:
+        if "=" not in kv or not kv.split("=", 1)[0].strip():
+            raise LaunchError(f"--set {kv!r}: expected KEY=VALUE (see `tidemq broker "
+                              f"--describe-config`)")
+    if not os.path.exists(ZK_JAR) or shutil.which("java") is None:
+        raise LaunchError("ZooKeeper needs Debian's `zookeeper` package and java "
+                          "(apt-get install zookeeper default-jre-headless)")
+
+
+def _start_group(st, d: str, group: str, replicas: int, ports, base: list[str],
+                 overrides: list[str]) -> None:
+    """Brokers <group>-0..replicas-1; the user's --set keys come last, so they win."""
+    for i in range(replicas):
+        node = f"{group}-{i}"
+        rport, aport, hport = ports.take(), ports.take(), ports.take()
+        sets = base + [f"broker_name={group}", f"broker_id={i}", f"ha.node_id={node}",
+                       f"ha.listen_port={hport}", f"listen_port={rport}", f"admin_port={aport}",
+                       f"store.root_dir={os.path.join(d, 'data', node)}"] + overrides
+        cmd = [sys.executable, "-m", "node"] + [x for s in sets for x in ("--set", s)]
+        st["brokers"].append(_spawn(d, node, cmd) | {
+            "name": node, "group": group, "broker_id": i, "addr": f"{HOST}:{rport}",
+            "admin": f"http://{HOST}:{aport}", "ha": f"{HOST}:{hport}"})
 
 
 def _start_zookeeper(st, d, n, ports) -> None:

@@ -191,15 +191,7 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
             p.append(f"{name}: must be >= {minimum}")
         return n
 
-    start_text = _get(options, "startingOffsets")
-    starting = (parse_offsets_spec(start_text, p, "startingOffsets", ("earliest", "latest", "group"),
-                                   topics or ("",))
-                if start_text else ("latest" if streaming else "earliest"))
-    end_text = _get(options, "endingOffsets")
-    ending = (parse_offsets_spec(end_text, p, "endingOffsets", ("latest",), topics or ("",))
-              if end_text else "latest")
-    if streaming and (end_text or _get(options, "endingTimestamp")):
-        p.append("endingOffsets / endingTimestamp apply to batch reads only")
+    starting, ending = _offset_range(options, p, streaming, topics or ("",))
     tags = (_get(options, "tags") or "*").strip() or "*"
     if tags != "*" and not [t for t in tags.split("||") if t.strip()]:
         p.append(f"tags: bad tag expression {tags!r}")
@@ -221,6 +213,20 @@ def parse_source_options(options, streaming: bool) -> SourceOptions:
     if p:
         raise OptionsError(p)
     return out
+
+
+def _offset_range(options, p: list[str], streaming: bool, topics: tuple):
+    """(startingOffsets, endingOffsets) parsed; a stream has no end."""
+    start_text = _get(options, "startingOffsets")
+    starting = (parse_offsets_spec(start_text, p, "startingOffsets",
+                                   ("earliest", "latest", "group"), topics)
+                if start_text else ("latest" if streaming else "earliest"))
+    end_text = _get(options, "endingOffsets")
+    ending = (parse_offsets_spec(end_text, p, "endingOffsets", ("latest",), topics)
+              if end_text else "latest")
+    if streaming and (end_text or _get(options, "endingTimestamp")):
+        p.append("endingOffsets / endingTimestamp apply to batch reads only")
+    return starting, ending
 
 
 def _check_names(options, problems: list[str]) -> list[str]:
