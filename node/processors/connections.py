@@ -8,6 +8,9 @@ Bodies (Java's ConsumerConnection / ProducerConnection, standard JSON):
          "consumeFromWhere"}
     204 {"connectionSet": [...]}
 
+Handlers take an optional typed request (`req`): with a row in a request table the server
+passes one; they read only the plain header fields they need.
+
 Rules:
 1. A consumer group with no connection answers 206 CONSUMER_NOT_ONLINE, a producer group
    with none 1 SYSTEM_ERROR, as Java does.
@@ -43,7 +46,7 @@ class ConnectionsProcessor:
     def __init__(self, broker):
         self.clients = broker.clients
 
-    def consumer_connections(self, conn, cmd):
+    def consumer_connections(self, conn, cmd, req=None):
         name = cmd.require_str("consumerGroup")
         group = self.clients.consumers.get(name)
         if group is None or not group.members:
@@ -57,7 +60,7 @@ class ConnectionsProcessor:
                 "consumeFromWhere": group.consume_from_where}
         return ok(cmd, body=json.dumps(body, sort_keys=True).encode())
 
-    def producer_connections(self, conn, cmd):
+    def producer_connections(self, conn, cmd, req=None):
         name = cmd.require_str("producerGroup")
         members = self.clients.producers.get(name) or {}
         if not members:

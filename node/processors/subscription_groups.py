@@ -7,6 +7,9 @@ consumer page and mqadmin list groups with it):
       "whichBrokerWhenConsumeSlowly", "notifyConsumerIdsChangedEnable"}},
      "dataVersion": {"timestamp", "counter"}}
 
+Handlers take an optional typed request (`req`): with a row in a request table the server
+passes one; they read only the plain header fields they need.
+
 Rules:
 1. A group is known once it committed an offset here (broadcast members' "<group>@<client>"
    entries count for <group>), is connected as a consumer, or has its %RETRY% topic.
@@ -42,7 +45,7 @@ def group_config(name: str, retry_max_times: int) -> dict:
 
 
 def register(server, broker) -> None:
-    def all_groups(conn, cmd):
+    def all_groups(conn, cmd, req=None):
         retry_max = int(broker.cfg.max_reconsume_times)
         body = {"subscriptionGroupTable": {g: group_config(g, retry_max) for g in known_groups(broker)},
                 "dataVersion": {"timestamp": int(time.time() * 1000), "counter": 0}}
