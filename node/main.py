@@ -68,18 +68,11 @@ def run_broker(argv: list[str]) -> int:
     dev_dir = tempfile.mkdtemp(prefix="tidemq-dev-") if args.dev else None
     dev = [*DEV_OVERRIDES, f"store.root_dir={dev_dir}"] if dev_dir else []
     try:
-        try:
-            cfg = load_config(args.config, dev + args.overrides)
-        except ConfigError as exc:
-            print(str(exc), file=sys.stderr)
-            return 2
-        return _run(cfg)
-    finally:
-        if dev_dir:
-            shutil.rmtree(dev_dir, ignore_errors=True)
-
-
-def _run(cfg) -> int:
+        cfg = load_config(args.config, dev + args.overrides)
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        _remove_dev_store(dev_dir)
+        return 2
     # What the broker really runs: a replicated store confirms through HA (external).
     cfg = dataclasses.replace(cfg, store=store_config(cfg))
     log.info("effective config: %s", json.dumps(redacted(cfg), sort_keys=True))
@@ -87,29 +80,13 @@ def _run(cfg) -> int:
         return asyncio.run(_serve(cfg))
     except KeyboardInterrupt:
         return 0
+    finally:
+        _remove_dev_store(dev_dir)
 
 
-def start_failure(exc: BaseException, cfg) -> str | None:
-    """The one-line reason for a start failure an operator commonly causes, else None."""
-    if isinstance(exc, StoreLocked):
-        return (f"{exc} (hint: another broker runs on this store; stop it, or give this one "
-                f"its own --set store.root_dir=...)")
-    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        return (f"a port is already in use ({exc.strerror}; remoting {cfg.listen_port}, admin "
-                f"{cfg.admin_port}) (hint: another broker runs here; pick free ports with "
-                f"--set listen_port=... --set admin_port=..., or 0 for any)")
-    if isinstance(exc, PermissionError):
-        return f"{exc} (hint: the user running the broker cannot use this path or port)"
-    return None
-
-
-def _tune_gc() -> None:
-    """Move start-up objects out of the collector's way and collect young objects less often:
-    request garbage is acyclic (freed by reference counting), so frequent gen-0 passes over
-    ~700 objects only cost time on the request path."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+def _remove_dev_store(dev_dir: str | None) -> None:
+    if dev_dir:
+        shutil.rmtree(dev_dir, ignore_errors=True)
 
 
 async def _serve(cfg) -> int:
