@@ -251,3 +251,27 @@ def test_topic_permission_update_refuses_sends_until_restored(broker):
     tidemq("-b", b, "topic", "update", topic, "--perm", "rw")
     _, sent, _ = tidemq("-b", b, "produce", topic, "--body", "x")
     assert sent["sent"] == 1
+
+
+def test_dev_profile_uses_a_small_temporary_store(tmp_path):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, TMPDIR=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "client.cli", "broker", "--dev", "--set",
+                             "listen_port=0", "--set", "admin_port=0", "--log-level", "WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT, env=env)
+    try:
+        ready = proc.stdout.readline()
+        assert ready.startswith("TIDEMQ_BROKER_READY"), proc.stderr.read() if proc.poll() else ready
+        addr = ready.split("remoting=")[1].split()[0]
+        _, sent, _ = tidemq("-b", addr, "produce", "DevT", "--body", "x", "--count", "10")
+        assert sent["sent"] == 10
+        [store] = [p for p in tmp_path.iterdir() if p.name.startswith("tidemq-dev-")]
+        used = sum(f.stat().st_blocks * 512 for f in store.rglob("*") if f.is_file())
+        assert used < 100 * 1024 * 1024, used   # the default profile preallocates ~1.5 GB
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert not store.exists()   # removed at a clean exit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
