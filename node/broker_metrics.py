@@ -122,14 +122,11 @@ class BrokerCollector:
         yield _gauge("tidemq_transaction_half_messages", "Half messages past the check "
                      "progress awaiting commit or rollback (check-back copies included).",
                      tx.open_count())
-        # every group that has a %RETRY% topic (it had a consumer) is exported from the start,
-        # at 0: its first retry or dead letter is then an increase, not a new series
-        known = {t[len(RETRY_PREFIX):] for t in list(b.topics.table) if t.startswith(RETRY_PREFIX)}
         for name, counts, what in (("tidemq_retry_messages", m.retried, "%RETRY%<group>"),
                                    ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
             c = CounterMetricFamily(name, f"Messages sent back to {what}.",
                                     labels=["consumer_group"])
-            for group in sorted(known | set(counts)):
+            for group in sorted(_groups_with_retry_topic(b) | set(counts)):
                 c.add_metric([group], float(counts.get(group, 0)))
             yield c
 
@@ -238,3 +235,9 @@ class NameServerCollector:
         yield has_master
         yield epoch
         yield in_sync
+
+
+def _groups_with_retry_topic(broker) -> set[str]:
+    """Every group with a %RETRY% topic (it had a consumer): its retry and DLQ counters are
+    exported from the start, at 0, so the first event is an increase, not a new series."""
+    return {t[len(RETRY_PREFIX):] for t in list(broker.topics.table) if t.startswith(RETRY_PREFIX)}

@@ -32,7 +32,6 @@ import tempfile
 from node.broker import Broker
 from node.config import ConfigError, describe, load_config, redacted
 from node.replication import store_config
-from node.store.errors import StoreLocked
 
 log = logging.getLogger("tidemq.main")
 READY_PREFIX = "TIDEMQ_BROKER_READY"
@@ -91,6 +90,7 @@ def _remove_dev_store(dev_dir: str | None) -> None:
 
 def start_failure(exc: BaseException, cfg) -> str | None:
     """The one-line reason for a start failure an operator commonly causes, else None."""
+    from node.store.errors import StoreLocked
     if isinstance(exc, StoreLocked):
         return (f"{exc} (hint: another broker runs on this store; stop it, or give this one "
                 f"its own --set store.root_dir=...)")

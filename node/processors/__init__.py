@@ -11,7 +11,6 @@ from __future__ import annotations
 from client.protocol.codes import RequestCode as R
 
 from node.processors.admin import AdminProcessor
-from node.processors import connections, subscription_groups
 from node.processors.client_manage import ClientManageProcessor
 from node.processors.consume_stats import ConsumeStatsProcessor
 from node.processors.offsets import OffsetProcessor
@@ -22,6 +21,7 @@ from node.processors.route import RouteProcessor
 from node.processors.send import SendProcessor
 from node.processors.send_back import SendBackProcessor
 from node.processors.transaction import EndTransactionProcessor, parked_transactions
+from node.processors import connections, subscription_groups
 
 
 def register_all(server, broker) -> ClientManageProcessor:
@@ -50,12 +50,12 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
         R.GET_PARKED_TRANSACTIONS: parked_transactions(broker),
     }
+    connections.register(server, broker)   # 203/204 (node/processors/connections.py)
+    subscription_groups.register(server, broker)   # 201 (node/processors/subscription_groups.py)
     ops = OpsProcessor(broker)
     table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:
                   ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,
                   R.DELETE_TOPIC_IN_BROKER: ops.delete_topic})
     for code, fn in table.items():
         server.register(code, fn)
-    connections.register(server, broker)   # 203/204 (node/processors/connections.py)
-    subscription_groups.register(server, broker)   # 201 (node/processors/subscription_groups.py)
     return clients
