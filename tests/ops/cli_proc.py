@@ -35,3 +35,13 @@ def tidemq(*args, ok=True, stdin=None, timeout_s=90.0, env=None):
         except ValueError:
             out = proc.stdout
     return proc.returncode, out, proc.stderr
+
+
+def cli_wrapper(directory) -> str:
+    """An executable `tidemq` in `directory` that runs this checkout's CLI (scripts such as
+    make-secrets.sh call `$TIDEMQ certs`; an installed `tidemq` may be another copy)."""
+    path = os.path.join(str(directory), "tidemq-cli")
+    with open(path, "w") as f:
+        f.write(f"#!/bin/sh\nPYTHONPATH={REPO_ROOT} exec {sys.executable} -m client.cli \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path

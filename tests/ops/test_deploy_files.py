@@ -7,12 +7,12 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
 
 from node.config import load_config
+from tests.ops.cli_proc import cli_wrapper
 from tests.ops.tools import DEPLOY, ROOT, run, tool
 
 COMPOSE = os.path.join(ROOT, "docker-compose.yml")
@@ -113,7 +113,7 @@ def test_k8s_kustomization_renders_and_validates(tmp_path):
                              timeout=120)
     assert refused.returncode != 0 and "secrets/" in refused.stderr
     made = subprocess.run(["bash", str(copy / "make-secrets.sh")], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, TIDEMQ=_tidemq_wrapper(tmp_path)))
+                          timeout=120, env=dict(os.environ, TIDEMQ=cli_wrapper(tmp_path)))
     assert made.returncode == 0, made.stderr
     assert {"secrets/" + f for f in os.listdir(copy / "secrets")} == secret_files
     assert len(open(copy / "secrets" / "ha-secret").read().strip()) == 64
@@ -123,14 +123,6 @@ def test_k8s_kustomization_renders_and_validates(tmp_path):
                  "PodDisruptionBudget"):
         assert kind in kinds
     run([tool("kubernetes-validate"), "--strict", "-"], stdin=rendered)
-
-
-def _tidemq_wrapper(tmp_path) -> str:
-    """An executable `tidemq` running this checkout's CLI (make-secrets.sh calls `tidemq certs`)."""
-    path = tmp_path / "tidemq"
-    path.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m client.cli \"$@\"\n")
-    path.chmod(0o755)
-    return str(path)
 
 
 def test_k8s_brokers_load_as_valid_configs(tmp_path):

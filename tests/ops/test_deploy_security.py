@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import yaml
 
 from node.config import load_config
 from node.security import zk_security
+from tests.ops.cli_proc import cli_wrapper
 from tests.ops.tools import DEPLOY, ROOT, tool
 from tests.support.ports import free_port
 from tests.support.zookeeper import ZK_JAR, ZkNode, serving_mode
@@ -119,7 +119,7 @@ def test_compose_nodes_reach_zookeeper_over_tls_with_secrets_as_files(tmp_path):
 
 def _make_compose_secrets(out) -> dict:
     """Run deploy/compose/make-secrets.sh into `out`: {file name: path}."""
-    env = dict(os.environ, TIDEMQ=os.path.join(os.path.dirname(sys.executable), "tidemq"))
+    env = dict(os.environ, TIDEMQ=cli_wrapper(out.parent))
     proc = subprocess.run(["bash", os.path.join(DEPLOY, "compose", "make-secrets.sh"), str(out)],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
