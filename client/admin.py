@@ -1,7 +1,10 @@
-"""Admin calls against one broker: topics (17, 21, 202 or 29-31), message queries (12, 33),
-runtime info (28). Used by the `tidemq` CLI and by tests.
+"""Admin calls against one broker or name server: topics (17, 21, 202 or 29-31), message
+queries (12, 33), runtime info (28), the name server's listings (106, 206). Used by the
+`tidemq` CLI and by tests; client/admin_fanout.py runs them on every broker group.
 
 Rules:
+0. The address may be a `;` list (several name servers, as clients take them): requests go to
+   the first and move to the next when a connection fails, as the route table does.
 1. `topic_stats` prefers GET_TOPIC_STATS_INFO (202); if the broker does not support it, it
    falls back to GET_MIN_OFFSET / GET_MAX_OFFSET per queue of the route.
 2. A message id is tried as an offsetMsgId (33, read from the broker it names only if that is
@@ -28,8 +31,9 @@ QUERY_MAX_NUM = 64
 
 class Admin:
     def __init__(self, broker_addr, **options):
-        self.broker_addr = broker_addr
-        self.config = make_config(ClientConfig, namesrv_addr=broker_addr, **options)
+        self.addrs = split_addrs(broker_addr)
+        self.broker_addr = self.addrs[0]
+        self.config = make_config(ClientConfig, namesrv_addr=";".join(self.addrs), **options)
         self._instance = None
 
     async def __aenter__(self):
@@ -40,7 +44,16 @@ class Admin:
         await self._instance.close()
 
     async def _call(self, code, ext=None, *, ok=(0,), what=None, timeout_s=None):
-        return await self._instance.call(self.broker_addr, code, ext, ok=ok, what=what, timeout_s=timeout_s)
+        """Rule 0: the next address of the list when this one cannot be reached."""
+        for tries_left in range(len(self.addrs) - 1, -1, -1):
+            try:
+                return await self._instance.call(self.broker_addr, code, ext, ok=ok, what=what,
+                                                 timeout_s=timeout_s)
+            except errors.ConnectionError:
+                if not tries_left:
+                    raise
+                at = self.addrs.index(self.broker_addr)
+                self.broker_addr = self.addrs[(at + 1) % len(self.addrs)]
 
     async def create_topic(self, topic, queues=8, *, read_queues=None, write_queues=None,
                            perm=PERM_READ_WRITE, order=False):
@@ -50,15 +63,28 @@ class Admin:
                "order": "true" if order else "false"}
         await self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"create topic {topic!r}")
 
-    async def cluster_masters(self):
-        """{group: master address} when this address is a TideMQ name server (106), else None
-        (a broker: routes and topics are its own)."""
+    async def cluster_brokers(self):
+        """{group: {broker id: address}} when this address is a TideMQ name server (106), else
+        None (a broker: routes and topics are its own)."""
         resp = await self._call(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info",
                                 ok=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED))
         if resp.code != ResponseCode.SUCCESS:
             return None
         table = _json(resp.body).get("brokerAddrTable") or {}
-        return {name: (b.get("brokerAddrs") or {}).get("0") for name, b in table.items()}
+        return {name: {int(k): v for k, v in (b.get("brokerAddrs") or {}).items() if v}
+                for name, b in table.items()}
+
+    async def cluster_masters(self):
+        """{group: master address or None} from a name server, else None."""
+        brokers = await self.cluster_brokers()
+        if brokers is None:
+            return None
+        return {name: addrs.get(0) for name, addrs in brokers.items()}
+
+    async def topic_list(self) -> list[str]:
+        """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) from a name server."""
+        resp = await self._call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, what="list topics")
+        return sorted(_json(resp.body).get("topicList") or [])
 
     async def topic_configs(self) -> dict:
         resp = await self._call(RequestCode.GET_ALL_TOPIC_CONFIG, what="list topics")
@@ -105,6 +131,11 @@ class Admin:
         order = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
         return {"group": group, "queues": sorted(rows, key=order),
                 "broadcast": sorted(members, key=lambda r: (str(r["client_id"]),) + order(r))}
+
+    async def subscription_groups(self) -> dict:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): {group: Java SubscriptionGroupConfig dict}."""
+        resp = await self._call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, what="list groups")
+        return _json(resp.body).get("subscriptionGroupTable") or {}
 
     # -- operator commands (node/processors/ops.py) ------------------------------------------
     async def reset_offsets(self, group, topic, timestamp_ms, *, force=True) -> dict:
@@ -163,13 +194,14 @@ class Admin:
             return [m for m in msgs if m.uniq_key == key]
         return [m for m in msgs if key in m.keys or m.uniq_key == key]
 
-    async def view_by_offset_id(self, msg_id):
+    async def view_by_offset_id(self, msg_id, addr=None):
+        """33 on `addr` (default: the address this Admin talks to)."""
         try:
             _ip, _port, offset = decode_offset_msg_id(msg_id)
         except RecordError as exc:
             raise errors.IllegalArgument(str(exc)) from None
-        resp = await self._call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)},
-                                what=f"view message {msg_id}")
+        resp = await self._instance.call(addr or self.broker_addr, RequestCode.VIEW_MESSAGE_BY_ID,
+                                         {"offset": str(offset)}, what=f"view message {msg_id}")
         msgs = split_records(resp.body)
         if len(msgs) != 1:
             raise errors.ProtocolViolation(f"view of {msg_id} returned {len(msgs)} records")
@@ -197,6 +229,14 @@ class Admin:
         if not found and topic:
             found = await self.query_by_key(topic, msg_id, unique=True)
         return found
+
+
+def split_addrs(text) -> list[str]:
+    """"a:1;b:2" (also "," or spaces between) -> ["a:1", "b:2"]; an empty list is an error."""
+    addrs = [a for a in str(text or "").replace(",", ";").replace(" ", ";").split(";") if a]
+    if not addrs:
+        raise errors.IllegalArgument("no broker or name server address given")
+    return addrs
 
 
 def _progress_row(topic, broker, queue_id, val):

@@ -7,8 +7,8 @@ PullConsumer whose route table resolves broker groups through the name servers o
 standalone broker given as `addrs` (both answer route queries the same way).
 
 Rules:
-1. A queue is named (broker group, queue id); addresses are looked up per call, so a range
-   planned before a failover is read from whichever broker serves the group now.
+1. A queue is named (topic, broker group, queue id); addresses are looked up per call, so a
+   range planned before a failover is read from whichever broker serves the group now.
 2. A range read yields exactly the records with start <= queue offset < end (that match the
    tag filter) in offset order, or raises: pulls that answer OFFSET_ILLEGAL for a part of the
    range that should exist (deleted by retention, or never written) fail the read, because a
@@ -43,7 +43,7 @@ class TopicSession:
     def __init__(self, opts: SourceOptions):
         self.opts = opts
         self._lt = LoopThread("tidemq-pipeline")
-        self._consumer = PullConsumer(opts.group, opts.addrs,
+        self._consumer = PullConsumer(opts.group, opts.addrs, security=opts.security(),
                                       request_timeout_s=opts.request_timeout_s)
         try:
             self._run(self._consumer.start())
@@ -67,15 +67,17 @@ class TopicSession:
         self.close()
 
     # -- planning -------------------------------------------------------------------------
-    def queues(self) -> list[tuple[str, int]]:
-        """(broker group, queue id) of every readable queue of the topic, sorted."""
-        mqs = self._run(self._consumer.fetch_queues(self.opts.topic, self.opts.tags))
-        return [(mq.broker_name, mq.queue_id) for mq in mqs]
+    def queues(self) -> list[tuple[str, str, int]]:
+        """(topic, broker group, queue id) of every readable queue of the topics, sorted."""
+        out = []
+        for topic in self.opts.topics:
+            mqs = self._run(self._consumer.fetch_queues(topic, self.opts.tags))
+            out.extend((mq.topic, mq.broker_name, mq.queue_id) for mq in mqs)
+        return sorted(out)
 
     def _each(self, queues, call) -> dict:
         async def go():
-            results = await asyncio.gather(*[call(MessageQueue(self.opts.topic, b, q))
-                                             for b, q in queues])
+            results = await asyncio.gather(*[call(MessageQueue(t, b, q)) for t, b, q in queues])
             return dict(zip(queues, results))
         return self._run(go())
 
@@ -95,11 +97,11 @@ class TopicSession:
     def commit(self, offsets: dict) -> None:
         """Publish offsets as the group's (operators see the pipeline's lag)."""
         async def one(mq):
-            await self._consumer.commit(mq, offsets[(mq.broker_name, mq.queue_id)])
+            await self._consumer.commit(mq, offsets[(mq.topic, mq.broker_name, mq.queue_id)])
         self._each(list(offsets), one)
 
     def resolve(self, spec, timestamp_ms, queues, default_missing: str) -> dict:
-        """A starting/ending spec -> {(broker, queue): offset} for `queues`: "earliest",
+        """A starting/ending spec -> {(topic, broker, queue): offset} for `queues`: "earliest",
         "latest", "group" (the committed offsets), a timestamp, or a JSON map (-2/-1 =
         earliest/latest). Queues the spec leaves out (or the group has no offset for) get
         `default_missing` ("earliest" or "latest"); offsets are clamped into the queue."""
@@ -121,9 +123,9 @@ class TopicSession:
         return out
 
     # -- reading --------------------------------------------------------------------------
-    def read_range(self, broker: str, queue_id: int, start: int, end: int):
+    def read_range(self, topic: str, broker: str, queue_id: int, start: int, end: int):
         """Arrow RecordBatches of the records start <= offset < end (rule 2)."""
-        agen = _RangeReader(self, broker, queue_id, start, end).batches()
+        agen = _RangeReader(self, topic, broker, queue_id, start, end).batches()
         try:
             while True:
                 try:
@@ -136,9 +138,10 @@ class TopicSession:
 
 
 class _RangeReader:
-    def __init__(self, session: TopicSession, broker: str, queue_id: int, start: int, end: int):
+    def __init__(self, session: TopicSession, topic: str, broker: str, queue_id: int, start: int,
+                 end: int):
         self.s, self.opts = session, session.opts
-        self.mq = MessageQueue(session.opts.topic, broker, queue_id)
+        self.mq = MessageQueue(topic, broker, queue_id)
         self.start, self.end = start, end
         self.tags = None if session.opts.tags == "*" else pa.array(
             sorted({t.strip() for t in session.opts.tags.split("||") if t.strip()}), pa.string())
@@ -149,7 +152,7 @@ class _RangeReader:
         step = opts.pull_batch_size
         pending = collections.deque()
         next_lo = self.start
-        cols = RecordColumns(opts.topic, self.mq.broker_name, self.mq.queue_id)
+        cols = RecordColumns(self.mq.topic, self.mq.broker_name, self.mq.queue_id)
         try:
             while pending or next_lo < self.end:
                 while next_lo < self.end and len(pending) < opts.pull_depth:
@@ -162,7 +165,7 @@ class _RangeReader:
                     cols.add_reply(body, fut_hi)
                 if len(cols) >= opts.arrow_batch_rows:
                     yield self._filtered(cols.batch())
-                    cols = RecordColumns(opts.topic, self.mq.broker_name, self.mq.queue_id)
+                    cols = RecordColumns(self.mq.topic, self.mq.broker_name, self.mq.queue_id)
             if len(cols):
                 yield self._filtered(cols.batch())
         finally:
@@ -184,7 +187,7 @@ class _RangeReader:
         while offset < hi:
             addr = inst.routes.read_addr(self.mq.broker_name)
             if addr is None:
-                await inst.routes.refresh(self.opts.topic)
+                await inst.routes.refresh(self.mq.topic)
                 addr = inst.routes.read_addr(self.mq.broker_name)
                 if addr is None:
                     raise errors.NoRouteError(f"no broker serves group {self.mq.broker_name!r}")

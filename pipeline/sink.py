@@ -100,7 +100,8 @@ class _Publisher:
 
     async def _publish(self, batches) -> int:
         o = self.opts
-        producer = Producer("tidemq-spark-sink", o.addrs, request_timeout_s=o.request_timeout_s,
+        producer = Producer("tidemq-spark-sink", o.addrs, security=o.security(),
+                            request_timeout_s=o.request_timeout_s,
                             send_timeout_s=o.request_timeout_s * 3)
         await producer.start()
         try:
@@ -218,7 +219,10 @@ class _QueueChunks:
 
 
 def _sink_options(options):
-    return parse_source_options(options, streaming=False)
+    opts = parse_source_options(options, streaming=False)
+    if len(opts.topics) != 1:
+        raise OptionsError([f"the sink writes one topic, got {list(opts.topics)}"])
+    return opts
 
 
 def _option(options, name):

@@ -1,8 +1,11 @@
 """The `tidemq` Spark data source: topics as batch and streaming DataFrames, and as a sink.
 
-    from tidemq.pipeline.source import TideMQDataSource
-    spark.dataSource.register(TideMQDataSource)
+    from tidemq import pipeline
+    pipeline.register(spark)        # once per SparkSession, before format("tidemq")
     df = spark.read.format("tidemq").option("broker", "127.0.0.1:10911").option("topic", "T").load()
+
+Without the registration Spark answers `[DATA_SOURCE_NOT_FOUND] Failed to find the data source:
+tidemq`: Python data sources exist only once registered in the session.
 
 Options: pipeline/options.py. Columns: pipeline/arrow_records.py. The sink: pipeline/sink.py.
 
@@ -12,8 +15,9 @@ reader keeps one TopicSession; read() runs in executor tasks on a pickled copy o
 so it opens its own session and the driver's is never pickled.
 
 Rules:
-1. Offsets (Spark's offset log) are JSON {"broker group": {"queue id": next offset}}; a
-   partition reads [start, end) of one queue, split at `maxRecordsPerPartition`. Offsets
+1. Offsets (Spark's offset log) are JSON {"broker group": {"queue id": next offset}}, keyed by
+   topic first when the query reads several topics; a partition reads [start, end) of one
+   queue, split at `maxRecordsPerPartition`. Offsets
    logged once are read again identically on replay (the broker keeps the log; retention
    deleting a range that is still needed fails the read rather than skipping it).
 2. New queues and broker groups are picked up on every latestOffset(); a queue the start
@@ -65,14 +69,18 @@ class QueueRange(InputPartition):
     queue_id: int
     start: int
     end: int
+    topic: str = ""
 
 
 def split_ranges(start: dict, end: dict, max_per_partition: int) -> list[QueueRange]:
+    """Queues keyed (topic, broker, queue) or (broker, queue)."""
     out = []
-    for (broker, qid), hi in sorted(end.items()):
-        lo = start[(broker, qid)]
+    for key, hi in sorted(end.items()):
+        *topic, broker, qid = key
+        lo = start[key]
         while lo < hi:
-            out.append(QueueRange(broker, qid, lo, min(hi, lo + max_per_partition)))
+            out.append(QueueRange(broker, qid, lo, min(hi, lo + max_per_partition),
+                                  topic[0] if topic else ""))
             lo = out[-1].end
     return out
 
@@ -81,7 +89,8 @@ def _read(opts, part: QueueRange):
     if part.end <= part.start:
         return
     with TopicSession(opts) as session:
-        yield from session.read_range(part.broker, part.queue_id, part.start, part.end)
+        yield from session.read_range(part.topic or opts.topics[0], part.broker, part.queue_id,
+                                      part.start, part.end)
 
 
 class TideMQBatchReader(DataSourceReader):
@@ -118,10 +127,16 @@ class TideMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._session = TopicSession(self.opts)
         return self._session
 
+    def _to_json(self, offsets: dict) -> dict:
+        return offsets_to_json(offsets, self.opts.nested)
+
+    def _from_json(self, data) -> dict:
+        return offsets_from_json(data, self.opts.topics)
+
     def initialOffset(self) -> dict:
         s = self._s()
-        return offsets_to_json(s.resolve(self.opts.starting, self.opts.starting_ts, s.queues(),
-                                         "earliest"))
+        return self._to_json(s.resolve(self.opts.starting, self.opts.starting_ts, s.queues(),
+                                       "earliest"))
 
     def getDefaultReadLimit(self):
         n = self.opts.max_records_per_trigger
@@ -133,7 +148,7 @@ class TideMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit) -> dict:
         s = self._s()
-        begin = offsets_from_json(start)
+        begin = self._from_json(start)
         if self._target is not None:
             hi = dict(self._target)
         else:
@@ -147,10 +162,10 @@ class TideMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end.setdefault(q, off)
         if isinstance(limit, ReadMaxRows):
             end = admit(begin, end, limit.max_rows)
-        return offsets_to_json(end)
+        return self._to_json(end)
 
     def partitions(self, start: dict, end: dict):
-        begin, stop = offsets_from_json(start), offsets_from_json(end)
+        begin, stop = self._from_json(start), self._from_json(end)
         new = [q for q in stop if q not in begin]
         if new:
             begin.update(self._s().min_offsets(new))
@@ -161,7 +176,7 @@ class TideMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         try:
-            self._s().commit(offsets_from_json(end))
+            self._s().commit(self._from_json(end))
         except Exception as exc:  # rule 4: progress display only
             log.warning("could not publish the stream's offsets for group %s: %s",
                         self.opts.group, exc)

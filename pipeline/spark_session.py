@@ -27,7 +27,7 @@ def local_session(master: str = "local[2]", app: str = "tidemq-pipeline", conf: 
         os.environ["PYTHONPATH"] = ROOT + (os.pathsep + path if path else "")
     from pyspark.sql import SparkSession
 
-    from tidemq.pipeline.source import TideMQDataSource
+    from tidemq.pipeline import register
     b = (SparkSession.builder.master(master).appName(app)
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
@@ -41,5 +41,4 @@ def local_session(master: str = "local[2]", app: str = "tidemq-pipeline", conf: 
         b = b.config(k, v)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(TideMQDataSource)
-    return spark
+    return register(spark)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the main job: a standalone broker (no ZooKeeper) on a
-# temporary store, a producer and a consumer through the `tidemq` CLI, with their figures
-# printed as JSON lines; the broker is stopped at the end.
+# The main job: a lean set-up (scripts/setup.sh --lean: .venv with the broker's three Python
+# packages; no root, no apt, no Java), then a standalone broker (no ZooKeeper) on a temporary
+# development store, a producer and a consumer through the `tidemq` CLI with their figures
+# printed as JSON lines; the broker is stopped and its store removed at the end.
 #   bash scripts/quickstart.sh [COUNT]     (default 100000 messages of 1 KiB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --lean
 exec bash scripts/cli_demo.sh "$@"

@@ -1,9 +1,40 @@
 #!/usr/bin/env bash
-# Idempotent set-up on a fresh machine: system packages the tests need, a virtualenv in .venv,
-# and TideMQ installed into it (editable) with its test extras. Sourced by quickstart.sh and
-# test.sh; safe to run again.
+# Idempotent set-up, safe to run again. Two modes:
+#   bash scripts/setup.sh          everything the tests need: system packages (apt, as root:
+#                                  Java, ZooKeeper, openssl, Prometheus, docker-compose), a
+#                                  virtualenv in .venv with TideMQ (editable) and its test and
+#                                  pipeline extras (pyspark, pyarrow). Used by scripts/test.sh.
+#   bash scripts/setup.sh --lean   only what a standalone broker and the CLI need: .venv with
+#                                  TideMQ (editable) and its three runtime packages (aiohttp,
+#                                  prometheus-client, orjson). No root, no apt, no Java.
+#                                  Used by scripts/quickstart.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=full
+case "${1:-}" in
+  --lean) mode=lean ;;
+  "") ;;
+  *) echo "usage: bash scripts/setup.sh [--lean]" >&2; exit 2 ;;
+esac
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup: TideMQ needs Python 3.11 or newer ($PY is $("$PY" -V 2>&1)); set PYTHON=python3.11" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+
+if [ "$mode" = lean ]; then
+  # a broker and the CLI: the base package only (a full set-up already covers it)
+  if ! .venv/bin/python -c 'import aiohttp, prometheus_client, orjson, tidemq.cli.main' 2>/dev/null \
+      || [ ! -x .venv/bin/tidemq ]; then
+    .venv/bin/python -m pip install -q -e .
+  fi
+  exit 0
+fi
 
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
@@ -22,10 +53,6 @@ if [ ${#need_apt[@]} -gt 0 ] && [ "${TIDEMQ_SKIP_APT:-0}" != 1 ]; then
   fi
 fi
 
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PY" -m venv .venv
-fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 # pipeline: pyspark + pyarrow for pipeline/ and its tests (Java comes with the apt step above)
 .venv/bin/python -m pip install -q -e '.[test,pipeline]'

@@ -12,42 +12,63 @@ its own ("tidemq-cli-dlq"), so it never moves anyone's progress.
 
 from __future__ import annotations
 
-import argparse
-
 from tidemq.consumer import send_back as retry
 
 DLQ_READER_GROUP = "tidemq-cli-dlq"
 _PULL_MAX = 32
 
 
-def add_parsers(sub, broker_arg) -> None:
-    dlq = sub.add_parser("dlq", help="show dead-lettered messages of a consumer group")
-    dlq.add_argument("group")
-    dlq.add_argument("--count", type=int, default=100, help="show at most N (default 100)")
-    broker_arg(dlq, argparse.SUPPRESS)
-    consumer = sub.add_parser("consumer", help="consumer group progress")
-    csub = consumer.add_subparsers(dest="consumer_command", required=True)
-    progress = csub.add_parser("progress")
-    progress.add_argument("group")
+def add_parsers(sub, common) -> None:
+    dlq = sub.add_parser("dlq", help="show dead-lettered messages of a consumer group", **common.fmt)
+    dlq.add_argument("group", help="consumer group")
+    dlq.add_argument("--count", type=int, default=100, help="show at most N")
+    consumer = sub.add_parser("consumer", help="consumer groups: progress, connections",
+                              **common.fmt)
+    csub = consumer.add_subparsers(dest="consumer_command", required=True, metavar="ACTION")
+    progress = csub.add_parser("progress", help="per queue: broker offset, committed offset, lag",
+                               **common.fmt)
+    progress.add_argument("group", help="consumer group")
     progress.add_argument("--topic", help="only this topic")
-    broker_arg(progress, argparse.SUPPRESS)
-    txn = sub.add_parser("txn", help="transactions")
-    tsub = txn.add_subparsers(dest="txn_command", required=True)
-    parked = tsub.add_parser("parked", help="half messages parked after the check maximum")
-    parked.add_argument("--count", type=int, default=100, help="show at most N (default 100)")
-    parked.add_argument("--from", dest="begin", type=int, default=0,
-                        help="first queue offset (default 0)")
-    broker_arg(parked, argparse.SUPPRESS)
+    txn = sub.add_parser("txn", help="transactions", **common.fmt)
+    tsub = txn.add_subparsers(dest="txn_command", required=True, metavar="ACTION")
+    parked = tsub.add_parser("parked", help="half messages parked after the check maximum",
+                             **common.fmt)
+    parked.add_argument("--count", type=int, default=100, help="show at most N (per broker group)")
+    parked.add_argument("--from", dest="begin", type=int, default=0, help="first queue offset")
+    for p in (dlq, progress, parked):
+        common.add(p)
+    return csub
+
+
+COMMANDS = ("dlq", "txn")
 
 
 async def dispatch(args):
+    """Through name servers, progress and parked transactions are read from every broker
+    group (client/admin_fanout.py); progress rows name their group, parked transactions are
+    listed per group."""
     if args.command == "dlq":
         return await dead_letters(args.broker, args.group, args.count)
     from tidemq.admin import Admin
+    from tidemq.admin_fanout import everywhere
     async with Admin(args.broker) as admin:
         if args.command == "txn":
-            return await parked_transactions(admin, args.begin, args.count)
-        return await admin.consumer_progress(args.group, args.topic)
+            async def parked(a):
+                return await parked_transactions(a, args.begin, args.count)
+            per_group, here = await everywhere(admin, parked, "list parked transactions",
+                                               write=False)
+            return here if per_group is None else {"broker_groups": per_group}
+
+        async def progress(a):
+            return await a.consumer_progress(args.group, args.topic)
+        per_group, here = await everywhere(admin, progress, f"read progress of {args.group!r}",
+                                           write=False, topic=args.topic)
+        if per_group is None:
+            return here
+        key = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
+        return {"group": args.group,
+                "queues": sorted((r for p in per_group.values() for r in p["queues"]), key=key),
+                "broadcast": [r for p in per_group.values() for r in p["broadcast"]]}
 
 
 async def parked_transactions(admin, begin, count):

@@ -1,13 +1,14 @@
-"""`tidemq` operator subcommands (issue 7), over the remoting admin codes mqadmin uses.
+"""`tidemq` operator subcommands, over the remoting admin codes mqadmin uses.
 
     tidemq [-b ADDR] topic delete T                      215 DELETE_TOPIC_IN_BROKER
-    tidemq [-b ADDR] topic update T [--read-queues N] [--write-queues N]   17 (queue counts)
+    tidemq [-b ADDR] topic update T [--read-queues N] [--write-queues N] [--perm P]   17
     tidemq [-b ADDR] group reset G T (--earliest | --latest | --timestamp TS) [--no-force]
                                                           222 (+ 220 to live consumers)
     tidemq [-b ADDR] group delete G                      207 DELETE_SUBSCRIPTIONGROUP
+    tidemq [-b ADDR] group list                          201: groups and their settings
     tidemq [-b ADDR] cluster list                        106 (name server) or 28 (a broker),
                                                           then 28 per broker (role, epoch)
-    tidemq cluster up|status|down [--dir D] ...          a local cluster (node/tools/cluster_launcher.py)
+    tidemq cluster up|status|down|restart [--dir D] ...  a local cluster (node/tools/cluster_launcher.py)
     tidemq [-b ADDR] dlq-resend G --id MSG_ID [--to-topic T]
                       look a dead letter up in %DLQ%G and send a copy to %RETRY%G (only G
                       consumes it again), or to T
@@ -31,64 +32,71 @@ import os
 import time
 
 from tidemq import errors
+from tidemq.admin_fanout import everywhere
+from tidemq.cli import errors as cli_errors
 from tidemq.consumer import send_back as retry
 from tidemq.protocol.codes import ResponseCode
 
 LATEST_MS = 2 ** 62  # "a time after every message": offset_by_time answers the max offset
 
 
-def add_parsers(sub, broker_arg) -> None:
-    group = sub.add_parser("group", help="operator commands on a consumer group")
-    gsub = group.add_subparsers(dest="group_command", required=True)
-    reset = gsub.add_parser("reset", help="move a group's offsets on a topic")
-    reset.add_argument("group")
-    reset.add_argument("topic")
+def add_parsers(sub, common) -> None:
+    group = sub.add_parser("group", help="operator commands on a consumer group", **common.fmt)
+    gsub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+    reset = gsub.add_parser("reset", help="move a group's offsets on a topic", **common.fmt)
+    reset.add_argument("group", help="consumer group")
+    reset.add_argument("topic", help="topic whose offsets move")
     where = reset.add_mutually_exclusive_group(required=True)
-    where.add_argument("--earliest", action="store_true")
-    where.add_argument("--latest", action="store_true")
-    where.add_argument("--timestamp", help="epoch ms or ISO 8601 time")
+    where.add_argument("--earliest", action="store_true", help="to the first stored message")
+    where.add_argument("--latest", action="store_true", help="to the end (skip everything stored)")
+    where.add_argument("--timestamp", help="to the first message stored at or after this time "
+                       "(epoch ms or ISO 8601)")
     reset.add_argument("--no-force", action="store_true",
                        help="only move offsets backwards (re-read), never skip ahead")
-    delete = gsub.add_parser("delete", help="forget a group's committed offsets")
-    delete.add_argument("group")
+    delete = gsub.add_parser("delete", help="forget a group's committed offsets", **common.fmt)
+    delete.add_argument("group", help="consumer group")
+    glist = gsub.add_parser("list", help="consumer groups the brokers know, with their settings "
+                            "(201)", **common.fmt)
 
-    cluster = sub.add_parser("cluster", help="run a local cluster (up, down, status); list a "
-                             "cluster's groups with roles and epochs")
-    csub = cluster.add_subparsers(dest="cluster_command", required=True)
-    listing = csub.add_parser("list", help="groups, members, roles, epochs (106 + 28)")
-    launch_dir = os.path.join("~", "tidemq", "cluster")
-    cup = csub.add_parser("up", help="start ZooKeeper, name servers and broker groups as local "
-                          "processes (node/tools/cluster_launcher.py)")
-    cup.add_argument("--groups", type=int, default=2)
-    cup.add_argument("--replicas", type=int, default=2, help="brokers per group")
-    cup.add_argument("--namesrvs", type=int, default=2)
-    cup.add_argument("--zk-nodes", type=int, default=3)
-    cup.add_argument("--cluster", default="tidemq", help="cluster name (group name prefix)")
-    cup.add_argument("--commitlog-mib", type=int, default=64, help="commit-log file size")
-    cstatus = csub.add_parser("status")
-    cdown = csub.add_parser("down")
-    cdown.add_argument("--purge", action="store_true", help="also delete the directory")
-    for p in (cup, cstatus, cdown):
-        p.add_argument("--dir", default=launch_dir, help=f"state, logs, data (default {launch_dir})")
+    cluster = sub.add_parser("cluster", help="run a local cluster (up, down, status, restart); "
+                             "list a cluster's groups with roles and epochs", **common.fmt)
+    csub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    listing = csub.add_parser("list", help="groups, members, roles, epochs (106 + 28)", **common.fmt)
+    _launch_parsers(csub, common)
 
-    resend = sub.add_parser("dlq-resend", help="send a dead-lettered message again")
-    resend.add_argument("group")
+    resend = sub.add_parser("dlq-resend", help="send a dead-lettered message again", **common.fmt)
+    resend.add_argument("group", help="consumer group whose dead letter it is")
     resend.add_argument("--id", required=True, help="offsetMsgId or msgId (UNIQ_KEY)")
     resend.add_argument("--to-topic", help="send here instead of %%RETRY%%<group>")
-    for p in (reset, delete, listing, resend):
-        broker_arg(p, argparse.SUPPRESS)
+    for p in (reset, delete, glist, listing, resend):
+        common.add(p)
 
 
-def add_topic_parsers(tsub, broker_arg) -> None:
-    """`topic delete` and `topic update`, added to cli.py's `topic` subcommands."""
-    delete = tsub.add_parser("delete")
-    delete.add_argument("topic")
-    update = tsub.add_parser("update", help="change a topic's queue counts")
-    update.add_argument("topic")
-    update.add_argument("--read-queues", type=int)
-    update.add_argument("--write-queues", type=int)
-    for p in (delete, update):
-        broker_arg(p, argparse.SUPPRESS)
+def _launch_parsers(csub, common) -> None:
+    launch_dir = os.path.join("~", "tidemq", "cluster")
+    cup = csub.add_parser("up", help="start ZooKeeper, name servers and broker groups as local "
+                          "processes on 127.0.0.1", **common.fmt)
+    cup.add_argument("--groups", type=int, default=2, help="broker groups (1..26)")
+    cup.add_argument("--replicas", type=int, default=2, help="brokers per group (1..26)")
+    cup.add_argument("--namesrvs", type=int, default=2, help="name servers (1..26)")
+    cup.add_argument("--zk-nodes", type=int, default=3, help="ZooKeeper ensemble size (1..26)")
+    cup.add_argument("--cluster", default="tidemq", help="cluster name (group name prefix)")
+    cup.add_argument("--commitlog-mib", type=int, default=64, help="commit-log file size in MiB")
+    cup.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="a broker config key for every broker, e.g. "
+                     "zookeeper.session_timeout_ms=10000 (repeatable; `tidemq broker "
+                     "--describe-config` lists the keys)")
+    cstatus = csub.add_parser("status", help="every process: alive, role, epoch", **common.fmt)
+    cdown = csub.add_parser("down", help="stop every process of the cluster", **common.fmt)
+    cdown.add_argument("--purge", action="store_true", help="also delete the directory")
+    crestart = csub.add_parser("restart", help="start one stopped or dead node again, with its "
+                               "ports, data and settings", **common.fmt)
+    crestart.add_argument("node", help="node name as `cluster status` shows it (tidemq-a-0, "
+                          "namesrv-1, zk-2)")
+    for p in (cup, cstatus, cdown, crestart):
+        p.add_argument("--dir", default=launch_dir, help="state, logs and data directory")
+        p.add_argument("-o", "--output", choices=("auto", "json", "table"), default=argparse.SUPPRESS,
+                       help="output format: auto = a table on a terminal, JSON otherwise")
 
 
 COMMANDS = ("group", "cluster", "dlq-resend")
@@ -100,30 +108,56 @@ async def dispatch(args):
     from tidemq.admin import Admin
     async with Admin(args.broker) as admin:
         if args.command == "group":
-            if args.group_command == "delete":
-                async def delete(a):
-                    await a.delete_group(args.group)
-                    return True
-                per_group = await on_masters(admin, delete, f"delete group {args.group!r}")
-                out = {"deleted_group": args.group}
-                if per_group is None:
-                    await delete(admin)
-                    return out
-                return dict(out, broker_groups=sorted(per_group))
-            ts = 0 if args.earliest else LATEST_MS if args.latest else parse_time(args.timestamp)
-
-            async def reset(a):
-                offsets = await a.reset_offsets(args.group, args.topic, ts,
-                                                force=not args.no_force)
-                return {str(q): o for q, o in sorted(offsets.items())}
-            out = {"group": args.group, "topic": args.topic, "timestamp": ts}
-            per_group = await on_masters(admin, reset, f"reset {args.group!r}", args.topic)
-            if per_group is None:
-                return dict(out, offsets=await reset(admin))
-            return dict(out, broker_groups=per_group)
+            return await group_command(admin, args)
         if args.command == "cluster":
             return await cluster_list(admin)
         return await resend_dead_letter(admin, args.broker, args.group, args.id, args.to_topic)
+
+
+async def group_command(admin, args):
+    if args.group_command == "list":
+        return await list_groups(admin)
+    if args.group_command == "delete":
+        async def delete(a):
+            await a.delete_group(args.group)
+        per_group, _ = await everywhere(admin, delete, f"delete group {args.group!r}",
+                                        write=True, absent=())
+        return _with_groups({"deleted_group": args.group}, per_group)
+    ts = 0 if args.earliest else LATEST_MS if args.latest else parse_time(args.timestamp)
+
+    async def reset(a):
+        offsets = await a.reset_offsets(args.group, args.topic, ts, force=not args.no_force)
+        return {str(q): o for q, o in sorted(offsets.items())}
+    out = {"group": args.group, "topic": args.topic, "timestamp": ts}
+    per_group, here = await everywhere(admin, reset, f"reset {args.group!r}", write=True,
+                                       topic=args.topic, absent=(errors.TopicNotExist,))
+    return dict(out, offsets=here) if per_group is None else dict(out, broker_groups=per_group)
+
+
+async def list_groups(admin) -> dict:
+    """Every broker group's known consumer groups, merged: one row per consumer group."""
+    async def groups(a):
+        return await a.subscription_groups()
+    per_group, here = await everywhere(admin, groups, "list consumer groups", write=False)
+    rows: dict = {}
+    for bgroup, table in (per_group or {"": here}).items():
+        for name, conf in sorted(table.items()):
+            row = rows.setdefault(name, {"group": name, "broker_groups": [],
+                                         "consume_enable": conf.get("consumeEnable"),
+                                         "retry_max_times": conf.get("retryMaxTimes"),
+                                         "retry_queues": conf.get("retryQueueNums")})
+            if bgroup:
+                row["broker_groups"].append(bgroup)
+    out = sorted(rows.values(), key=lambda r: r["group"])
+    if per_group is None:
+        for r in out:
+            del r["broker_groups"]
+    return {"groups": out}
+
+
+def _with_groups(out: dict, per_group: dict | None) -> dict:
+    """Through name servers the output names the broker groups that did it."""
+    return out if per_group is None else dict(out, broker_groups=sorted(per_group))
 
 
 def launch(args) -> dict:
@@ -132,69 +166,44 @@ def launch(args) -> dict:
         if args.cluster_command == "up":
             return launcher.up(args.dir, groups=args.groups, replicas=args.replicas,
                                namesrvs=args.namesrvs, zk_nodes=args.zk_nodes,
-                               cluster=args.cluster, commitlog_mib=args.commitlog_mib)
+                               cluster=args.cluster, commitlog_mib=args.commitlog_mib,
+                               overrides=args.overrides)
         if args.cluster_command == "down":
             return launcher.down(args.dir, purge=args.purge)
+        if args.cluster_command == "restart":
+            return launcher.restart(args.dir, args.node)
         return launcher.status(args.dir)
     except launcher.LaunchError as exc:
-        raise ValueError(str(exc)) from None
-
-
-async def on_masters(admin, fn, what: str, topic: str | None = None):
-    """Cluster mode (admin talks to a name server): {broker group: await fn(Admin(master))}
-    over every group's master, skipping groups where `topic` does not exist (TopicNotExist);
-    None when admin talks to a broker (the caller then acts on it alone)."""
-    from tidemq.admin import Admin
-    masters = await admin.cluster_masters()
-    if masters is None:
-        return None
-    missing = sorted(g for g, addr in masters.items() if not addr)
-    if not masters or missing:
-        raise ValueError(f"cannot {what}: groups without a master now: "
-                         f"{missing or 'no groups'}; retry after the election")
-    done, absent = {}, []
-    for group, addr in sorted(masters.items()):
-        async with Admin(addr) as a:
-            try:
-                done[group] = await fn(a)
-            except errors.TopicNotExist:
-                if topic is None:
-                    raise
-                absent.append(group)
-    if not done:
-        raise errors.TopicNotExist(f"topic {topic!r} does not exist in any broker group "
-                                   f"({', '.join(absent)})")
-    return done
+        raise cli_errors.Detailed(str(exc)) from None
 
 
 async def topic_command(admin, args):
     if args.topic_command == "delete":
         async def delete(a):
             await a.delete_topic(args.topic)
-            return True
-        per_group = await on_masters(admin, delete, f"delete topic {args.topic!r}", args.topic)
-        if per_group is None:
-            await admin.delete_topic(args.topic)
-            return {"deleted_topic": args.topic}
-        return {"deleted_topic": args.topic, "broker_groups": sorted(per_group)}
+        per_group, _ = await everywhere(admin, delete, f"delete topic {args.topic!r}", write=True,
+                                        topic=args.topic, absent=(errors.TopicNotExist,))
+        return _with_groups({"deleted_topic": args.topic}, per_group)
 
     async def update(a):
         return await _update_topic(a, args)
-    per_group = await on_masters(admin, update, f"update topic {args.topic!r}", args.topic)
-    if per_group is None:
-        return await _update_topic(admin, args)
-    return dict(next(iter(per_group.values())), broker_groups=sorted(per_group))
+    per_group, here = await everywhere(admin, update, f"update topic {args.topic!r}", write=True,
+                                       topic=args.topic, absent=(errors.TopicNotExist,))
+    return here if per_group is None else _with_groups(next(iter(per_group.values())), per_group)
 
 
 async def _update_topic(admin, args):
+    from tidemq.cli.topic import PERMS, perm_name
     current = (await admin.topic_configs()).get(args.topic)
     if current is None:
         raise errors.TopicNotExist(f"topic {args.topic!r} does not exist")
     read = args.read_queues or int(current["readQueueNums"])
     write = args.write_queues or int(current["writeQueueNums"])
+    perm = PERMS[args.perm] if args.perm else int(current.get("perm", 6))
     await admin.create_topic(args.topic, read_queues=read, write_queues=write,
-                             perm=int(current.get("perm", 6)), order=bool(current.get("order")))
-    return {"topic": args.topic, "read_queues": read, "write_queues": write}
+                             perm=perm, order=bool(current.get("order")))
+    return {"topic": args.topic, "read_queues": read, "write_queues": write,
+            "perm": perm_name(perm)}
 
 
 def parse_time(text: str) -> int:
@@ -241,7 +250,8 @@ async def resend_dead_letter(admin, broker, group, msg_id, to_topic=None) -> dic
     from tidemq.message import Message
     from tidemq.producer.producer import Producer
     dlq = retry.dlq_topic(group)
-    found = [m for m in await admin.query_by_id(msg_id, dlq) if m.topic == dlq]
+    from tidemq.cli.topic import find
+    found = [m for m in await find(admin, dlq, msg_id=msg_id) if m.topic == dlq]
     if not found:
         raise errors.IllegalArgument(f"no message {msg_id} in {dlq}")
     dead = found[0]

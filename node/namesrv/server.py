@@ -4,8 +4,9 @@
                    --http 127.0.0.1:9877
 
 Run several: they hold no state of their own (coordinator/view.py reads ZooKeeper). Answers
-GET_ROUTEINFO_BY_TOPIC (105) and GET_BROKER_CLUSTER_INFO (106) over the RocketMQ remoting
-protocol, and an HTTP JSON view:
+GET_ROUTEINFO_BY_TOPIC (105), GET_BROKER_CLUSTER_INFO (106) and the cluster-wide listings
+RocketMQ's admin tools read (206, 224, 304, ...: node/namesrv/lists.py) over the RocketMQ
+remoting protocol, and an HTTP JSON view:
 
     GET /health          {"status": "ok", "zookeeper": "CONNECTED", "groups": n}
     GET /cluster         every group: epoch, master, in-sync set, members, topics, addresses
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -34,6 +36,7 @@ from tidemq.coordinator.view import ClusterView
 from tidemq.coordinator.zk import NoAuthError, ZkSession
 from tidemq.coordinator.zk_security import ZkSecurity, ZkSecurityError, add_cli_options, from_cli
 from tidemq.node.config import BrokerConfig
+from tidemq.node.namesrv.lists import NameServerLists
 from tidemq.node.ops.admin_auth import admin_auth_middleware
 from tidemq.node.ops.counters import Metrics
 from tidemq.node.ops.scrape import NameServerCollector
@@ -70,6 +73,7 @@ class NameServer:
         self._server = RemotingServer(BrokerConfig(), loop, self.metrics)
         self._server.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route)
         self._server.register(RequestCode.GET_BROKER_CLUSTER_INFO, self._cluster_info)
+        NameServerLists(self.view).register(self._server)
         sock = socket.create_server(self.listen, backlog=1024)
         ssl_ctx = self.tls.server() if self.tls is not None else None
         self.remoting_port = await self._server.start_on(sock, ssl_ctx, 10.0)
@@ -132,13 +136,16 @@ def _addr(text: str) -> tuple[str, int]:
 
 def run_namesrv(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="tidemq namesrv",
-                                description="Serve routes of a ZooKeeper-coordinated cluster.")
+                                description="Serve routes of a ZooKeeper-coordinated cluster.",
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--zk", required=True, help="ZooKeeper connect string")
-    p.add_argument("--cluster", default="DefaultCluster")
+    p.add_argument("--cluster", default="DefaultCluster",
+                   help="cluster name (the brokers' cluster_name)")
     p.add_argument("--listen", default="127.0.0.1:9876", help="remoting host:port (0 = any)")
     p.add_argument("--http", default="127.0.0.1:9877", help="HTTP JSON view host:port")
-    p.add_argument("--session-timeout-ms", type=int, default=6000)
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--session-timeout-ms", type=int, default=6000,
+                   help="ZooKeeper session timeout")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--tls-cert", default="", help="PEM certificate: TLS on both ports")
     p.add_argument("--tls-key", default="", help="PEM key of --tls-cert")
     p.add_argument("--tls-ca", default="", help="CA that verifies client certificates")
@@ -170,6 +177,15 @@ async def _serve(ns: NameServer) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await ns.start()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            log.exception("name server failed to start")
+        else:   # a common mistake: one line with a hint, not a traceback
+            print(f"tidemq namesrv: a port is already in use ({exc.strerror}; remoting "
+                  f"{ns.listen[1]}, http {ns.http[1]}) (hint: another name server runs here; "
+                  f"pick free ports with --listen and --http)", file=sys.stderr, flush=True)
+        await ns.stop()
+        return 1
     except NoAuthError:
         log.error("ZooKeeper refused this name server's reads (NoAuth): the cluster's znodes "
                   "are not world-readable (zookeeper.acl_world_read=false); give the name server "

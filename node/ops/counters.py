@@ -41,6 +41,10 @@ class LatencyHistogram:
         return out
 
 
+# Why a request was answered SYSTEM_BUSY (node/remoting/server.py, node/remoting/connection.py, pull.py).
+BUSY_REASONS = ("connections", "inflight", "held_pulls", "partial_frames")
+
+
 class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry(auto_describe=False)
@@ -49,7 +53,9 @@ class Metrics:
         self.get_msgs = collections.Counter()    # topic -> messages served by pulls
         self.get_bytes = collections.Counter()   # topic -> record bytes served
         self.requests = collections.Counter()    # request code name -> requests handled
-        self.busy = collections.Counter()        # reason -> SYSTEM_BUSY replies
+        # reason -> SYSTEM_BUSY replies; every reason is exported from the start, at 0, so a
+        # rate() or increase() over it has data before the first rejection
+        self.busy = collections.Counter(dict.fromkeys(BUSY_REASONS, 0))
         # consumer group -> messages sent back (node/processors/send_back.py); groups are
         # bounded by max_topics: a copy is stored only once %RETRY%/%DLQ%<group> exists
         self.retried = collections.Counter()

@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from tidemq.node import __version__
 from tidemq.node.consumers.progress import progress_table, queue_lag
 from tidemq.node.sending.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
+from tidemq.node.topics import RETRY_PREFIX
 
 MAX_LAG_SERIES = 20_000
 MAX_AGE_READS = 2_000
@@ -148,8 +149,8 @@ class BrokerCollector:
                                    ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
             c = CounterMetricFamily(name, f"Messages sent back to {what}.",
                                     labels=["consumer_group"])
-            for group, n in sorted(counts.items()):
-                c.add_metric([group], float(n))
+            for group in sorted(_groups_with_retry_topic(b) | set(counts)):
+                c.add_metric([group], float(counts.get(group, 0)))
             yield c
 
     def _consumer_lag(self):
@@ -259,3 +260,9 @@ class NameServerCollector:
         yield has_master
         yield epoch
         yield in_sync
+
+
+def _groups_with_retry_topic(broker) -> set[str]:
+    """Every group with a %RETRY% topic (it had a consumer): its retry and DLQ counters are
+    exported from the start, at 0, so the first event is an increase, not a new series."""
+    return {t[len(RETRY_PREFIX):] for t in list(broker.topics.table) if t.startswith(RETRY_PREFIX)}

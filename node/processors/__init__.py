@@ -14,6 +14,7 @@ typed request `req`, never `cmd.ext`.
 """
 from __future__ import annotations
 
+from tidemq.node.processors import connections, subscription_groups
 from tidemq.node.processors.admin import AdminProcessor
 from tidemq.node.processors.client_manage import ClientManageProcessor
 from tidemq.node.processors.consume_stats import ConsumeStatsProcessor
@@ -55,6 +56,8 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
         R.GET_PARKED_TRANSACTIONS: parked_transactions(broker),
     }
+    connections.register(server, broker)   # 203/204 (node/processors/connections.py)
+    subscription_groups.register(server, broker)   # 201 (node/processors/subscription_groups.py)
     ops = OpsProcessor(broker)
     table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:
                   ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,

@@ -1,15 +1,22 @@
 """`tidemq cluster up|down|status`: the docker-compose topology as processes on this machine.
 
     tidemq cluster up [--dir D] [--groups 2] [--replicas 2] [--namesrvs 2] [--zk-nodes 3]
+                      [--set KEY=VALUE ...]
     tidemq cluster status [--dir D]
+    tidemq cluster restart NODE [--dir D]
     tidemq cluster down [--dir D] [--purge]
 
 `up` starts a ZooKeeper ensemble (Debian's `zookeeper` package, run with java), the name
 servers and the broker groups (`<cluster>-a`, `-b`, ...; broker ids 0..replicas-1, masters
 elected through ZooKeeper), all on 127.0.0.1, detached from the terminal, each logging to
 D/logs/. It waits until every group has a master and prints every endpoint as JSON. It also
-writes D/prometheus.yml: a scrape config for a local Prometheus with the `cluster`/`group`
-target labels the alert rules expect (`prometheus --config.file=D/prometheus.yml`).
+writes D/prometheus.yml: a scrape config for a local Prometheus (brokers and name servers)
+with the `cluster`/`group` target labels the alert rules expect
+(`prometheus --config.file=D/prometheus.yml`). `--set` passes broker config keys to every
+broker (after the launcher's own, so it can override them, e.g. the ZooKeeper session).
+
+`restart NODE` starts one node that is not running (it died, or was killed) again with the
+command, ports and data it had: a broker rejoins its group, a name server serves again.
 
 State lives in D/cluster.json (ports, pids, commands). `down` stops brokers, then name servers,
 then ZooKeeper (SIGTERM; SIGKILL after a grace period), and only processes still working in D
@@ -71,20 +78,10 @@ class _Ports:
 # -- up --------------------------------------------------------------------------------------
 def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
        zk_nodes: int = 3, cluster: str = "tidemq", commitlog_mib: int = 64,
-       timeout_s: float = 120.0) -> dict:
+       timeout_s: float = 120.0, overrides: list[str] | tuple = ()) -> dict:
     d = os.path.abspath(os.path.expanduser(directory))
-    if os.path.exists(os.path.join(d, STATE)):
-        st = _load(d)
-        if any(_alive(p, d) for p in _procs(st)):
-            raise LaunchError(f"a cluster from {d} is running: `tidemq cluster down --dir {d}` "
-                              f"first")
-    for name, n in (("groups", groups), ("replicas", replicas), ("namesrvs", namesrvs),
-                    ("zk_nodes", zk_nodes)):
-        if not 1 <= n <= 26:
-            raise LaunchError(f"--{name.replace('_', '-')} must be 1..26")
-    if not os.path.exists(ZK_JAR) or shutil.which("java") is None:
-        raise LaunchError("ZooKeeper needs Debian's `zookeeper` package and java "
-                          "(apt-get install zookeeper default-jre-headless)")
+    _check_up(d, {"groups": groups, "replicas": replicas, "namesrvs": namesrvs,
+                  "zk_nodes": zk_nodes}, overrides)
     os.makedirs(os.path.join(d, "logs"), exist_ok=True)
     ports = _Ports()
     secret_file = os.path.join(d, "ha-secret")
@@ -107,22 +104,12 @@ def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
             st["namesrvs"].append(_spawn(d, f"namesrv-{i}", cmd) | {
                 "name": f"namesrv-{i}", "addr": f"{HOST}:{rport}",
                 "http": f"http://{HOST}:{hport}"})
+        base = [f"zookeeper.hosts={zk_hosts}", f"cluster_name={cluster}", "ha.role=cluster",
+                f"ha.secret_file={secret_file}",
+                f"store.commitlog_file_bytes={commitlog_mib * 1024 * 1024}"]
         for g in range(groups):
-            group = f"{cluster}-{string.ascii_lowercase[g]}"
-            for i in range(replicas):
-                node = f"{group}-{i}"
-                rport, aport, hport = ports.take(), ports.take(), ports.take()
-                sets = [f"zookeeper.hosts={zk_hosts}", f"cluster_name={cluster}",
-                        f"broker_name={group}", f"broker_id={i}", "ha.role=cluster",
-                        f"ha.node_id={node}", f"ha.listen_port={hport}",
-                        f"ha.secret_file={secret_file}", f"listen_port={rport}",
-                        f"admin_port={aport}",
-                        f"store.root_dir={os.path.join(d, 'data', node)}",
-                        f"store.commitlog_file_bytes={commitlog_mib * 1024 * 1024}"]
-                cmd = [sys.executable, "-m", "tidemq.node"] + [x for s in sets for x in ("--set", s)]
-                st["brokers"].append(_spawn(d, node, cmd) | {
-                    "name": node, "group": group, "broker_id": i, "addr": f"{HOST}:{rport}",
-                    "admin": f"http://{HOST}:{aport}", "ha": f"{HOST}:{hport}"})
+            _start_group(st, d, f"{cluster}-{string.ascii_lowercase[g]}", replicas, ports,
+                         base, list(overrides))
         _save(d, st)
         for p in st["namesrvs"] + st["brokers"]:
             ready = NAMESRV_READY if p["name"].startswith("namesrv") else BROKER_READY
@@ -137,6 +124,41 @@ def up(directory: str, *, groups: int = 2, replicas: int = 2, namesrvs: int = 2,
     _write_prometheus(st)
     _save(d, st)
     return status(d)
+
+
+def _check_up(d: str, counts: dict, overrides) -> None:
+    """Refuse before starting anything: a running cluster in d, bad counts or --set items,
+    no ZooKeeper to run."""
+    if os.path.exists(os.path.join(d, STATE)):
+        st = _load(d)
+        if any(_alive(p, d) for p in _procs(st)):
+            raise LaunchError(f"a cluster from {d} is running: `tidemq cluster down --dir {d}` "
+                              f"first (or `tidemq cluster restart NODE` for one stopped node)")
+    for name, n in counts.items():
+        if not 1 <= n <= 26:
+            raise LaunchError(f"--{name.replace('_', '-')} must be 1..26")
+    for kv in overrides:
+        if "=" not in kv or not kv.split("=", 1)[0].strip():
+            raise LaunchError(f"--set {kv!r}: expected KEY=VALUE (see `tidemq broker "
+                              f"--describe-config`)")
+    if not os.path.exists(ZK_JAR) or shutil.which("java") is None:
+        raise LaunchError("ZooKeeper needs Debian's `zookeeper` package and java "
+                          "(apt-get install zookeeper default-jre-headless)")
+
+
+def _start_group(st, d: str, group: str, replicas: int, ports, base: list[str],
+                 overrides: list[str]) -> None:
+    """Brokers <group>-0..replicas-1; the user's --set keys come last, so they win."""
+    for i in range(replicas):
+        node = f"{group}-{i}"
+        rport, aport, hport = ports.take(), ports.take(), ports.take()
+        sets = base + [f"broker_name={group}", f"broker_id={i}", f"ha.node_id={node}",
+                       f"ha.listen_port={hport}", f"listen_port={rport}", f"admin_port={aport}",
+                       f"store.root_dir={os.path.join(d, 'data', node)}"] + overrides
+        cmd = [sys.executable, "-m", "tidemq.node"] + [x for s in sets for x in ("--set", s)]
+        st["brokers"].append(_spawn(d, node, cmd) | {
+            "name": node, "group": group, "broker_id": i, "addr": f"{HOST}:{rport}",
+            "admin": f"http://{HOST}:{aport}", "ha": f"{HOST}:{hport}"})
 
 
 def _start_zookeeper(st, d, n, ports) -> None:
@@ -176,10 +198,12 @@ def _project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _ready(p: dict, marker: str) -> bool:
+def _ready(p: dict, marker: str, from_byte: int = 0) -> bool:
+    """The process printed `marker` in its log after byte `from_byte` (a restart appends)."""
     if not _alive(p, None):
         raise LaunchError(f"{p['name']} exited; log {p['log']}:\n{_tail(p['log'])}")
     with open(p["log"], errors="replace") as f:
+        f.seek(from_byte)
         return any(line.startswith(marker) for line in f)
 
 
@@ -225,6 +249,12 @@ def _write_prometheus(st) -> None:
         target = b["admin"].split("//", 1)[1]
         lines.append(f"      - targets: [\"{target}\"]")
         lines.append(f"        labels: {{cluster: {st['cluster']}, group: {b['group']}}}")
+    # the name servers' /metrics: master presence per group, the ZooKeeper session
+    lines += ["  - job_name: tidemq-namesrv", "    static_configs:"]
+    for n in st["namesrvs"]:
+        target = n["http"].split("//", 1)[1]
+        lines.append(f"      - targets: [\"{target}\"]")
+        lines.append(f"        labels: {{cluster: {st['cluster']}}}")
     path = os.path.join(st["dir"], "prometheus.yml")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -254,6 +284,28 @@ def status(directory: str) -> dict:
             "brokers": brokers, "prometheus_config": st.get("prometheus_config"),
             "groups": {name: {"master": g.get("master"), "epoch": g.get("epoch"),
                               "in_sync": g.get("in_sync")} for name, g in sorted(view.items())}}
+
+
+# -- restart ---------------------------------------------------------------------------------
+def restart(directory: str, node: str, timeout_s: float = 120.0) -> dict:
+    """Start NODE again with its recorded command (same ports, data, settings)."""
+    d = os.path.abspath(os.path.expanduser(directory))
+    st = _load(d)
+    procs = {p["name"]: p for p in _procs(st)}
+    p = procs.get(node)
+    if p is None:
+        raise LaunchError(f"no node {node!r} in {d}; nodes: {', '.join(sorted(procs))}")
+    if _alive(p, d):
+        raise LaunchError(f"{node} is running (pid {p['pid']}); stop it first to restart it")
+    p.update(_spawn(d, node, p["cmd"]))
+    _save(d, st)
+    if node.startswith("zk-"):
+        _wait(lambda: _zk_serving(p["client_port"]), timeout_s, f"{node} serving", st)
+    else:
+        ready = NAMESRV_READY if node.startswith("namesrv") else BROKER_READY
+        start = os.path.getsize(p["log"]) if os.path.exists(p["log"]) else 0
+        _wait(lambda: _ready(p, ready, start), timeout_s, f"{node} ready", st)
+    return status(d)
 
 
 # -- down ------------------------------------------------------------------------------------

@@ -12,38 +12,39 @@ import sys
 
 import pytest
 
+from tests.ops.cli_proc import need_local_zookeeper
 from tests.ops.prometheus_proc import PrometheusProcess
 from tests.ops.test_metric_names import scrape
 from tests.ops.test_operator_e2e import consume_until, produce, run
 from tests.ops.test_prometheus_e2e import _fast_rules
 from tests.ops.tools import run as run_tool
 from tests.ops.tools import tool
-from tests.support.zookeeper import debian_zookeeper_available
+from tests.support.broker_proc import REPO_ROOT
 from tidemq.node.ops.metric_catalog import ALWAYS, BY_NAME, CLUSTER, METRICS, NAMESRV, WITH_HA
 
-TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
+# this checkout's CLI (an installed `tidemq` may run another copy of the code)
+TIDEMQ_CMD = [sys.executable, "-m", "tidemq.cli.main"]
+CLI_ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
 TOPIC, GROUP = "ClusterLag", "cluster-lag-g"
 
 
 def tidemq(*args, ns=None) -> dict:
-    cmd = [TIDEMQ] + (["-b", ns] if ns else []) + list(args)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    cmd = TIDEMQ_CMD + (["-b", ns] if ns else []) + list(args)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=CLI_ENV)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 @pytest.fixture
 def local_cluster(tmp_path):
-    if not debian_zookeeper_available():
-        if os.environ.get("CI"):
-            pytest.fail("Debian's zookeeper package and java are needed (scripts/setup.sh)")
-        pytest.skip("Debian's zookeeper package and java are not installed")
+    need_local_zookeeper()
     d = str(tmp_path / "cluster")
     up = tidemq("cluster", "up", "--dir", d, "--zk-nodes", "1", "--namesrvs", "1")
     try:
         yield d, up
     finally:
-        subprocess.run([TIDEMQ, "cluster", "down", "--dir", d], capture_output=True, timeout=120)
+        subprocess.run([*TIDEMQ_CMD, "cluster", "down", "--dir", d], capture_output=True,
+                       timeout=120, env=CLI_ENV)
 
 
 def test_cluster_up_prometheus_lag_and_no_master_alert(local_cluster, tmp_path):

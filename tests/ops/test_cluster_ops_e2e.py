@@ -1,12 +1,12 @@
-"""Operator commands through a name server act on every broker group's master (client/
-cli_ops.py on_masters), end to end on `tidemq cluster up`: a reset, a group delete and a topic
+"""Operator commands through a name server act on every broker group's master
+(client/admin_fanout.py), end to end on `tidemq cluster up`: a reset, a group delete and a topic
 delete given once to the name server change both broker groups; the topic leaves the routes."""
 from __future__ import annotations
 
 import subprocess
 import time
 
-from tests.ops.test_cluster_e2e import TIDEMQ, local_cluster, tidemq  # noqa: F401, F811 (fixture)
+from tests.ops.test_cluster_e2e import CLI_ENV, TIDEMQ, TIDEMQ_CMD, local_cluster, tidemq  # noqa: F401, F811 (fixture)  # noqa: F401 (fixture)
 from tests.ops.test_operator_e2e import produce, run
 from tests.support.raw_client import RC, RawClient
 from tidemq import errors
@@ -94,6 +94,6 @@ def test_operator_commands_fan_out_to_every_group(local_cluster):  # noqa: F811 
     wait(lambda: run(route_code()) == ResponseCode.TOPIC_NOT_EXIST, 30,
          "topic gone from the name server's routes")
     # a second delete finds the topic nowhere: a clear error, nothing changed
-    proc = subprocess.run([TIDEMQ, "-b", ns, "topic", "delete", TOPIC], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([*TIDEMQ_CMD, "-b", ns, "topic", "delete", TOPIC], capture_output=True,
+                          env=CLI_ENV, text=True, timeout=120)
     assert proc.returncode != 0 and "does not exist" in proc.stderr, proc.stderr

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
+import subprocess
 
 import pytest
 import yaml
 
+from tests.ops.cli_proc import cli_wrapper
 from tests.ops.tools import DEPLOY, ROOT, run, tool
 from tidemq.node.config import load_config
 
@@ -55,10 +58,15 @@ def test_compose_brokers_load_as_valid_configs(tmp_path):
             continue
         args = svc["command"]
         assert args[:3] == ["broker", "-c", "/etc/tidemq/broker.toml"]
-        overrides = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        # compose's ${VAR:-default} interpolation, with VAR unset
+        overrides = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", args[i + 1])
+                     for i, a in enumerate(args) if a == "--set"]
         cfg = load_config(str(conf), overrides)
         assert cfg.ha.role == "cluster" and not cfg.standalone
-        assert cfg.ha.node_id == name and cfg.advertised_host == name
+        assert cfg.ha.node_id == name and cfg.ha.listen_host == name
+        # routes name an address a CLI on the Docker host reaches: the published remoting port
+        published = {int(p.split(":")[1]): int(p.split(":")[0]) for p in svc["ports"]}
+        assert cfg.advertised_addr(cfg.listen_port) == ("127.0.0.1", published[cfg.listen_port])
         seen.add((cfg.broker_name, cfg.broker_id))
     assert seen == {("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)}
 
@@ -88,14 +96,28 @@ def test_k8s_files_pass_kubernetes_validate_strict():
     assert "statefulset/broker-a" in out and "poddisruptionbudget/broker-b" in out, out
 
 
-def test_k8s_kustomization_renders_and_validates():
+def test_k8s_kustomization_renders_and_validates(tmp_path):
+    """With the secrets make-secrets.sh writes, the kustomization renders and validates;
+    without them it refuses to build (no example secret can be deployed by mistake)."""
+    doc = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
+    secret_files = {x for g in doc["secretGenerator"] for x in g["files"]}
+    assert all(f.startswith("secrets/") for f in secret_files)
     kubectl = tool("kubectl", required=False)
     if kubectl is None:   # the kustomization still lists only files that exist
-        doc = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))
         for f in doc["resources"] + [x for g in doc["configMapGenerator"] for x in g["files"]]:
             assert os.path.isfile(os.path.join(K8S, f)), f
         return
-    rendered = run([kubectl, "kustomize", K8S])
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("secrets"))
+    copy = tmp_path / "deploy" / "k8s"   # its make-secrets.sh runs the compose one
+    refused = subprocess.run([kubectl, "kustomize", str(copy)], capture_output=True, text=True,
+                             timeout=120)
+    assert refused.returncode != 0 and "secrets/" in refused.stderr
+    made = subprocess.run(["bash", str(copy / "make-secrets.sh")], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TIDEMQ=cli_wrapper(tmp_path)))
+    assert made.returncode == 0, made.stderr
+    assert {"secrets/" + f for f in os.listdir(copy / "secrets")} == secret_files
+    assert len(open(copy / "secrets" / "ha-secret").read().strip()) == 64
+    rendered = run([kubectl, "kustomize", str(copy)])
     kinds = [d["kind"] for d in yaml.safe_load_all(rendered)]
     for kind in ("Namespace", "ConfigMap", "Secret", "Service", "StatefulSet", "Deployment",
                  "PodDisruptionBudget"):

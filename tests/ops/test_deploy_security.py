@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.ops.cli_proc import cli_wrapper
 from tests.ops.tools import DEPLOY, ROOT, tool
 from tests.support.ports import free_port
 from tests.support.zookeeper import ZK_JAR, ZkNode, serving_mode
@@ -109,9 +109,6 @@ def test_compose_nodes_reach_zookeeper_over_tls_with_secrets_as_files(tmp_path):
     files = _make_compose_secrets(tmp_path / "secrets")
     for secret, spec in declared.items():
         local = files.get(os.path.basename(spec["file"]))
-        if secret == "tidemq_ha_secret":
-            local = str(tmp_path / "ha")
-            Path(local).write_text("x" * 32)
         assert local, f"make-secrets.sh does not make {spec['file']}"
         toml = toml.replace(f"/run/secrets/{secret}", local)
     toml = toml.replace("/var/lib/tidemq/store", str(tmp_path / "store"))
@@ -122,12 +119,14 @@ def test_compose_nodes_reach_zookeeper_over_tls_with_secrets_as_files(tmp_path):
 
 def _make_compose_secrets(out) -> dict:
     """Run deploy/compose/make-secrets.sh into `out`: {file name: path}."""
-    env = dict(os.environ, TIDEMQ=os.path.join(os.path.dirname(sys.executable), "tidemq"))
+    env = dict(os.environ, TIDEMQ=cli_wrapper(out.parent))
     proc = subprocess.run(["bash", os.path.join(DEPLOY, "compose", "make-secrets.sh"), str(out)],
                           env=env, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     files = {f: str(out / f) for f in os.listdir(out)}
-    assert set(files) == {"ca.pem", "client.pem", "client.key", "zk-server-bundle.pem", "zk-auth"}
+    assert set(files) == {"ca.pem", "client.pem", "client.key", "zk-server-bundle.pem", "zk-auth",
+                          "ha-secret"}
+    assert re.fullmatch(r"[0-9a-f]{64}", _read(files["ha-secret"]).strip())
     auth = _read(files["zk-auth"]).strip()
     assert re.fullmatch(r"tidemq:[0-9a-f]{48}", auth), "zk-auth is not user:random-password"
     assert auth not in proc.stdout + proc.stderr, "make-secrets.sh printed the credential"
@@ -148,10 +147,13 @@ def test_k8s_zookeeper_and_nodes_use_tls_and_acls_from_secrets(tmp_path):
     zoo = _zoo_cfg(os.path.join(K8S, "zoo.cfg"))
     _assert_tls_only(zoo)
     docs = {}
-    for f in ("zookeeper.yaml", "namesrv.yaml", "broker-a.yaml", "broker-b.yaml", "secret.yaml"):
+    for f in ("zookeeper.yaml", "namesrv.yaml", "broker-a.yaml", "broker-b.yaml"):
         for d in yaml.safe_load_all(_read(os.path.join(K8S, f))):
             docs[(d["kind"], d["metadata"]["name"])] = d
-    assert ("Secret", "tidemq-zk-auth") in docs
+    generated = {g["name"]: g["files"] for g in kust["secretGenerator"]}
+    assert generated["tidemq-zk-auth"] == ["secrets/zk-auth"]
+    assert set(generated) == {"tidemq-ha-secret", "tidemq-zk-auth", "tidemq-zk-server-tls",
+                              "tidemq-zk-client-tls"}
     zk = docs[("StatefulSet", "zk")]["spec"]["template"]["spec"]
     c = zk["containers"][0]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}

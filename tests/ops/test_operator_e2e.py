@@ -13,19 +13,22 @@ import urllib.request
 import pytest
 
 from tests.client.conftest import wait_until
+from tests.support.broker_proc import REPO_ROOT
 from tidemq import errors
 from tidemq.admin import Admin
 from tidemq.consumer.push import ConsumeResult, PushConsumer
 from tidemq.message import Message
 from tidemq.producer.producer import Producer
 
-TIDEMQ = os.path.join(os.path.dirname(sys.executable), "tidemq")
+# this checkout's CLI (an installed `tidemq` may run another copy of the code)
+TIDEMQ_CMD = [sys.executable, "-m", "tidemq.cli.main"]
+CLI_ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
 FAST = dict(offset_commit_interval_s=0.2)
 
 
 def cli(broker, *args, ok=True) -> dict:
-    proc = subprocess.run([TIDEMQ, "-b", broker.addr, *args], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([*TIDEMQ_CMD, "-b", broker.addr, *args], capture_output=True, text=True,
+                          env=CLI_ENV, timeout=60)
     if ok:
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
@@ -204,7 +207,7 @@ def test_update_queue_counts_and_delete_group(broker):
     topic, group = "OpsQueues", "ops-q-g"
     run(create(broker.addr, topic, 4))
     out = cli(broker, "topic", "update", topic, "--write-queues", "8", "--read-queues", "8")
-    assert out == {"topic": topic, "read_queues": 8, "write_queues": 8}
+    assert out == {"topic": topic, "read_queues": 8, "write_queues": 8, "perm": "rw"}
     configs = run(_configs(broker.addr))
     assert (configs[topic]["readQueueNums"], configs[topic]["writeQueueNums"]) == (8, 8)
     assert "does not exist" in cli(broker, "topic", "update", "NoSuchTopic", "--read-queues",

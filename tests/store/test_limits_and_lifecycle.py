@@ -36,8 +36,8 @@ def test_bad_message_is_refused_and_nothing_is_written(tmp_path, bad):
 def test_second_process_is_refused(tmp_path):
     store = MessageStore(small_config(tmp_path)).open()
     code = ("import sys; sys.path.insert(0, %r)\n"
-            "from node.store.message_store import MessageStore\n"
-            "from node.store.errors import StoreLocked\n"
+            "from tidemq.node.store.message_store import MessageStore\n"
+            "from tidemq.node.store.errors import StoreLocked\n"
             "from tests.store.helpers import small_config\n"
             "try:\n    MessageStore(small_config(%r)).open()\nexcept StoreLocked as e:\n"
             "    print('LOCKED', e); sys.exit(3)\n") % (os.getcwd(), str(tmp_path))
