@@ -8,8 +8,8 @@ Bodies (Java's ConsumerConnection / ProducerConnection, standard JSON):
          "consumeFromWhere"}
     204 {"connectionSet": [...]}
 
-Handlers take an optional typed request (`req`): with a row in a request table the server
-passes one; they read only the plain header fields they need.
+Handlers read the typed request (node/requests/table.py): the group, under the same ACL rule as
+GET_CONSUMER_LIST_BY_GROUP (38).
 
 Rules:
 1. A consumer group with no connection answers 206 CONSUMER_NOT_ONLINE, a producer group
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 
 from tidemq.node.processors.common import error, ok
+from tidemq.node.requests import PARSERS
 from tidemq.protocol.codes import LanguageCode, RequestCode, ResponseCode
 
 
@@ -46,8 +47,8 @@ class ConnectionsProcessor:
     def __init__(self, broker):
         self.clients = broker.clients
 
-    def consumer_connections(self, conn, cmd, req=None):
-        name = cmd.require_str("consumerGroup")
+    def consumer_connections(self, conn, cmd, req):
+        name = req.group
         group = self.clients.consumers.get(name)
         if group is None or not group.members:
             return error(cmd, ResponseCode.CONSUMER_NOT_ONLINE,
@@ -60,8 +61,8 @@ class ConnectionsProcessor:
                 "consumeFromWhere": group.consume_from_where}
         return ok(cmd, body=json.dumps(body, sort_keys=True).encode())
 
-    def producer_connections(self, conn, cmd, req=None):
-        name = cmd.require_str("producerGroup")
+    def producer_connections(self, conn, cmd, req):
+        name = req.group
         members = self.clients.producers.get(name) or {}
         if not members:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"the producer group[{name}] not exist")
@@ -72,5 +73,6 @@ class ConnectionsProcessor:
 
 def register(server, broker) -> None:
     proc = ConnectionsProcessor(broker)
-    server.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, proc.consumer_connections)
-    server.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, proc.producer_connections)
+    for code, fn in ((RequestCode.GET_CONSUMER_CONNECTION_LIST, proc.consumer_connections),
+                     (RequestCode.GET_PRODUCER_CONNECTION_LIST, proc.producer_connections)):
+        server.register(code, fn, PARSERS[int(code)])

@@ -24,6 +24,7 @@ import json
 import time
 
 from tidemq.node.processors.common import ok
+from tidemq.node.requests import PARSERS
 from tidemq.protocol.codes import RequestCode
 
 RETRY_PREFIX = "%RETRY%"
@@ -45,9 +46,10 @@ def group_config(name: str, retry_max_times: int) -> dict:
 
 
 def register(server, broker) -> None:
-    def all_groups(conn, cmd, req=None):
+    def all_groups(conn, cmd, req):
         retry_max = int(broker.cfg.max_reconsume_times)
         body = {"subscriptionGroupTable": {g: group_config(g, retry_max) for g in known_groups(broker)},
                 "dataVersion": {"timestamp": int(time.time() * 1000), "counter": 0}}
         return ok(cmd, body=json.dumps(body, sort_keys=True).encode())
-    server.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_groups)
+    code = RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+    server.register(code, all_groups, PARSERS[int(code)])

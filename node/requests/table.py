@@ -177,6 +177,13 @@ SPECS: dict[int, Spec] = {
         _f("timestamp", "timestamp", I64, True),
         # anything but "false" forces (TideMQ's reading; Java's Boolean reads "false" too)
         _f("is_force", "isForce", Text(16), default="true"))),
+    # mqadmin's listings: a group's connections need SUB on it (as 38 does); every group's
+    # settings at once are an admin's view (ADMIN_CODES).
+    R.GET_CONSUMER_CONNECTION_LIST: Spec("GET_CONSUMER_CONNECTION_LIST", (
+        _f("group", "consumerGroup", GROUP_NAME, True),), ((GROUP, "group", SUB),)),
+    R.GET_PRODUCER_CONNECTION_LIST: Spec("GET_PRODUCER_CONNECTION_LIST", (
+        _f("group", "producerGroup", GROUP_NAME, True),), ((GROUP, "group", SUB),)),
+    R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Spec("GET_ALL_SUBSCRIPTIONGROUP_CONFIG"),
     R.GET_PARKED_TRANSACTIONS: Spec("GET_PARKED_TRANSACTIONS", (
         _f("begin_offset", "beginOffset", OFFSET, default=0),
         _f("max_num", "maxNum", I32, default=32))),

@@ -44,7 +44,8 @@ RETRY_PREFIX = "%RETRY%"
 ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG,
                          R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
                          R.DELETE_TOPIC_IN_BROKER, R.INVOKE_BROKER_TO_RESET_OFFSET,
-                         R.GET_PARKED_TRANSACTIONS})  # TideMQ's: any group's messages
+                         R.GET_PARKED_TRANSACTIONS,  # TideMQ's: any group's messages
+                         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG})  # TideMQ's: every group's settings
 
 # Topics that hold other topics' messages (or broker bookkeeping): never a client's resource.
 INTERNAL_TOPICS = frozenset((SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
