@@ -1,4 +1,4 @@
-"""`tidemq` operator subcommands (issue 7), over the remoting admin codes mqadmin uses.
+"""`tidemq` operator subcommands, over the remoting admin codes mqadmin uses.
 
     tidemq [-b ADDR] topic delete T                      215 DELETE_TOPIC_IN_BROKER
     tidemq [-b ADDR] topic update T [--read-queues N] [--write-queues N]   17 (queue counts)

@@ -15,10 +15,10 @@ Rules:
    `SendResult` whose status says "maybe stored" (see client.producer.SendStatus).
 3. Pull statuses 19/20/21 and "no offset" (22 on QUERY_CONSUMER_OFFSET) are outcomes, handled
    where they occur; 22 anywhere else is `QueryNotFound`.
-4. Which codes are retriable follows the Java producer (spec remoting.md 3.3: 1, 14, 17, 204, 205
-   and transport failures are retried) plus SYSTEM_BUSY and FLOW_CONTROL, which are overload
-   answers by definition. NO_PERMISSION is not retried, but refreshes the route: after a
-   fail-over an old master answers it.
+4. Which codes are retriable follows the Java producer (`retryResponseCodes` in
+   DefaultMQProducer.java: 1, 14, 17, 204, 205, and transport failures) plus SYSTEM_BUSY and
+   FLOW_CONTROL, overload answers by definition. NO_PERMISSION is not retried, but refreshes
+   the route: after a fail-over an old master answers it.
 """
 
 from client.protocol.codes import ResponseCode

@@ -15,7 +15,7 @@ Rules:
    `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
    re-fetched first on `refresh_route` errors; one attempt waits at most
    min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
-   broker-side duplicate window (issue 4) sees the retry. Oneway sends never retry.
+   broker-side duplicate window (docs/messaging.md) sees the retry. Oneway sends never retry.
 3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
    whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
    send that fails after retries carries `maybe_stored` True if ANY attempt may have been
@@ -23,7 +23,7 @@ Rules:
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
-   never are (spec remoting.md 3.2).
+   never are (no RocketMQ client compresses a batch).
 """
 
 from __future__ import annotations
@@ -372,7 +372,8 @@ class Producer(AsyncLifecycle):
         self._note_brokers(prep.topic)
 
     def _note_brokers(self, topic):
-        """Heartbeat a broker the first time we publish to it (producers register, issue 4)."""
+        """Heartbeat a broker the first time we publish to it: the broker then knows this
+        producer group (check-backs of transactions need a live producer of it)."""
         info = self._instance.routes.publish_info_nowait(topic)
         if info is None or info is self._noted.get(topic):
             return
