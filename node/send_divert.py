@@ -2,7 +2,7 @@
 
 The send processor (node/processors/send.py) asks `kind_of` for every single-message send; a
 transactional message becomes a half message (node/transactions.py), a delayed one a schedule
-entry (node/schedule.py). Batches may carry neither (spec remoting.md 3.2): refused.
+entry (node/schedule.py). Batches may carry neither (as in RocketMQ): refused.
 
 Rules:
 1. The common case (no TRAN_MSG, no DELAY, no __STARTDELIVERTIME, no transaction sysflag) costs
