@@ -23,10 +23,10 @@ from dataclasses import dataclass
 # Who exports a metric (`source`), and when (`exported`).
 NODE = "node"                # node/metrics.py, node/broker_metrics.py (this process's broker)
 PROCESS = "process"          # prometheus_client's process/platform/GC collectors
-HA = "ha"                    # node/metrics.py HACollector (replication issue)
+HA = "ha"                    # node/metrics.py HACollector (replicated brokers)
 COORDINATOR = "coordinator"  # cluster mode: node/broker_metrics.py from node/cluster.py
 NAMESRV = "namesrv"          # `tidemq namesrv` /metrics
-MESSAGING = "messaging"      # transactions, retry/DLQ, delay (messaging issue)
+MESSAGING = "messaging"      # transactions, retry/DLQ, delay (messaging features)
 
 # When a metric is exported:
 ALWAYS = "always"            # every broker, standalone included
