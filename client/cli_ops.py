@@ -79,7 +79,7 @@ def add_parsers(sub, broker_arg) -> None:
 
 
 def add_topic_parsers(tsub, broker_arg) -> None:
-    """`topic delete` and `topic update`, added to cli.py's `topic` subcommands."""
+    """`topic delete` and `topic update`, added to the CLI's `topic` subcommands."""
     delete = tsub.add_parser("delete")
     delete.add_argument("topic")
     update = tsub.add_parser("update", help="change a topic's queue counts")

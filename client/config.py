@@ -113,7 +113,7 @@ class ConsumerConfig(ClientConfig):
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from: ConsumeFrom = ConsumeFrom.LAST
     consume_timestamp_ms: int = 0  # for ConsumeFrom.TIMESTAMP; 0 = half an hour ago (Java)
-    allocate_strategy: str = "averagely"  # see client.rebalance.STRATEGIES
+    allocate_strategy: str = "averagely"  # see STRATEGIES in the rebalance module
     rebalance_interval_s: float = 20.0  # rocketmq.client.rebalance.waitInterval (cpp: 10 s)
     pull_batch_size: int = 32  # pullBatchSize (DefaultMQPushConsumer.java)
     suspend_ms: int = 15000  # BROKER_SUSPEND_MAX_TIME_MILLIS (DefaultMQPushConsumerImpl.java)

@@ -190,7 +190,7 @@ class MessageExt:
         self.broker_name = broker_name
         self._rec = None
         self._body = None
-        self.topic_override = None  # a retry copy's original topic (client.retry)
+        self.topic_override = None  # a retry copy's original topic (see restore_topic)
 
     @property
     def record(self):

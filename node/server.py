@@ -73,7 +73,7 @@ class RemotingServer:
         self._sweeper = None
         self._errors = RateLimitedLog(log, _ERROR_LOG_INTERVAL_S)
         self.port = 0
-        self.acl = None  # node.acl.validator.AclValidator when security.acl_enable (rule 6)
+        self.acl = None  # an AclValidator when security.acl_enable (rule 6)
         self.partial_bytes = 0  # rule 7
         self.address_cap = AddressCap(cfg.max_connections_per_address, metrics)  # rule 8
 

@@ -1,4 +1,4 @@
-"""Allocation strategies (client.rebalance): pure functions, no I/O."""
+"""Allocation strategies (the rebalance module): pure functions, no I/O."""
 import itertools
 
 import pytest

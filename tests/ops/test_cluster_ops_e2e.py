@@ -1,5 +1,5 @@
-"""Operator commands through a name server act on every broker group's master (client/
-cli_ops.py on_masters), end to end on `tidemq cluster up`: a reset, a group delete and a topic
+"""Operator commands through a name server act on every broker group's master (the CLI's
+on_masters), end to end on `tidemq cluster up`: a reset, a group delete and a topic
 delete given once to the name server change both broker groups; the topic leaves the routes."""
 from __future__ import annotations
 
