@@ -1,10 +1,10 @@
-"""How fast is this machine today, in the issues' own yardsticks?
+"""How fast is this machine right now, measured with the loops the benchmark targets were set by?
 
-The store and end-to-end targets were set against two reference loops measured on "this
-2-core machine": a bare Python loop that encodes, checksums and copies 1 KiB records into a
+The store and end-to-end targets were set against two reference loops measured on a 2-core
+development machine: a bare Python loop that encodes, checksums and copies 1 KiB records into a
 mapped file (380,000-450,000 records/s), and a bare asyncio echo with JSON remoting headers
 (29,000-38,000 msgs/s with 256 in flight). The development machine's speed has varied by a
-factor of two between sessions, so store_bench and e2e_bench run these loops too and print
+factor of two from one day to the next, so store_bench and e2e_bench run these loops too and print
 them next to their figures (`calibration_loop_records_s`, `calibration_echo_msgs_s`).
 
     .venv/bin/python bench/calibration.py          # both, one JSON line
@@ -34,7 +34,7 @@ BODY = os.urandom(512).hex().encode()  # 1 KiB
 def loop_records_s(seconds: float = 1.0, area_bytes: int = 64 << 20) -> float:
     """Encode a record (header, body, topic) into bytes, CRC the body, copy the record into a
     mapped file; wraps around `area_bytes` (pages touched once, then reused: the loop's cost,
-    not page faults). Our reconstruction of the issue's loop: the issue gives its speed, not
+    not page faults). A reconstruction of the reference loop, whose speed was given without
     its code."""
     with tempfile.TemporaryFile(dir=tempfile.gettempdir()) as f:
         f.truncate(area_bytes)

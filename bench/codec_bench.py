@@ -1,7 +1,8 @@
 """Micro-benchmark of the remoting codec: µs per frame to encode, decode, and both.
 
-The frame is a typical SEND_MESSAGE request: 13 ext fields as cpp 1.2.4 / Go send them (spec
-remoting.md 3.1) and a 1 KiB body, once with a JSON header and once with a ROCKETMQ header.
+The frame is a typical SEND_MESSAGE request: 13 ext fields as cpp 1.2.4 / Go send them
+(docs/protocol.md, Send) and a 1 KiB body, once with a JSON header and once with a ROCKETMQ
+header.
 Prints ONE JSON line. `--quick` runs in well under 10 s; the default takes about 4x longer.
 Figures are best-of-N per-frame means: the least noisy estimate of the code's own cost.
 

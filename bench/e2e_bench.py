@@ -19,7 +19,7 @@ then two more ASYNC_FLUSH brokers for the cost of security (bench/security_phase
 
 Prints ONE JSON line with flat keys (msgs/s and ms), plus the CPU microseconds per message spent
 by this process (`*_client_cpu_us`) and by the broker (`*_broker_cpu_us`) in the throughput
-phases, and `calibration_echo_msgs_s`: the issue's reference echo on this machine today
+phases, and `calibration_echo_msgs_s`: the reference echo on this machine during the run
 (bench/calibration.py), to compare runs made on different days. `--quick` finishes in well
 under 60 s.
 The client and the broker share this machine's cores: the figures are for both together.

@@ -64,9 +64,9 @@ PRODUCE_IN_FLIGHT = 8    # batches awaiting their reply at any moment
 
 
 async def produce(addr, topic, rows, queues):
-    """Batch sends kept PRODUCE_IN_FLIGHT deep at all times. (It used to send 8 batches of 64,
-    wait for all 8, then send the next 8: the pipe drained to empty every round, so each round
-    cost the slowest reply's latency and ran at ~10k msgs/s.)"""
+    """Batch sends kept PRODUCE_IN_FLIGHT deep at all times. (Sending 8 batches of 64, waiting
+    for all 8, then the next 8 drains the pipe every round: each round costs the slowest reply's
+    latency, about 10k msgs/s.)"""
     async with Admin(addr) as admin:
         await admin.create_topic(topic, queues=queues)
     p = Producer("bench-pipeline", addr)

@@ -14,7 +14,7 @@ calling the blocking put_and_wait; Python's GIL hand-offs cost more than the fsy
 read_msgs_s (32-message reads through consume queues), recovery_mb_s (crash recovery that
 validates every record of the log: checkpoint removed, consume queues and index rebuilt),
 recovery_scan_mb_s (validation scan alone), plus *_mb_s for the append figures, and
-calibration_loop_records_s: the issue's reference loop on this machine today
+calibration_loop_records_s: the reference loop on this machine during the run
 (bench/calibration.py), to compare runs made on different days.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RocketMQ ACL 1.0 request signing (spec remoting.md 8). Pure, standard library only.
+"""RocketMQ ACL 1.0 request signing (docs/protocol.md, ACL signatures). Pure, stdlib only.
 
 The broker side (node/security/acl/) checks with the same `signature()`, so both ends agree by
 construction; tests also check it against the unmodified `rocketmq` (cpp) client.

@@ -15,7 +15,7 @@ import enum
 import os
 from dataclasses import dataclass
 
-DEFAULT_ADDR = "127.0.0.1:10911"  # a standalone broker answers route queries itself (issue 3)
+DEFAULT_ADDR = "127.0.0.1:10911"  # a standalone broker answers route queries (105) itself
 
 
 class MessageModel(enum.Enum):
@@ -34,17 +34,17 @@ HEADER_FORMATS = ("json", "binary")
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
-    # "host:port", or several separated by ";" (name servers in cluster mode, issue 6).
+    # "host:port", or several separated by ";" (name servers in cluster mode).
     namesrv_addr: str = DEFAULT_ADDR
     # Part of the client id "ip@instance"; None = "<pid>#<n>", unique per client in a process.
     instance_name: str | None = None
     client_ip: str | None = None  # None = this host's address, else 127.0.0.1
     header_format: str = "json"  # "binary" = RocketMQ's ROCKETMQ header (cheaper to encode)
-    request_timeout_s: float = 3.0  # cpp/Java default sync timeout (spec remoting.md 1.7)
-    connect_timeout_s: float = 3.0  # cpp connect timeout (spec 1.7)
-    route_timeout_s: float = 5.0  # cpp route query timeout (spec 2.3)
-    route_refresh_interval_s: float = 30.0  # pollNameServerInterval (spec 2.3)
-    heartbeat_interval_s: float = 30.0  # heartbeatBrokerInterval (spec 9 #21)
+    request_timeout_s: float = 3.0  # cpp's and Java's default sync timeout
+    connect_timeout_s: float = 3.0  # cpp's connect timeout (its MQClient.cpp)
+    route_timeout_s: float = 5.0  # cpp's route query timeout (its MQClientAPIImpl.cpp)
+    route_refresh_interval_s: float = 30.0  # pollNameServerInterval (ClientConfig.java)
+    heartbeat_interval_s: float = 30.0  # heartbeatBrokerInterval (ClientConfig.java)
     # A route with a masterless group (an election) is re-fetched this often (TideMQ only).
     degraded_route_refresh_s: float = 0.5
     # Sends waiting this long with nothing heard from their broker make the producer re-fetch
@@ -83,11 +83,11 @@ class ProducerConfig(ClientConfig):
     send_timeout_s: float = 3.0  # sendMsgTimeout, for all attempts together
     retries: int = 2  # retryTimesWhenSendFailed: 1 + 2 attempts
     retry_backoff_s: float = 0.02  # pause before a retry after an overload answer
-    compress_threshold_bytes: int = 4096  # compressMsgBodyOverHowmuch (spec 1.7)
-    compress_level: int = 5  # cpp's zlib level (spec 1.7)
-    max_message_bytes: int = 4 * 1024 * 1024  # maxMessageSize (spec 1.7)
-    default_topic: str = "TBW102"  # auto-create template (spec 3.5)
-    default_topic_queue_nums: int = 4  # clamp of the template's queues (spec 3.5)
+    compress_threshold_bytes: int = 4096  # compressMsgBodyOverHowmuch (DefaultMQProducer.java)
+    compress_level: int = 5  # cpp's zlib level (its DefaultMQProducer.cpp)
+    max_message_bytes: int = 4 * 1024 * 1024  # maxMessageSize (DefaultMQProducer.java)
+    default_topic: str = "TBW102"  # auto-create template (docs/protocol.md, Send)
+    default_topic_queue_nums: int = 4  # clamp of the template's queues (defaultTopicQueueNums)
     use_v2_header: bool = False  # True: codes 310/320 with one-letter keys; False: code 10
     shutdown_grace_s: float = 3.0  # how long shutdown waits for in-flight sends
 
@@ -116,18 +116,18 @@ class ConsumerConfig(ClientConfig):
     message_model: MessageModel = MessageModel.CLUSTERING
     consume_from: ConsumeFrom = ConsumeFrom.LAST
     consume_timestamp_ms: int = 0  # for ConsumeFrom.TIMESTAMP; 0 = half an hour ago (Java)
-    allocate_strategy: str = "averagely"  # see client.rebalance.STRATEGIES
-    rebalance_interval_s: float = 20.0  # Java waitInterval (spec SH 7.3)
-    pull_batch_size: int = 32  # pullBatchSize (spec SH 7.1)
-    suspend_ms: int = 15000  # BROKER_SUSPEND_MAX_TIME_MILLIS (spec 4.3)
-    pull_timeout_s: float = 30.0  # socket timeout of a suspended pull (spec 4.3); > suspend
-    pull_error_backoff_s: float = 1.0  # pullTimeDelayMillsWhenException (spec 4.3)
+    allocate_strategy: str = "averagely"  # see STRATEGIES in the rebalance module
+    rebalance_interval_s: float = 20.0  # rocketmq.client.rebalance.waitInterval (cpp: 10 s)
+    pull_batch_size: int = 32  # pullBatchSize (DefaultMQPushConsumer.java)
+    suspend_ms: int = 15000  # BROKER_SUSPEND_MAX_TIME_MILLIS (DefaultMQPushConsumerImpl.java)
+    pull_timeout_s: float = 30.0  # socket timeout of a suspended pull (Java, cpp); > suspend
+    pull_error_backoff_s: float = 1.0  # pullTimeDelayMillsWhenException
     commit_offset_on_pull: bool = True  # piggyback commits on pulls (COMMIT_OFFSET flag)
-    offset_commit_interval_s: float = 5.0  # persistConsumerOffsetInterval (spec 4.5)
+    offset_commit_interval_s: float = 5.0  # persistConsumerOffsetInterval (ClientConfig.java)
     consume_batch_max: int = 1  # consumeMessageBatchMaxSize
     cached_messages_per_queue_max: int = 1000  # pullThresholdForQueue (flow control)
     local_retries_max: int = 3  # retried in place this often when a send-back fails, then skipped
-    max_reconsume_times: int = 16  # maxReconsumeTimes: send-backs before %DLQ%<group> (spec SH 7.5)
+    max_reconsume_times: int = 16  # maxReconsumeTimes: send-backs before %DLQ%<group>
     local_retry_delay_s: float = 0.5
     drop_grace_s: float = 3.0  # how long a dropped queue waits for its running listener
     offset_store_dir: str = os.path.join("~", ".tidemq_offsets")  # broadcasting offsets

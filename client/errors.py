@@ -12,13 +12,13 @@ Rules:
    without its own class gets `BrokerError` with that code, so nothing is lost.
 2. Send statuses FLUSH_DISK_TIMEOUT (10), SLAVE_NOT_AVAILABLE (11) and FLUSH_SLAVE_TIMEOUT (12)
    are not errors: the broker stored the message but could not confirm it, so a send returns a
-   `SendResult` whose status says "maybe stored" (see client.producer.SendStatus).
+   `SendResult` whose status says "maybe stored" (see the producer's SendStatus).
 3. Pull statuses 19/20/21 and "no offset" (22 on QUERY_CONSUMER_OFFSET) are outcomes, handled
    where they occur; 22 anywhere else is `QueryNotFound`.
-4. Which codes are retriable follows the Java producer (spec remoting.md 3.3: 1, 14, 17, 204, 205
-   and transport failures are retried) plus SYSTEM_BUSY and FLOW_CONTROL, which are overload
-   answers by definition. NO_PERMISSION is not retried, but refreshes the route: after a
-   fail-over an old master answers it.
+4. Which codes are retriable follows the Java producer (`retryResponseCodes` in
+   DefaultMQProducer.java: 1, 14, 17, 204, 205, and transport failures) plus SYSTEM_BUSY and
+   FLOW_CONTROL, overload answers by definition. NO_PERMISSION is not retried, but refreshes
+   the route: after a fail-over an old master answers it.
 """
 
 from tidemq.protocol.codes import ResponseCode

@@ -1,7 +1,7 @@
 """Messages: what a producer sends (`Message`) and a lazy view of what a consumer receives
 (`MessageExt`), plus client message ids (UNIQ_KEY) and body compression.
 
-UNIQ_KEY (spec store-and-ha.md 9; Java `MessageClientIDSetter`), 32 uppercase hex chars:
+UNIQ_KEY (RocketMQ's `MessageClientIDSetter.java`; docs/protocol.md, Send), 32 uppercase hex chars:
 
     client IPv4 (4 B) | pid low 16 bits (2 B) | per-process random i32 (4 B; Java: class-loader
     hash) | ms since the start of the current month (4 B) | counter (2 B, wraps)
@@ -13,7 +13,7 @@ Rules:
    inflated on first access; `raw_body` is the stored bytes.
 3. UNIQ_KEYs are unique within a process (one counter for all producers) and a retry reuses the
    key of its first attempt, so a consumer can deduplicate on `msg_id`.
-4. Batches are never compressed (spec 3.2).
+4. Batches are never compressed (no RocketMQ client compresses them).
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from tidemq.protocol.record import (
 )
 
 _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
-_RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (spec SH 1.1)
+_RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (IPv4 hosts)
 TOPIC_MAX_CHARS = 127  # a V1 record's topic length is a signed byte
-DELAY_LEVEL_MAX = 18  # levels of the default messageDelayLevel (spec SH 7.5); not a cap: a
+DELAY_LEVEL_MAX = 18  # levels of the default messageDelayLevel (1s ... 2h); not a cap: a
 # broker may configure more levels, and it caps a level past its last one itself
-_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator (spec remoting.md 3.3)
+_TOPIC_CHARS = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # RocketMQ's TopicValidator.java
 
 
 class Message:
@@ -197,7 +197,7 @@ class MessageExt:
         self.broker_name = broker_name
         self._rec = None
         self._body = None
-        self.topic_override = None  # a retry copy's original topic (client.retry)
+        self.topic_override = None  # a retry copy's original topic (see restore_topic)
 
     @property
     def record(self):

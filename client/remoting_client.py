@@ -11,10 +11,10 @@ Rules:
    retriable `errors.ConnectionError` (maybe_stored: the request had been written).
 2. Every request has a deadline. One sweeper timer per connection (`timeout_sweep_interval_s`)
    fails the overdue ones with `errors.RequestTimeout`; a late reply is then dropped, as every
-   RocketMQ client does (spec remoting.md 1.5). No timer is created per request.
+   RocketMQ client does. No timer is created per request.
 3. Writes issued during one turn of the event loop leave in one `transport.write`: frames are
    queued and flushed by a single `call_soon` callback (fewer syscalls per message).
-4. Opaques come from the connection's own counter, >= 0 like cpp's (spec 1.5), so they are
+4. Opaques come from the connection's own counter, >= 0 like cpp's, so they are
    unique per connection whatever built the command.
 5. A reply is handed to its waiter synchronously from `data_received`: to a Future, or to a
    plain callback `cb(response, exc)` (the producer's fast path; no extra loop hop).

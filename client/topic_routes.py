@@ -1,15 +1,16 @@
 """Topic routes for the SDK: fetching (GET_ROUTEINFO_BY_TOPIC, 105), caching and queue choice.
 
-A standalone broker answers 105 itself; in cluster mode (issue 6) the addresses are name
+A standalone broker answers 105 itself; in cluster mode the addresses are name
 servers. Either way the client asks one address (sticky) and moves to the next on failure, as
-cpp does (spec remoting.md 2.3).
+cpp does (its TcpRemotingClient.cpp).
 
 Rules:
 1. Sends go only to broker id 0 (the master); a QueueData counts for publishing only if it is
-   WRITE-able and its broker has a master address (spec 2.3).
-2. Consumers read queues 0..readQueueNums-1 of READ-able QueueData (spec 2.1).
+   WRITE-able and its broker has a master address (cpp's findBrokerAddressInPublish).
+2. Consumers read queues 0..readQueueNums-1 of READ-able QueueData.
 3. TOPIC_NOT_EXIST for a topic being published falls back to the default topic (TBW102) with
-   each QueueData clamped to min(default_topic_queue_nums, its queue counts) (spec 3.5); such
+   each QueueData clamped to min(default_topic_queue_nums, its queue counts) (as Java's
+   producer does; docs/protocol.md, Send); such
    an entry is marked `from_default` and replaced by the real route on the next refresh.
    Concurrent first sends share one fallback entry (one round-robin counter).
 4. Concurrent refreshes of one topic share one request; a forced refresh is skipped if the
@@ -137,7 +138,7 @@ class RouteTable:
                 resp = await self._remoting.invoke(addr, cmd, self._timeout_s)
             except (errors.ConnectionError, errors.RequestTimeout, errors.ProtocolViolation) as exc:
                 last_exc = exc
-                self._namesrv_index += 1  # sticky until it fails (spec 2.3)
+                self._namesrv_index += 1  # sticky until it fails, as cpp
                 continue
             if resp.code == ResponseCode.TOPIC_NOT_EXIST:
                 return None
@@ -238,9 +239,9 @@ class RouteTable:
                                        f"{self._default_topic!r} is not offered",
                                        code=ResponseCode.TOPIC_NOT_EXIST)
         # Concurrent first sends each awaited their own default query: the first to get here
-        # installs the fallback and the rest share it, so the round robin spreads them. (Each
-        # used to build a fresh TopicPublishInfo whose counter starts at 0: a burst of
-        # send_async calls all went to the first queue of the first broker group.)
+        # installs the fallback and the rest share it, so the round robin spreads them. (A
+        # fresh TopicPublishInfo per send would start its counter at 0: a burst of send_async
+        # calls would all go to the first queue of the first broker group.)
         info = self._publish.get(topic)
         if info is not None and info.queues:
             return info
@@ -267,7 +268,7 @@ class RouteTable:
         return addrs.get(0)
 
     def read_addr(self, broker_name):
-        """The master if known, else the lowest broker id (offset and admin calls, spec 2.3)."""
+        """The master if known, else the lowest broker id (offset and admin calls, as cpp)."""
         addrs = self.broker_addrs.get(broker_name) or {}
         if not addrs:
             return None

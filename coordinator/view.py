@@ -2,7 +2,7 @@
 
 `ClusterView` keeps a snapshot {group: GroupView} fresh (watches poke a full re-read, plus a
 periodic one); `route(snapshot, cluster, topic)` and `cluster_info(...)` are PURE and turn a
-snapshot into RocketMQ route data (spec store-and-ha.md 8).
+snapshot into RocketMQ route data (TopicRouteData; docs/protocol.md, Routes and heartbeats).
 
 Rules:
 1. Broker id 0 is the group's master: the leader node, once it is `ready`, and only while that

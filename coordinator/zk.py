@@ -1,14 +1,15 @@
 """ZkSession: a kazoo client bridged to asyncio. The only module that talks to kazoo directly.
 
-kazoo runs its own thread and has no asyncio handler (shared/infra.md section 2). Here:
+kazoo runs its own thread and has no asyncio handler. Here:
 - `*_async` calls return an IAsyncResult; `_await` links it to a loop future with
   call_soon_threadsafe, so the loop never blocks on ZooKeeper.
 - Watches and the state listener run on kazoo's thread and only hop onto the loop.
 - start/stop block, so they run in a worker thread.
 
-Settings from measurement (infra.md 2): a bounded reconnect backoff (max_delay 1 s; kazoo's
-default grows to 3600 s and let sessions expire after the server came back), the session
-timeout from config, and the same session kept across a reconnect to another ensemble node.
+Settings from measurement (docs/replication.md, Kazoo settings): a bounded reconnect backoff
+(max_delay 1 s; kazoo's default grows to 3600 s and let sessions expire after the server came
+back), the session timeout from config, and the same session kept across a reconnect to
+another ensemble node.
 TLS and digest ACLs come from coordinator/zk_security.py (kazoo's default_acl covers every
 create, transactions and parents included).
 

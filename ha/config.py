@@ -1,6 +1,6 @@
 """HAConfig: every replication knob, its default, and its validation (all problems at once).
 
-Defaults follow RocketMQ's MessageStoreConfig (spec 5.3 and 10) unless a comment says why not.
+Defaults follow RocketMQ's MessageStoreConfig.java unless a comment says why not.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class HAConfig:
     bootstrap_rate_bytes_per_s: int = 100 * MIB
     bootstrap_lag_bytes: int = 4 * MIB
     # Liveness: RocketMQ heartbeats every 5 s and drops after 20 s; TideMQ beats every 1 s so
-    # a 5 s silence is five missed beats and failover (issue 6) is not held up by the link.
+    # a 5 s silence is five missed beats and failover is not held up by the link.
     heartbeat_interval_ms: int = 1_000
     peer_timeout_ms: int = 5_000
     # A slave acknowledges after its own fsync (set when the slave runs SYNC_FLUSH).

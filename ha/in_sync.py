@@ -1,6 +1,6 @@
-"""The in-sync set and the confirmed offset it yields (spec 5.4 SyncStateSet; RIP-34). PURE.
+"""The in-sync set and the confirmed offset it yields (RocketMQ 5's SyncStateSet; RIP-34). PURE.
 
-The committed membership lives behind InSyncSet so the ZooKeeper coordinator (issue 6) can
+The committed membership lives behind InSyncSet so the ZooKeeper coordinator (cluster mode) can
 own it; LocalInSyncSet commits at once for a single process or tests.
 
 Rules:

@@ -1,5 +1,6 @@
-"""HAService: one node's replication role, switched by explicit calls (config today, the
-ZooKeeper coordinator in issue 6), and the SYNC_MASTER wait the broker's put path uses.
+"""HAService: one node's replication role, switched by explicit calls (from config for a static
+group, by the ZooKeeper coordinator in cluster mode), and the SYNC_MASTER wait the broker's put
+path uses.
 
     become_master(epoch)        lead `epoch`: record (epoch, log end) durably, then serve
     follow((host, port), epoch) replicate from that master
@@ -88,7 +89,7 @@ class HAService:
         self.listen_port = 0
         self._server: MasterServer | None = None
         self._client: SlaveClient | None = None
-        # TLS hook (issue 9): SSLContexts for the master's listener and the slave's connection.
+        # TLS: SSLContexts for the master's listener and the slave's connection (None = plain).
         self.server_ssl = None
         self.client_ssl = None
         self._waiters: list = []

@@ -105,7 +105,7 @@ class MasterServer:
     def __init__(self, config: HAConfig, group: MasterGroup, store, on_confirmed, on_fenced,
                  ssl=None):
         self.config = config
-        self.ssl = ssl  # TLS hook (issue 9): an SSLContext from client/tls.py, or None
+        self.ssl = ssl  # an SSLContext from client/tls.py, or None (plain TCP)
         self.group = group
         self.store = store
         self.on_confirmed = on_confirmed      # (offset) -> None
@@ -218,7 +218,7 @@ class SlaveClient:
     def __init__(self, config: HAConfig, host: str, port: int, epoch: int,
                  history: EpochHistory, epoch_file: EpochFile, store, ssl=None):
         self.config = config
-        self.ssl = ssl  # TLS hook (issue 9): an SSLContext from client/tls.py, or None
+        self.ssl = ssl  # an SSLContext from client/tls.py, or None (plain TCP)
         self.host, self.port = host, port
         self.epoch = epoch
         self.history = history

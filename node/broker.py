@@ -12,7 +12,8 @@ Rules:
 2. Offsets are snapshotted on the loop thread and written by a worker thread, so the loop
    never waits for an fsync.
 3. The STOREHOST written into records and the route address are the same advertised
-   "ip:port" (spec 3.4): a hostname in advertised_host is resolved once, here.
+   "ip:port" (clients dial the address inside an offsetMsgId): a hostname in advertised_host
+   is resolved once, here.
 """
 from __future__ import annotations
 
@@ -143,7 +144,8 @@ class Broker:
 
     async def _start_replication(self) -> None:
         """HA (node/replication/service.py): replay the replicated state the log holds past the
-        offsets file, then take the configured role (issue 6 will drive roles instead)."""
+        offsets file, then take the configured role (in cluster mode the coordinator assigns
+        roles)."""
         self.replication = Replication(self.cfg, self.store, self.addr)
         if self.cluster is not None:
             self.replication.set_coordinator(self.cluster.isr_factory, self.cluster.on_fenced)

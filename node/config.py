@@ -110,7 +110,7 @@ class ZooKeeperConfig:
 
 @dataclass(frozen=True)
 class HASection:
-    """Replication (`[ha]`, issue 5; node/replication/service.py builds ha.config.HAConfig from it)."""
+    """Replication (`[ha]`; node/replication/service.py builds ha.config.HAConfig from it)."""
     role: str = _f("standalone", "standalone (no replication), MASTER or SLAVE (a static role), "
                                  "or cluster (ZooKeeper elects; needs zookeeper.hosts).")
     node_id: str = _f("", "This node's id in its broker group; empty = broker_id as text.")

@@ -5,9 +5,9 @@ goes when it fails.
 Re-check rule: the target must pass what a direct send to it passes at that moment: the topic
 is in the topic table, is not an internal topic (SYSTEM_TOPICS, NOT_ALLOWED_SEND_TOPICS, the
 auto-create template), has the WRITE permission, and the queue id is below its queue count.
-The send path now makes REAL_TOPIC / REAL_QID the broker's own (node/system_properties.py),
-so a message fails only when its topic was deleted, made read-only or shrunk while it waited,
-or when it was stored by an older version that trusted a client's REAL_TOPIC.
+The send path makes REAL_TOPIC / REAL_QID the broker's own (node/system_properties.py), so a
+message fails only when its topic was deleted, made read-only or shrunk while it waited, or
+when a store written by an earlier release holds a REAL_TOPIC a client set.
 
 A message that fails is never put into the bad target and never dropped: it is parked,
 unchanged (REAL_TOPIC / REAL_QID kept, the reason in __UNDELIVERABLE_REASON), in the internal

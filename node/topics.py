@@ -2,9 +2,9 @@
 
 TopicManager owns the table; a TopicConfigStore keeps it. In standalone mode that is
 FileTopicConfigStore, `<store root>/config/topics.json` written with an atomic replace; in
-cluster mode (a later issue) a ZooKeeper-backed store implements the same two methods.
+cluster mode coordinator.topics.ZkTopicConfigStore implements the same two methods.
 
-File format = the GET_ALL_TOPIC_CONFIG (21) body (spec remoting.md 7):
+File format = the GET_ALL_TOPIC_CONFIG (21) body (RocketMQ's TopicConfigSerializeWrapper):
     {"dataVersion":{"counter":n,"timestamp":ms},
      "topicConfigTable":{"T":{"order":false,"perm":6,"readQueueNums":8,"topicFilterType":
        "SINGLE_TAG","topicName":"T","topicSysFlag":0,"writeQueueNums":8}}}
@@ -14,9 +14,10 @@ Rules:
    survives a restart.
 2. Names follow Java's TopicValidator: `^[%|a-zA-Z0-9_-]+$`, at most 127 characters; the
    auto-create key TBW102 and the system topics are never created by clients.
-3. Auto-creation (spec 3.5): an unknown topic sent with `defaultTopic` naming a template that
-   carries INHERIT gets min(defaultTopicQueueNums, template queues) queues and the template's
-   perm without INHERIT. `%RETRY%<group>` topics get 1 queue, perm RW.
+3. Auto-creation (Java's createTopicInSendMessageMethod): an unknown topic sent with
+   `defaultTopic` naming a template that carries INHERIT gets min(defaultTopicQueueNums,
+   template queues) queues and the template's perm without INHERIT. `%RETRY%<group>` topics
+   get 1 queue, perm RW.
 4. The table is bounded (max_topics); queue counts by the store's max_queues_per_topic.
 """
 from __future__ import annotations

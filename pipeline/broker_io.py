@@ -101,10 +101,10 @@ class TopicSession:
         self._each(list(offsets), one)
 
     def resolve(self, spec, timestamp_ms, queues, default_missing: str) -> dict:
-        """A starting/ending spec -> {(topic, broker, queue): offset} for `queues`: "earliest",
-        "latest", "group" (the committed offsets), a timestamp, or a JSON map (-2/-1 =
-        earliest/latest). Queues the spec leaves out (or the group has no offset for) get
-        `default_missing` ("earliest" or "latest"); offsets are clamped into the queue."""
+        """A startingOffsets/endingOffsets value (`spec`) -> {(topic, broker, queue): offset} for
+        `queues`: "earliest", "latest", "group" (the committed offsets), a timestamp, or a JSON
+        map (-2/-1 = earliest/latest). Queues the value leaves out (or the group has no offset
+        for) get `default_missing` ("earliest" or "latest"); offsets are clamped into the queue."""
         if timestamp_ms is not None:
             return self.offsets_at(queues, timestamp_ms)
         lo, hi = self.min_offsets(queues), self.max_offsets(queues)

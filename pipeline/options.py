@@ -2,7 +2,7 @@
 Pure: no Spark, no sockets.
 
 Spark hands options over as a case-insensitive dict of strings (keys are looked up here in
-lower case: `dict(options)` would lower-case them anyway, spec section 8 #3).
+lower case: `dict(options)` would lower-case them anyway).
 
 | option | default | meaning |
 |---|---|---|

@@ -5,7 +5,7 @@ Input columns: `body` (binary or string, required), optional `keys` (or `key`), 
 (strings), `properties` (map<string, string>). Other columns are refused with a clear error,
 so a typo is not silently dropped.
 
-Exactly once (issue 8; shared/spec/pyspark-datasource.md section 5): Spark replays a
+Exactly once (docs/pipeline.md, How Spark drives the source): Spark replays a
 micro-batch whose sink commit did not reach the checkpoint, with the same input offsets, so
 the same rows come back. Each row gets a deterministic UNIQ_KEY, and a replayed row goes to
 the same queue (so the same broker group) as the first time; the broker's duplicate window

@@ -9,7 +9,7 @@ tidemq`: Python data sources exist only once registered in the session.
 
 Options: pipeline/options.py. Columns: pipeline/arrow_records.py. The sink: pipeline/sink.py.
 
-Which process runs what (shared/spec/pyspark-datasource.md section 3): planning (queue lists,
+Which process runs what (docs/pipeline.md, How Spark drives the source): planning (queue lists,
 offsets, partitions) and stream progress (latestOffset, commit) run on the driver, where a
 reader keeps one TopicSession; read() runs in executor tasks on a pickled copy of the reader,
 so it opens its own session and the driver's is never pickled.
@@ -27,7 +27,8 @@ Rules:
    batches as the limit needs (SupportsTriggerAvailableNow).
 4. commit(end) publishes `end` as the consumer group's offsets on the brokers, so the usual
    tools show the pipeline's lag. Spark's checkpoint stays the source of truth: commit lags one
-   batch (spec section 5), and a failed publish is logged, never fatal.
+   batch (Spark calls it for batch N when it plans N+1), and a failed publish is logged, never
+   fatal.
 """
 from __future__ import annotations
 

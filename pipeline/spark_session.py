@@ -1,6 +1,6 @@
 """A local SparkSession set up for TideMQ pipelines, with the `tidemq` source registered.
 
-The traps it avoids (shared/spec/pyspark-datasource.md section 8): workers must run this
+The traps it avoids (docs/pipeline.md, How Spark drives the source): workers must run this
 interpreter (PYSPARK_PYTHON, else a python without pyarrow crashes them) and be able to import
 the `pipeline` package (PYTHONPATH gets the project root); Spark binds to 127.0.0.1 only; the
 JVM logs errors only; JIT and GC flags that start the JVM faster; no UI, no progress bars.

@@ -1,7 +1,7 @@
 """Consumer-side broker calls shared by the push and pull consumers: PULL_MESSAGE (11), offsets
 (14, 15, 29, 30, 31), consumer ids (38), and tag expressions.
 
-Pull outcomes (spec remoting.md 4.3) become a PullResult status, never an exception:
+Pull outcomes (docs/protocol.md, Pull) become a PullResult status, never an exception:
 
     0  SUCCESS                 FOUND          records in the body
     19 PULL_NOT_FOUND          NO_NEW_MSG     caught up; next = nextBeginOffset
@@ -13,7 +13,7 @@ Any other code raises its catalogue error (client.errors).
 Rules:
 1. Records are split, not decoded (client.message.split_records); with a tag subscription each
    record is decoded once to re-filter by the exact tag (the broker filters by tag hash,
-   which can collide; spec 4.3).
+   which can collide).
 2. A FOUND reply whose body holds no matching record is reported as NO_MATCHED_MSG with the
    broker's nextBeginOffset, so callers always advance exactly where the broker said.
 """

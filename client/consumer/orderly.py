@@ -1,5 +1,5 @@
 """Orderly push consumer: each queue is consumed by one member at a time, one message at a time,
-in queue order (spec store-and-ha.md 7.4, remoting.md 4.7). With a producer that sends every
+in queue order (docs/messaging.md, Ordered messages). With a producer that sends every
 message of a key to one queue (`Producer.send_ordered`), every key is consumed in send order.
 
     consumer = OrderlyPushConsumer("g", {"orders": "*"}, handle, namesrv_or_broker=addr)

@@ -1,6 +1,6 @@
 """Which member of a broker group each queue is pulled from (RocketMQ's PullAPIWrapper rule).
 
-Every pull reply carries `suggestWhichBrokerId` (spec remoting.md 2.3 and 4.3). A master
+Every pull reply carries `suggestWhichBrokerId` (docs/replication.md, Guarantees). A master
 whose log end is far ahead of what a consumer reads suggests a slave's id; the slave keeps
 suggesting its own id while the consumer is still far behind and it keeps up with its master,
 and 0 once the consumer caught up or the slave fell behind.

@@ -27,7 +27,7 @@ Rules:
    `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
    queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
-3. Offsets: the committable offset (client.process_queue rule 2) is committed every
+3. Offsets: the committable offset (tidemq.consumer.process_queue rule 2) is committed every
    `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
    so whoever takes the queue over starts where this member stopped.

@@ -2,7 +2,7 @@
 
 Every member of a group runs the same function over the same inputs (all queues, all member
 ids as the broker lists them) and takes its own share, so no coordinator is needed
-(spec store-and-ha.md 7.3; Java `AllocateMessageQueue*`).
+(Java `AllocateMessageQueue*`, `RebalanceImpl.java`).
 
 Signature: strategy(client_id, mq_all, cid_all) -> list of queues for `client_id`.
 
@@ -11,7 +11,8 @@ Rules:
    cannot get the order wrong; the output keeps that order.
 2. Over all ids of `cid_all`, every queue is assigned exactly once.
 3. A client id that is not in `cid_all` gets nothing (it has not been seen by the broker yet).
-4. `averagely` is the spec formula, bit for bit: with n queues, c ids, own index i, mod = n % c:
+4. `averagely` is Java's AllocateMessageQueueAveragely, bit for bit: with n queues, c ids, own
+   index i, mod = n % c:
    size = 1 if n <= c else n // c + (1 if i < mod else 0);
    start = i * size if i < mod else i * size + mod; take min(size, n - start) queues.
 5. `consistent_hash` matches Java's AllocateMessageQueueConsistentHash (10 virtual nodes per

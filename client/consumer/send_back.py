@@ -1,7 +1,7 @@
-"""Handing a failed message back to the broker: CONSUMER_SEND_MSG_BACK (36) (spec remoting.md
-4.6). The broker stores a copy in %RETRY%<group> after a growing delay (delay level
-3 + reconsume times unless `delay_level` says otherwise), or in %DLQ%<group> once the message
-was reconsumed `max_reconsume_times` times (or with delay_level < 0).
+"""Handing a failed message back to the broker: CONSUMER_SEND_MSG_BACK (36)
+(docs/messaging.md, Retry and dead letters). The broker stores a copy in %RETRY%<group> after
+a growing delay (delay level 3 + reconsume times unless `delay_level` says otherwise), or in
+%DLQ%<group> once the message was reconsumed `max_reconsume_times` times (or with delay_level < 0).
 
 Retry copies come back through the group's retry topic, which every clustering consumer
 subscribes to; `restore_topic` gives them their original topic (property RETRY_TOPIC), as

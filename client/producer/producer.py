@@ -15,8 +15,9 @@ Rules:
    `refresh_route`, within `send_timeout_s` counted from the first attempt. The route is
    re-fetched first on `refresh_route` errors; one attempt waits at most
    min(`request_timeout_s`, what is left of `send_timeout_s`); a retry prefers the same broker group, so a
-   broker-side duplicate window sees the retry. Oneway sends never retry. A request timeout
-   also re-fetches the route first (the master may have moved while this one hung).
+   broker-side duplicate window (docs/messaging.md) sees the retry. Oneway sends never retry. A
+   request timeout also re-fetches the route first (the master may have moved while this one
+   hung).
 3. FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE come back as a SendResult
    whose `ok` is False and `maybe_stored` True: stored, but never count it acknowledged. A
    send that fails after retries carries `maybe_stored` True if ANY attempt may have been
@@ -24,7 +25,7 @@ Rules:
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
-   never are (spec remoting.md 3.2).
+   never are (no RocketMQ client compresses a batch).
 6. A master that stops answering while its connection stays open (client/stall_watch.py)
    makes the producer re-fetch the routes of the groups it mastered (at most every 0.1 s);
    once a route names another master for such a group, the connection is dropped and its
@@ -424,7 +425,8 @@ class Producer(AsyncLifecycle):
         self._note_brokers(prep.topic)
 
     def _note_brokers(self, topic):
-        """Heartbeat a broker the first time we publish to it (producers register, issue 4)."""
+        """Heartbeat a broker the first time we publish to it: the broker then knows this
+        producer group (check-backs of transactions need a live producer of it)."""
         info = self._instance.routes.publish_info_nowait(topic)
         if info is None or info is self._noted.get(topic):
             return

@@ -7,17 +7,17 @@ dict build plus a JSON encode. The bytes are the frame head that
 `client.protocol.remoting.encode_frame_head` would produce for the same fields (same keys and
 values; tests decode both with the protocol's FrameDecoder and compare).
 
-Header fields (spec remoting.md 3.1), V1 name / V2 key:
+Header fields (docs/protocol.md, Send), V1 name / V2 key:
     producerGroup a, topic b, defaultTopic c, defaultTopicQueueNums d, queueId e, sysFlag f,
     bornTimestamp g, flag h, properties i, reconsumeTimes j, unitMode k, batch m
 
-Batch body (spec 3.2), one entry per message, no count prefix:
+Batch body (RocketMQ's MessageDecoder.encodeMessages), one entry per message, no count prefix:
     TOTALSIZE i32 (= 20 + bodyLen + 2 + propsLen) | MAGIC i32 0 | BODYCRC i32 0 | FLAG i32 |
     BODYLEN i32 + body | PROPSLEN i16 + properties
 
 Rules:
-1. Every ext value on the wire is a string (spec 1.6); properties are JSON-escaped once per
-   message (`json_escape`), and a retry reuses the escaped text.
+1. Every ext value on the wire is a string (Go fails on anything else); properties are
+   JSON-escaped once per message (`json_escape`), and a retry reuses the escaped text.
 2. `%` in a group or topic (e.g. `%RETRY%g`) is escaped in the JSON template.
 """
 
@@ -38,7 +38,7 @@ _SMALL_INTS = 1024  # ints below this have pre-encoded ext pairs
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
-_PROPS_BYTES_MAX = 32767  # signed i16 length (spec SH 1.1)
+_PROPS_BYTES_MAX = 32767  # a record's properties length is a signed i16
 
 V1_KEYS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
            "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "batch")

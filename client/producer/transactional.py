@@ -1,6 +1,6 @@
 """Transactional producer: a half message, a local transaction, then commit or rollback; the
-broker asks back (CHECK_TRANSACTION_STATE 39) about transactions left undecided (spec
-remoting.md 5, store-and-ha.md 6).
+broker asks back (CHECK_TRANSACTION_STATE 39) about transactions left undecided
+(docs/messaging.md, Transactions; docs/protocol.md, Transactions).
 
     def execute(msg, arg):            # runs after the half message is stored
         db.save(arg); return TransactionState.COMMIT      # or ROLLBACK / UNKNOWN

@@ -1,12 +1,12 @@
 """Numbers of the RocketMQ 4.x remoting protocol: request, response, language and flag codes.
 
-Every number here comes from `/work/shared/spec/remoting.md` (section 10 for the codes, 1.1 for
-the serialize type, 1.2 for the flag bits, 1.4 for the language codes, 2.1 for perm bits, 4.3
-for pull sys flags). The admin codes the spec names without a number (200, 207, 215, 222, 300)
-were read from apache/rocketmq `common/.../protocol/RequestCode.java`.
+Every number here is RocketMQ 4.9's: request and response codes from `RequestCode.java` and
+`ResponseCode.java`, the serialize type and flag bits from `RemotingCommand.java`, language codes
+from `LanguageCode.java`, perm bits from `PermName.java`, pull sys flags from `PullSysFlag.java`
+(docs/protocol.md lists the ones the broker uses).
 
 Invariants:
-1. Names are the Java names (`JP/RequestCode.java`, `JP/ResponseCode.java`), so a grep for a
+1. Names are the Java names (`RequestCode.java`, `ResponseCode.java`), so a grep for a
    Java constant finds ours.
 2. Request and response codes overlap numerically (10 is SEND_MESSAGE and FLUSH_DISK_TIMEOUT);
    `RemotingCommand.code` is a plain int and the flag bit says which table applies.
@@ -128,11 +128,11 @@ class ResponseCode(IntEnum):
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211
     FLOW_CONTROL = 215
-    ILLEGAL_OPERATION = 604  # END after a half message's check immunity (spec SH 6.5)
+    ILLEGAL_OPERATION = 604  # END after a half message's check immunity (EndTransactionProcessor)
 
 
 class LanguageCode(IntEnum):
-    """Sent as the enum NAME in JSON headers and as an i8 in ROCKETMQ headers (spec 1.4)."""
+    """Sent as the enum NAME in JSON headers and as an i8 in ROCKETMQ headers."""
 
     JAVA = 0
     CPP = 1
@@ -150,25 +150,25 @@ class LanguageCode(IntEnum):
 
 
 class SerializeType(IntEnum):
-    """High byte of the frame's second word (spec 1.1)."""
+    """High byte of the frame's second word."""
 
     JSON = 0
     ROCKETMQ = 1
 
 
-# RemotingCommand.flag bits (spec 1.2). A Java response's flag is exactly FLAG_RESPONSE.
+# RemotingCommand.flag bits. A Java response's flag is exactly FLAG_RESPONSE.
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
 
-# Client MQVersion ordinals (`JC/MQVersion.java`) that change server behaviour (spec 1.2, 2.1).
+# Client MQVersion ordinals (`MQVersion.java`) that change server behaviour.
 VERSION_V3_1_8 = 63  # what cpp 1.2.4 sends
-VERSION_V3_4_9 = 121  # from here the send header's maxReconsumeTimes is honoured (spec 3.6)
+VERSION_V3_4_9 = 121  # from here the send header's maxReconsumeTimes is honoured (retry sends)
 VERSION_V4_9_4 = 401  # from here the Java name server emits standard (quoted-key) route JSON
 VERSION_V4_9_8 = 409
 
 
 class PullSysFlag(IntFlag):
-    """PULL_MESSAGE header `sysFlag` bits (`JC/sysflag/PullSysFlag.java`, spec 4.3)."""
+    """PULL_MESSAGE header `sysFlag` bits (`PullSysFlag.java`)."""
 
     COMMIT_OFFSET = 0x1
     SUSPEND = 0x2
@@ -178,7 +178,7 @@ class PullSysFlag(IntFlag):
 
 
 class PermName(IntFlag):
-    """Topic / queue permission bits (`JC/constant/PermName.java`, spec 2.1). Normal = READ|WRITE."""
+    """Topic / queue permission bits (`PermName.java`). Normal = READ|WRITE."""
 
     INHERIT = 1
     WRITE = 2

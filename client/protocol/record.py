@@ -23,10 +23,11 @@ Layout (all integers big-endian, signed; IPv4 offsets):
 
 Size (IPv4/IPv4, V1) = 91 + len(body) + len(topic) + len(properties).
 
-Whole-record checksum (RocketMQ's optional `__CRC32#`, spec 1.1): when enabled the last 20
-bytes of PROPERTIES are `__CRC32#` 0x01, ten ASCII digits of crc32(record[:-20]) & 0x7FFFFFFF
-written least-significant digit first and zero padded, then 0x02. TideMQ writes it by default
-so recovery can see damage in headers, topic and properties, which BODYCRC cannot.
+Whole-record checksum (RocketMQ's optional `__CRC32#`, `MessageDecoder.createCrc32`): when
+enabled the last 20 bytes of PROPERTIES are `__CRC32#` 0x01, ten ASCII digits of
+crc32(record[:-20]) & 0x7FFFFFFF written least-significant digit first and zero padded, then
+0x02. TideMQ writes it by default so recovery can see damage in headers, topic and properties,
+which BODYCRC cannot.
 
 End-of-file filler: 8 bytes, [i32 remaining bytes][i32 BLANK_MAGIC 0xCBD43194]; readers jump to
 the next file.

@@ -1,14 +1,14 @@
 """RocketMQ remoting frames: a pure (sans-I/O, stdlib only) encoder and incremental decoder.
 
-Frame layout (spec remoting.md 1.1), all integers big-endian and signed:
+Frame layout (docs/protocol.md, Frame), all integers big-endian and signed:
 
     length  i32   = 4 + H + B (it does not count itself)
     word    u32   = serializeType << 24 | H   (0 = JSON, 1 = ROCKETMQ)
     header  H bytes
     body    B bytes (may be empty)
 
-JSON header (1.2): {"code":int,"language":"JAVA","version":int,"opaque":int,"flag":int,
-"remark":str,"extFields":{str:str}}. ROCKETMQ header (1.3): code i16 | language i8 | version i16 |
+JSON header: {"code":int,"language":"JAVA","version":int,"opaque":int,"flag":int,
+"remark":str,"extFields":{str:str}}. ROCKETMQ header: code i16 | language i8 | version i16 |
 opaque i32 | flag i32 | remarkLen i32 + UTF-8 | extLen i32 | extLen bytes of pairs
 (keyLen i16 + key, valLen i32 + value).
 
@@ -18,12 +18,14 @@ Invariants:
 2. A frame announcing more than max_frame_bytes (4 + length, Netty's count) fails before its
    body is buffered, so a forged 2 GiB length costs nothing.
 3. Decoded ext values are always str: JSON numbers become decimal text, bools "true"/"false",
-   nulls are dropped (spec 1.6). Every decoded string encodes to UTF-8 without error: invalid
-   UTF-8 becomes U+FFFD and lone surrogates become "?", as Java's String decoding does.
-4. Encoded JSON headers always carry extFields (at least {}) with only string values (spec 1.6),
-   are compact and pure ASCII (non-ASCII is \\u-escaped), so encoding never fails on odd text.
+   nulls are dropped (cpp sends ints as JSON numbers; ACL signatures are computed over the
+   text). Every decoded string encodes to UTF-8 without error: invalid UTF-8 becomes U+FFFD
+   and lone surrogates become "?", as Java's String decoding does.
+4. Encoded JSON headers always carry extFields (at least {}) with only string values (cpp and
+   Go read nothing else; docs/protocol.md, Header value typing), are compact and pure ASCII
+   (non-ASCII is \\u-escaped), so encoding never fails on odd text.
 5. A JSON header's word is the plain header length (type 0 in the high byte): exactly what cpp
-   1.2.4 writes and expects (spec 1.1). A response is encoded with its request's serialize type.
+   1.2.4 writes and expects. A response is encoded with its request's serialize type.
 """
 
 import itertools
@@ -38,9 +40,9 @@ import struct
 
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION_V4_9_8, LanguageCode, SerializeType
 
-MAX_FRAME_BYTES = 16 * 1024 * 1024  # Java's frameMaxLength default (spec 1.7)
+MAX_FRAME_BYTES = 16 * 1024 * 1024  # Java's frameMaxLength default (NettyDecoder.java)
 LOCAL_LANGUAGE = LanguageCode.PYTHON
-LOCAL_VERSION = VERSION_V4_9_8  # >= V4_9_4 makes Java name servers answer in standard JSON (2.1)
+LOCAL_VERSION = VERSION_V4_9_8  # >= V4_9_4 makes Java name servers answer in standard JSON
 
 _PREFIX = struct.Struct(">iI")  # length, serializeType<<24 | headerLen
 _LENGTH = struct.Struct(">i")
@@ -99,7 +101,8 @@ class RemotingCommand:
 
     @classmethod
     def make_response(cls, request, code, ext=None, body=b"", remark=None):
-        # flag is exactly FLAG_RESPONSE like Java's; the serialize type must be the request's (1.1).
+        # flag is exactly FLAG_RESPONSE like Java's; the serialize type is the request's (cpp
+        # parses JSON only).
         return cls(code, LOCAL_LANGUAGE, LOCAL_VERSION, request.opaque, FLAG_RESPONSE, remark,
                    ext, body, request.serialize_type)
 
@@ -179,7 +182,8 @@ def _wire_str(value):
 
 
 def _wire_ext(ext):
-    """ext as the wire wants it: every value a string, None values omitted (spec 1.6)."""
+    """ext as the wire wants it: every value a string, None values omitted (cpp reads only
+    string values, Go fails on numbers)."""
     for value in ext.values():
         if value.__class__ is not str:
             return {k: _wire_str(v) for k, v in ext.items() if v is not None}

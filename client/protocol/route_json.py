@@ -1,14 +1,15 @@
 """JSON bodies of GET_ROUTEINFO_BY_TOPIC (105) and HEART_BEAT (34): build and parse.
 
-TopicRouteData (spec remoting.md 2.1), as we emit it:
+TopicRouteData (RocketMQ's TopicRouteData.java; docs/protocol.md, Routes), as we emit it:
 
     {"brokerDatas":[{"brokerAddrs":{"0":"10.0.0.5:10911"},"brokerName":"broker-a",
       "cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a",
       "perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}
 
-HeartbeatData (spec 4.1): {"clientID":s,"producerDataSet":[{"groupName":s}],"consumerDataSet":
-[{"groupName","consumeType","messageModel","consumeFromWhere","unitMode","subscriptionDataSet":
-[{"topic","subString","tagsSet","codeSet","subVersion","expressionType","classFilterMode"}]}]}
+HeartbeatData (HeartbeatData.java): {"clientID":s,"producerDataSet":[{"groupName":s}],
+"consumerDataSet":[{"groupName","consumeType","messageModel","consumeFromWhere","unitMode",
+"subscriptionDataSet":[{"topic","subString","tagsSet","codeSet","subVersion","expressionType",
+"classFilterMode"}]}]}
 
 Invariants:
 1. Emitted JSON is standard, compact (no space after "," or ":" -- Go splits brokerAddrs text on
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from tidemq.protocol.jhash import java_string_hash
 from tidemq.protocol.remoting import ProtocolError, parse_int
 
-# Index = the ordinal cpp sends (spec 4.1; `JC/consumer/ConsumeFromWhere.java` order).
+# Index = the ordinal cpp sends as an int (the order of RocketMQ's ConsumeFromWhere.java).
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
 CONSUME_FROM_WHERE = (
@@ -64,7 +65,7 @@ class BrokerData:
 class TopicRouteData:
     queue_datas: list[QueueData]
     broker_datas: list[BrokerData]
-    order_topic_conf: str | None = None  # non-empty makes cpp ignore queueDatas (2.1): omit normally
+    order_topic_conf: str | None = None  # non-empty makes cpp ignore queueDatas: omit normally
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -91,7 +92,7 @@ class ConsumerData:
 
 @dataclass(slots=True)
 class HeartbeatData:
-    client_id: str  # opaque: echo it back byte for byte (spec 4.2)
+    client_id: str  # opaque: echo it back byte for byte (cpp finds itself by string equality)
     producer_groups: list[str] = field(default_factory=list)
     consumers: list[ConsumerData] = field(default_factory=list)
 

@@ -1,8 +1,8 @@
 """Broadcast consumers' progress kept on the broker, per (group, client id).
 
-RocketMQ keeps broadcasting offsets only in a file on each consumer's machine (spec
-store-and-ha.md 7.2): lost with the machine, invisible to operators. TideMQ clients also send
-them to the broker: QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) with the extra
+RocketMQ keeps broadcasting offsets only in a file on each consumer's machine
+(LocalFileOffsetStore.java): lost with the machine, invisible to operators. TideMQ clients also
+send them to the broker: QUERY_CONSUMER_OFFSET (14) and UPDATE_CONSUMER_OFFSET (15) with the extra
 header field `broadcastClientId`. They are stored in the ordinary consumer-offset table (so they
 are persisted and replicated with it) under the group name "<group>@<client id>": '@' never
 appears in a group name (node/topics.group_name_ok), so the pair splits unambiguously.

@@ -1,6 +1,6 @@
 """ClientManager: who is connected, in which producer and consumer groups, subscribed to what.
 
-RocketMQ's ProducerManager + ConsumerManager (spec remoting.md 4.1, 4.2), keyed by connection.
+RocketMQ's ProducerManager + ConsumerManager, keyed by connection.
 
 Rules:
 1. A heartbeat (34) (re)registers its connection in every group it names; a connection that
@@ -8,7 +8,7 @@ Rules:
 2. A consumer group's member set changes when a connection joins or leaves it (heartbeat,
    unregister 35, connection closed, expiry); every such change is returned to the caller,
    which sends NOTIFY_CONSUMER_IDS_CHANGED (40) to every remaining member.
-3. Client ids are kept exactly as received (cpp finds itself by string equality, spec 4.2).
+3. Client ids are kept exactly as received (cpp finds itself in 38's list by string equality).
 4. A registration not refreshed for client_expiry_ms expires; the caller closes the connection.
 5. Bounded: at most MAX_GROUPS groups in all, MAX_GROUPS_PER_CLIENT per heartbeat.
 """

@@ -1,6 +1,6 @@
 """PullHoldService: SUSPEND pulls that found nothing wait here for a message or their deadline.
 
-RocketMQ's PullRequestHoldService (spec store-and-ha.md 7.1), event-driven instead of a 5 s
+RocketMQ's PullRequestHoldService, event-driven instead of a 5 s
 re-check: the store's arrival listener names the (topic, queue) pairs that just got messages
 and every held pull on those queues is re-executed at once.
 

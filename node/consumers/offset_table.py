@@ -1,7 +1,7 @@
 """Consumer offsets kept on the broker: {(group, topic): {queue_id: next offset to consume}}.
 
-A small state machine with no I/O of its own besides `persist`/`load`, so replication (a later
-issue) can ship `snapshot()` to slaves and `apply()` it there.
+A small state machine with no I/O of its own besides `persist`/`load`; replication carries its
+changes to slaves as log records (ReplicatedState, the replicated state topic).
 
 File (RocketMQ's consumerOffset.json shape): `<store root>/config/consumerOffset.json`
     {"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>}}}

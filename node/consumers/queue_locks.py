@@ -1,7 +1,7 @@
 """QueueLocks: the broker's lock table for orderly consumption (RebalanceLockManager).
 
 group -> {(topic, broker_name, queue_id): (client_id, last_update)}; a lock not renewed for
-lock_expiry_ms (Java: 60 s, spec store-and-ha.md 7.4) is free again.
+lock_expiry_ms (Java: 60 s, rocketmq.broker.rebalance.lockMaxLiveTime) is free again.
 
 Rules:
 1. lock() grants a queue that is free, expired, or already held by the same client (renewing

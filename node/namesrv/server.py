@@ -55,7 +55,7 @@ class NameServer:
                  http=("127.0.0.1", 9877), session_timeout_ms: int = 6000,
                  zk_root: str = "/tidemq", tls=None, admin_token: str = "",
                  zk_security: ZkSecurity | None = None):
-        self.tls = tls  # client.tls.TlsFiles: TLS on both ports (issue 9), None = plaintext
+        self.tls = tls  # client.tls.TlsFiles: TLS on both ports, None = plaintext
         self.admin_token = admin_token
         # TLS to ZooKeeper and the credential, when reads need one (coordinator/zk_security.py)
         self.session = ZkSession(zk_hosts, session_timeout_ms / 1000, security=zk_security)
@@ -77,7 +77,8 @@ class NameServer:
         sock = socket.create_server(self.listen, backlog=1024)
         ssl_ctx = self.tls.server() if self.tls is not None else None
         self.remoting_port = await self._server.start_on(sock, ssl_ctx, 10.0)
-        # Reads stay open; anything that would change state needs the admin token (issue 9).
+        # Reads stay open; anything that would change state needs the admin token
+        # (docs/security.md, Admin HTTP).
         app = web.Application(client_max_size=1024 * 1024,
                               middlewares=[admin_auth_middleware(self.admin_token, True)])
         app.router.add_get("/health", self._http_health)

@@ -98,7 +98,7 @@ class Metrics:
             del self.put_latency[key]
 
     def add_ha(self, replication) -> None:
-        """Replication metrics (issue 5; see HACollector below)."""
+        """Replication metrics (see HACollector below)."""
         self.registry.register(HACollector(replication))
 
 
@@ -179,7 +179,7 @@ def _by_label(name: str, help_text: str, label: str, values) -> CounterMetricFam
     return c
 
 
-# -- replication (issue 5) -------------------------------------------------------------------
+# -- replication -----------------------------------------------------------------------------
 HA_ROLES = ("MASTER", "SLAVE", "FENCED", "NONE")
 
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 # Who exports a metric (`source`), and when (`exported`).
 NODE = "node"                # node/ops/counters.py, node/ops/scrape.py (this process's broker)
 PROCESS = "process"          # prometheus_client's process/platform/GC collectors
-HA = "ha"                    # node/ops/counters.py HACollector (replication issue)
+HA = "ha"                    # node/ops/counters.py HACollector (replicated brokers)
 COORDINATOR = "coordinator"  # cluster mode: node/ops/scrape.py from node/replication/cluster_mode.py
 NAMESRV = "namesrv"          # `tidemq namesrv` /metrics
-MESSAGING = "messaging"      # transactions, retry/DLQ, delay (messaging issue)
+MESSAGING = "messaging"      # transactions, retry/DLQ, delay (messaging features)
 
 # When a metric is exported:
 ALWAYS = "always"            # every broker, standalone included

@@ -1,5 +1,5 @@
 """Admin codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
-GET_BROKER_RUNTIME_INFO (28), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) (spec remoting.md 7, 4.7).
+GET_BROKER_RUNTIME_INFO (28), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) (AdminBrokerProcessor).
 
 17: ext topic, readQueueNums, writeQueueNums, perm, topicFilterType, topicSysFlag, order
     (cpp sends the ints as JSON numbers; the decoder turns them into text). A bad name, a system

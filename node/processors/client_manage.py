@@ -1,5 +1,5 @@
 """HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38), and the
-broker's NOTIFY_CONSUMER_IDS_CHANGED (40) (spec remoting.md 4.1, 4.2).
+broker's NOTIFY_CONSUMER_IDS_CHANGED (40) (docs/protocol.md, Routes and heartbeats).
 
 Heartbeats are parsed by route_json.decode_heartbeat, which normalises the cpp, Java and Go
 forms (enum ordinals or names, string subVersion, codeSet recomputed from tags). A consumer

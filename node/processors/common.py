@@ -1,7 +1,8 @@
 """Helpers every processor uses: responses, Java's remarks, subscription expressions.
 
 Response ext values are always strings, never empty numeric strings, and extFields is always
-present (spec remoting.md 1.6, checklist 3): build ext dicts of str values only.
+present (cpp and Go read nothing else; docs/protocol.md, Header value typing): build ext dicts
+of str values only.
 """
 from __future__ import annotations
 

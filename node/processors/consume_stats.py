@@ -1,4 +1,4 @@
-"""GET_CONSUME_STATS (208): a consumer group's progress per queue (spec remoting.md 10).
+"""GET_CONSUME_STATS (208): a consumer group's progress per queue (RocketMQ's ConsumeStats).
 
 ext: consumerGroup, optional topic. Body (standard JSON):
     {"offsetTable": {"<MessageQueue JSON>": {"brokerOffset": n, "consumerOffset": n,

@@ -1,4 +1,5 @@
-"""Consumer offsets and queue offsets (spec remoting.md 4.5).
+"""Consumer offsets and queue offsets (docs/protocol.md, Offsets; RocketMQ's
+ConsumerManageProcessor).
 
 14 QUERY_CONSUMER_OFFSET: the stored offset when it is >= 0; with none (or a negative one,
    as some clients commit -1 for "nothing consumed"), Java's "hot" rule: 0 when the queue

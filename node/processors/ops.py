@@ -1,5 +1,5 @@
 """Operator codes mqadmin uses: topic stats, offset reset, deleting topics and groups
-(spec remoting.md 7; Java AdminBrokerProcessor).
+(Java AdminBrokerProcessor).
 
 202 GET_TOPIC_STATS_INFO  ext topic. Body {"offsetTable": {"<MessageQueue JSON>":
     {"minOffset", "maxOffset", "lastUpdateTimestamp"}}} (keys as in node/processors/

@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11), with long polling (spec remoting.md 4.3, store-and-ha.md 7.1).
+"""PULL_MESSAGE (11), with long polling (docs/protocol.md, Pull; RocketMQ's PullMessageProcessor).
 
 Store status -> response code (PullMessageProcessor):
   FOUND -> 0 (only ever with a non-empty body); NO_MATCHED_MESSAGE -> 20; OFFSET_FOUND_NULL,

@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (12) by key and VIEW_MESSAGE_BY_ID (33) (spec remoting.md 6).
+"""QUERY_MESSAGE (12) by key and VIEW_MESSAGE_BY_ID (33) (RocketMQ's QueryMessageProcessor).
 
 12: ext topic, key, maxNum, beginTimestamp, endTimestamp, optional _UNIQUE_KEY_QUERY (then
     maxNum is 32, Java's defaultQueryMaxNum). maxNum is capped at query_max_msgs. Reply 0 with

@@ -1,8 +1,9 @@
 """GET_ROUTEINFO_BY_TOPIC (105): the standalone broker answers route queries for itself.
 
 Body: compact standard JSON with quoted keys (route_json), brokerAddrs {"0": advertised
-address}. Unknown topic: 17 with the Java name server's remark (spec remoting.md 2.1).
-TBW102 (perm 7) is served when auto-creation is on, and %RETRY%<group> always (2.1, 3.5).
+address}. Unknown topic: 17 with the Java name server's remark (docs/protocol.md, Routes).
+TBW102 (perm 7) is served when auto-creation is on, and %RETRY%<group> always (cpp consumers
+subscribe to their retry topic).
 """
 from __future__ import annotations
 

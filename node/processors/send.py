@@ -1,14 +1,14 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320).
 
-Header (spec remoting.md 3.1): code 10 uses full names, 310/320 one-letter keys; the request
+Header (docs/protocol.md, Send): code 10 uses full names, 310/320 one-letter keys; the request
 table (node/requests/table.py) declares both, parses and range-checks them before this runs.
 The request is a batch when the code is 320 or `batch`/`m` is true: cpp 1.2.4 sends batches
 as code 10 with batch "1" (the C++ batch form); Java and Go send 320.
 
-Checks, in Java's order (spec 3.3; AbstractSendMessageProcessor.msgCheck):
+Checks, in Java's order (AbstractSendMessageProcessor.msgCheck):
   broker not writable -> 16; bad topic name -> 1; forbidden system topic -> 16; unknown topic
-  -> auto-create (3.5) else 17; topic not writable -> 16; queueId >= queue count -> 1 (< 0
-  picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
+  -> auto-create (from TBW102) else 17; topic not writable -> 16; queueId >= queue count -> 1
+  (< 0 picks a queue); a commit/rollback sysflag, or a batch with a delay or a transaction -> 13;
   body over max_message_bytes, a batch body over it or holding more than max_batch_messages,
   or a bad batch body -> 13. A transactional message becomes a half message, a delayed one a
   schedule entry (node/sending/divert.py).
@@ -19,7 +19,8 @@ covers the message (never blocking the loop); past sync_flush_timeout_ms it is
 FLUSH_DISK_TIMEOUT (10), with the same ext: the message IS stored. A message with property
 WAIT=false is answered at once, as Java does.
 
-STOREHOST is the broker's advertised address, so offsetMsgIds dial this broker (3.4).
+STOREHOST is the broker's advertised address, so offsetMsgIds dial this broker (clients dial
+the address inside the id; docs/protocol.md, Send).
 
 Rules:
 1. Nothing is stored unless every check passed; a refused request changes nothing.
@@ -75,8 +76,8 @@ class BatchError(ValueError):
 
 
 def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
-    """[(flag, body, properties_raw)] of a batch body (spec 3.2). Each entry's stored
-    properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder).
+    """[(flag, body, properties_raw)] of a batch body (docs/protocol.md, Send). Each entry's
+    stored properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder).
     The whole body is capped at `max_bytes` (the largest message, as Java caps a batch) and
     the count at `max_entries`: both bound the time a batch holds the event loop and the size
     of its reply, one msgId per entry. Decoding stops at the first entry past the cap.
@@ -367,7 +368,7 @@ class SendProcessor:
     def _reply_frame(self, cmd, code: int, reply) -> bytes:
         """The reply frame. JSON (every cpp and Go client, most Java ones) comes from a
         template: the generic encoder costs about 3 µs a reply, this a fraction of it; the
-        bytes are the same (tests/broker/test_send_reply_encoding.py)."""
+        bytes are the same (tests/broker/test_units.py)."""
         msg_id, queue_id, queue_offset = reply
         if cmd.serialize_type == SerializeType.JSON:
             header = self._json_reply % (code, cmd.opaque, msg_id.encode(), queue_id, queue_offset)

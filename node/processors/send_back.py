@@ -1,5 +1,5 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer hands back a message it failed to consume
-(spec remoting.md 4.6; SendMessageProcessor.asyncConsumerSendMsgBack).
+(RocketMQ's SendMessageProcessor.asyncConsumerSendMsgBack).
 
 ext: group, offset (the record's commit-log position), delayLevel (cpp: a JSON number),
 optional originMsgId, originTopic, maxReconsumeTimes (honoured from clients >= V3_4_9).

@@ -2,10 +2,10 @@
 these a fraction of it, and the bytes are the same (tests/broker/test_units.py checks both
 forms against encode_frame(make_response(...)) for JSON and ROCKETMQ headers).
 
-Reply ext, in this order: msgId, queueId, queueOffset, MSG_REGION, TRACE_ON (spec 3.3). A
-batch's msgId joins one 32-character offsetMsgId per message (56 for an IPv6 store host) with
-",", so the reply header grows 33-57 bytes a message: max_batch_messages keeps it far inside
-the 24-bit header length (tests/broker/test_batch_limits.py).
+Reply ext, in this order: msgId, queueId, queueOffset, MSG_REGION, TRACE_ON (as a Java broker
+sends them). A batch's msgId joins one 32-character offsetMsgId per message (56 for an IPv6
+store host) with ",", so the reply header grows 33-57 bytes a message: max_batch_messages keeps
+it far inside the 24-bit header length (tests/broker/test_batch_limits.py).
 """
 from __future__ import annotations
 

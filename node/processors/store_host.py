@@ -1,7 +1,7 @@
 """Record rewriting for replies: the serving broker's address as STOREHOST.
 
 Records served to clients (pull, query, view) carry the address of the broker that serves them,
-so a client's send-back (cpp sends CONSUMER_SEND_MSG_BACK to STOREHOST, spec 4.4) and
+so a client's send-back (cpp sends CONSUMER_SEND_MSG_BACK to STOREHOST) and
 `viewMessage(offsetMsgId)` reach a live broker, even when the record was written under another
 address (a restart on another port, a failover, a pod move).
 
@@ -10,9 +10,10 @@ Rules:
    bytes comparison).
 2. A patched record keeps every other field. When the host length changes (IPv4 <-> IPv6) the
    record grows or shrinks by 12 bytes and TOTALSIZE and SYSFLAG bit 5 follow.
-3. Patching invalidates the optional `__CRC32#` whole-record trailer (spec 1.1). That is
-   accepted: clients never check it (Java verifies it only with forceVerifyPropCRC on the
-   broker side; cpp and the SDK ignore it), and BODYCRC, which clients may check, is unchanged.
+3. Patching invalidates the optional `__CRC32#` whole-record trailer (docs/store-format.md).
+   That is accepted: clients never check it (Java verifies it only with forceVerifyPropCRC on
+   the broker side; cpp and the SDK ignore it), and BODYCRC, which clients may check, is
+   unchanged.
 """
 from __future__ import annotations
 

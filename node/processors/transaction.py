@@ -1,4 +1,5 @@
-"""END_TRANSACTION (37): a producer commits or rolls back a half message (spec remoting.md 5).
+"""END_TRANSACTION (37): a producer commits or rolls back a half message (docs/protocol.md,
+Transactions).
 
 ext (cpp sends every value as a string, Java some as numbers): producerGroup,
 tranStateTableOffset (the send reply's queueOffset), commitLogOffset (decoded from the send

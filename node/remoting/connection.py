@@ -229,7 +229,7 @@ class Connection(asyncio.Protocol):
 
     def send_request(self, code: int, ext: dict, oneway: bool = True) -> None:
         """A server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED), in the serialize type
-        the client last used: cpp parses JSON only (spec 1.1)."""
+        the client last used: cpp parses JSON only."""
         if not self.closed:
             self.send_command(RemotingCommand.request(code, ext, oneway=oneway,
                                                       serialize_type=self.serialize_type))

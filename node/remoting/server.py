@@ -8,7 +8,7 @@ by opaque, with no task per request.
 
 Rules:
 1. Unknown codes, and the refused 25 UPDATE_BROKER_CONFIG / 318 UPDATE_NAMESRV_CONFIG (their
-   only public users are RCE exploit scripts, spec 7), get 3 REQUEST_CODE_NOT_SUPPORTED with
+   only public users are RCE exploit scripts), get 3 REQUEST_CODE_NOT_SUPPORTED with
    Java's remark " request type <code> not supported".
 2. A request whose code is in the request table (node/requests/) is parsed into a typed
    request first: a missing, malformed or out-of-range field, or one field sent under two
@@ -22,9 +22,9 @@ Rules:
    max_connections (then the connection is closed; a silent one after 1 s), past
    max_inflight_per_connection, and (in the pull processor) past max_held_pulls.
 4. Oneway requests (flag bit 1) get no reply; cpp's "oneway" requests carry flag 0 and get one,
-   which the client drops (spec 1.5).
-5. Responses to server-initiated requests (flag bit 0 set) are dropped: every server request
-   we send today is oneway.
+   which the client drops (its opaque is unknown to it).
+5. Responses to server-initiated requests (flag bit 0 set) are dropped: every request the
+   broker sends is oneway.
 6. With ACL on (`self.acl`, node/security/acl/validator.py) a request is checked before its processor;
    a refusal is answered 16 NO_PERMISSION with an "[ACL] ..." remark and nothing runs.
 7. `partial_bytes` sums every connection's partly received frame; Connection cuts off the one
@@ -72,7 +72,7 @@ class RemotingServer:
         self._sweeper = None
         self._errors = RateLimitedLog(log, _ERROR_LOG_INTERVAL_S)
         self.port = 0
-        self.acl = None  # node.acl.validator.AclValidator when security.acl_enable (rule 6)
+        self.acl = None  # an AclValidator when security.acl_enable (rule 6)
         self.partial_bytes = 0  # rule 7
         self.address_cap = AddressCap(cfg.max_connections_per_address, metrics)  # rule 8
 

@@ -1,8 +1,8 @@
 """Broker state that must follow the log: consumer offsets (including the system groups the
 messaging services keep there) and topic configs travel as records of one system topic in
 the commit log, so slaves get them with the log stream, in log order, not on a 60-second timer
-(RocketMQ issues #1094, #2513), and a replica that the log was cut back on forgets them with
-the log (#4771).
+(apache/rocketmq#1094 and apache/rocketmq#2513), and a replica that the log was cut back on
+forgets them with the log (apache/rocketmq#4771).
 
 Topic STATE_TOPIC, queue 0; each record's body is compact JSON:
 

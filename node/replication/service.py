@@ -4,7 +4,7 @@ the questions the request path asks of it.
     repl = Replication(cfg, store)          # cfg.ha.role MASTER or SLAVE
     await repl.start()                      # static role from config (below)
     await repl.become_master(epoch) -> "host:port"     # explicit role switches: the
-    await repl.follow((host, port), epoch)             # coordinator (issue 6) calls these
+    await repl.follow((host, port), epoch)             # coordinator (cluster mode) calls these
     repl.set_coordinator(isr_factory, on_fenced)        # before its first become_master
     repl.write_refusal() -> str | None      # BEFORE a put: why this node takes no writes now
     repl.when_replicated(end, callback)     # SYNC_MASTER: callback(True) once every in-sync
@@ -172,7 +172,7 @@ class Replication:
         self.store = store
         self.config = build_ha_config(cfg, read_secret(cfg.ha), addr)
         self.service = HAService(self.config, store)
-        self.service.server_ssl, self.service.client_ssl = ha_tls(cfg)  # issue 9; None = plain
+        self.service.server_ssl, self.service.client_ssl = ha_tls(cfg)  # None = plain
         self.sync_master = self.config.replication_mode == SYNC_MASTER
         self.slave_timeout_s = self.section.slave_timeout_ms / 1000
         self.suggest_lag_bytes = self.section.suggest_slave_lag_bytes or HOT_BYTES

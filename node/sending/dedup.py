@@ -1,5 +1,6 @@
 """Broker-side duplicate suppression: a retried send whose UNIQ_KEY this broker group already
-stored recently is answered with the original result and stores nothing new (issue 4).
+stored recently is answered with the original result and stores nothing new
+(docs/messaging.md, Duplicate suppression).
 
 A producer that loses a reply (connection cut, timeout) cannot know whether the message was
 stored; it retries with the same UNIQ_KEY (client/producer/producer.py rule 1) on the same broker group,

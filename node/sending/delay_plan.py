@@ -1,6 +1,6 @@
 """Where a delayed message waits in SCHEDULE_TOPIC_XXXX, and until when. PURE: no I/O, no clock.
 
-Two kinds of delay share the schedule topic (spec store-and-ha.md 7.5):
+Two kinds of delay share the schedule topic (docs/messaging.md, Delayed delivery):
 
 * Delay levels (property DELAY = L, 1..n; RocketMQ's `messageDelayLevel` string, e.g.
   "1s 5s 10s 30s 1m ... 2h"): queue L-1. Every entry of a level queue waits the same time, so

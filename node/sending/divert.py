@@ -2,7 +2,7 @@
 
 The send processor (node/processors/send.py) asks `kind_of` for every single-message send; a
 transactional message becomes a half message (node/sending/transaction_service.py), a delayed one a schedule
-entry (node/sending/schedule.py). Batches may carry neither (spec remoting.md 3.2): refused.
+entry (node/sending/schedule.py). Batches may carry neither (as in RocketMQ): refused.
 
 Rules:
 1. The common case (no TRAN_MSG, no DELAY, no __STARTDELIVERTIME, no transaction sysflag) costs
@@ -32,7 +32,7 @@ def kind_of(props: dict, sys_flag: int) -> str | None:
 
 def build(broker, kind, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
           born_host, store_host, reconsume, now_ms) -> StoreMessage:
-    """The record to store instead; raises node.schedule.DelayError (rule 2)."""
+    """The record to store instead; raises the schedule module's DelayError (rule 2)."""
     schedule = broker.schedule
     if kind == TRANSACTION:
         schedule.divert(topic, queue_id, props, now_ms)  # validate the delay now (rule 2)

@@ -1,4 +1,5 @@
-"""ScheduleService: delayed delivery through SCHEDULE_TOPIC_XXXX (spec store-and-ha.md 7.5).
+"""ScheduleService: delayed delivery through SCHEDULE_TOPIC_XXXX (docs/messaging.md, Delayed
+delivery).
 
 A message sent with DELAY = L (or a due time in __STARTDELIVERTIME) is stored in the schedule
 topic instead of its own (`divert`), with REAL_TOPIC / REAL_QID and __DELIVER_AT_MS = when it

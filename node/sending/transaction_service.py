@@ -1,5 +1,5 @@
-"""TransactionService: half messages, their outcome, and check-back (spec store-and-ha.md 6,
-remoting.md 5).
+"""TransactionService: half messages, their outcome, and check-back (docs/messaging.md,
+Transactions; RocketMQ's TransactionalMessageServiceImpl).
 
 Prepare: a send with TRAN_MSG=true is stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0 with REAL_TOPIC,
 REAL_QID, PGROUP and __transactionId__ (= UNIQ_KEY), transaction type NOT so it is dispatched
@@ -26,8 +26,8 @@ Rules:
    their half offset and every copy of their transaction lie below the half progress.
 4. An END is checked against the record: it must be a half record at commitLogOffset, with the
    same PGROUP and half queue offset; anything else is refused and changes nothing.
-5. Check immunity (spec 6.5): a half message carrying CHECK_IMMUNITY_TIME_IN_SECONDS is first
-   checked max(transaction_timeout_ms, that many s) after its birth. While immune it is copied
+5. Check immunity (as in RocketMQ): a half message carrying CHECK_IMMUNITY_TIME_IN_SECONDS is
+   first checked max(transaction_timeout_ms, that many s) after its birth. While immune it is copied
    forward unchecked (its check count unchanged) rather than stopping the scan, so it never
    holds up older-timeout entries behind it; a round scans only what existed at its start, so
    copies are not rescanned in the same round. Past its immunity, an END that is not a check
@@ -64,7 +64,7 @@ TRANS_GROUP = "CID_RMQ_SYS_TRANS"
 PROP_TRANSACTION_ID = "__transactionId__"
 PROP_CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"  # set by the producer (rule 5)
 OP_DONE_TAG, OP_PARKED_TAG = "d", "p"
-COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0  # commitOrRollback values (spec remoting.md 5)
+COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0  # commitOrRollback values of END_TRANSACTION (37)
 MAX_SCAN_PER_ROUND = 10_000
 MAX_DECIDED_IDS = 200_000  # recent decisions kept past pruning: late duplicate ENDs stay no-ops
 _HOSTS_V6 = rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6
@@ -137,7 +137,7 @@ class TransactionService:
     def _follow_role(self) -> None:
         """A node that becomes writable (start, or a slave promoted by failover) rebuilds its
         state from the replicated log and offsets first: what it had in memory is stale."""
-        writable = self.broker.role.state_ready   # settled: replication.py rule 6
+        writable = self.broker.role.state_ready   # settled: node/replication/service.py rule 6
         if writable and not self._serving:
             self.decided_ids.clear()
             self.decided_offsets.clear()
@@ -423,7 +423,8 @@ def _int_or(text, default: int) -> int:
 
 
 def check_body(copy: StoreMessage, props: dict, phys: int, qoff: int, store_ts: int) -> bytes:
-    """The record sent with 39: the half copy with its real topic and queue (spec 5)."""
+    """The record sent with 39: the half copy with its real topic and queue (cpp finds the
+    producer by its PGROUP property)."""
     topic = props.get(rec.PROP_REAL_TOPIC, TRANS_HALF_TOPIC).encode()
     qid = _int_or(props.get(rec.PROP_REAL_QID), 0)
     raw = rec.encode_properties(props)

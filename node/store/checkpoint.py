@@ -1,7 +1,8 @@
-"""Checkpoint: durable watermarks that tell recovery where to start (spec 4.4, in offsets).
+"""Checkpoint: durable watermarks, in offsets, that tell recovery where to start.
 
-RocketMQ records store timestamps and derives a start file from them (users report ordering
-trouble, issue #678); TideMQ records commit-log offsets directly. 4 KiB file, big-endian:
+RocketMQ's StoreCheckpoint records store timestamps and derives a start file from them (users
+report ordering trouble, apache/rocketmq#678); TideMQ records commit-log offsets directly.
+4 KiB file, big-endian (docs/store-format.md, Checkpoint):
 
     @0  magic u32 'TMCK'   @4 version u32 = 1
     @8  flushed_offset i64       commit log durable below this

@@ -1,4 +1,5 @@
-"""CommitLog: append-only records over a MappedFileQueue (spec 1 and 2).
+"""CommitLog: append-only records over a MappedFileQueue (RocketMQ's CommitLog.java and
+MappedFileQueue.java; layout in docs/store-format.md).
 
 Rules:
 1. A record never spans files: when `size + 8` does not fit, the file's tail gets the BLANK

@@ -1,6 +1,6 @@
 """StoreConfig: every knob of the message store, its default, and its validation.
 
-Defaults follow RocketMQ's MessageStoreConfig (spec section 10) unless a comment says why not.
+Defaults follow RocketMQ's MessageStoreConfig.java unless a comment says why not.
 Validation reports every problem at once (StoreConfigError lists them all).
 """
 from __future__ import annotations
@@ -43,7 +43,8 @@ class StoreConfig:
     sync_flush_timeout_ms: int = 5_000
     # Consume queues and index are flushed (and the checkpoint advanced) on this interval.
     derived_flush_interval_ms: int = 1_000
-    # TideMQ writes RocketMQ's optional __CRC32# whole-record checksum by default (issue 2.3).
+    # TideMQ writes RocketMQ's optional __CRC32# whole-record checksum by default, so recovery
+    # catches damage outside the body (docs/store.md, Decisions).
     whole_record_crc: bool = True
     verify_crc_on_recover: bool = True
     # Limits (RocketMQ: maxMessageSize 4 MiB, body only).

@@ -1,4 +1,4 @@
-"""ConsumeQueue: the per-(topic, queue_id) index of the commit log (spec 3.1).
+"""ConsumeQueue: the per-(topic, queue_id) index of the commit log (RocketMQ's ConsumeQueue.java).
 
 Unit layout, 20 bytes, big-endian: [physical_offset i64][size i32][tags_code i64]. Unit i
 (the queue offset) lives at logical byte i*20, in files of `units_per_file` units named by their

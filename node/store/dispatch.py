@@ -27,7 +27,7 @@ from tidemq.protocol.record import TX_PREPARED, TX_ROLLBACK
 from .log_throttle import LogThrottle
 
 log = logging.getLogger("tidemq.store.dispatch")
-_NOT_QUEUED = (TX_PREPARED, TX_ROLLBACK)  # never in a consume queue (spec 1.3)
+_NOT_QUEUED = (TX_PREPARED, TX_ROLLBACK)  # never in a consume queue (as in RocketMQ)
 SLICE_REQUESTS = 4096  # bounded work per slice: other threads get the GIL between slices
 RETRY_BLOCKED_S = 1.0
 

@@ -1,4 +1,4 @@
-"""Key index (RocketMQ IndexFile layout, spec 3.3): find messages by KEYS and UNIQ_KEY.
+"""Key index (RocketMQ IndexFile layout, docs/store-format.md): find messages by KEYS and UNIQ_KEY.
 
 File: header 40 B | slots x 4 B | entries x 20 B, named by creation time yyyyMMddHHmmssSSS.
     header: beginTimestamp i64 @0, endTimestamp i64 @8, beginPhyOffset i64 @16,

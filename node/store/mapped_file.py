@@ -93,9 +93,9 @@ class MappedFile:
 
     def cut(self, pos: int, stale_end: int | None = None) -> None:
         """Durably discard everything from `pos` on: zero-fill [pos, stale_end) and fsync
-        before returning, so a crash after the cut cannot bring the stale tail back (RocketMQ
-        issue #10666). `stale_end` defaults to what this process wrote; recovery, which cannot
-        know, passes stale_data_end()."""
+        before returning, so a crash after the cut cannot bring the stale tail back
+        (apache/rocketmq#10666). `stale_end` defaults to what this process wrote; recovery,
+        which cannot know, passes stale_data_end()."""
         old = max(self.wrote, self.flushed) if stale_end is None else stale_end
         for start in range(pos, old, _CHUNK):
             end = min(start + _CHUNK, old)

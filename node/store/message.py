@@ -4,7 +4,7 @@ A dispatch request is a plain tuple, for speed, with the fields named by the DR_
 (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys,
 uniq_key, sys_flag). The put path builds it from the message it encodes; a slave and recovery
 build it by parsing log bytes (parse_dispatch). Both give the same tuple for the same record
-(tests/store/test_dispatch_equivalence.py).
+(tests/store/test_rebuild.py).
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tidemq.protocol import record as rec
 from tidemq.protocol.jhash import java_string_hash
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-# A scheduled record's consume-queue tag code is its due time (spec 7.5); the broker stamps the
-# due time into this property when it stores the record, so parse and put paths agree.
+# A scheduled record's consume-queue tag code is its due time (as in RocketMQ); the broker
+# stamps the due time into this property when it stores the record, so parse and put paths
+# agree.
 PROP_DELIVER_AT_MS = "__DELIVER_AT_MS"
 LOCAL_HOST = rec.encode_host("127.0.0.1", 10911)
 
@@ -33,7 +34,7 @@ def tags_code(topic: str, tags: str | None, props: dict[str, str]) -> int:
 
 
 def is_dispatched_to_queue(sys_flag: int) -> bool:
-    """PREPARED and ROLLBACK records never enter a consume queue (spec 1.3)."""
+    """PREPARED and ROLLBACK records never enter a consume queue (as in RocketMQ)."""
     tx = sys_flag & rec.SYSFLAG_TX_MASK
     return tx != rec.TX_PREPARED and tx != rec.TX_ROLLBACK
 

@@ -1,6 +1,6 @@
 """Recovery: find the end of valid data, cut the torn tail, repair what is derived from the log.
 
-Steps (spec 4.5, in offsets rather than timestamps):
+Steps (RocketMQ's recoverNormally/recoverAbnormally, in offsets rather than timestamps):
 1. Map commit-log files, consume queues and index files; read the checkpoint.
 2. Scan from min(checkpoint flushed, checkpoint dispatched) (the log head if the checkpoint is
    unreadable, or if consumequeue/ or index/ is missing, which is how a rebuild is asked for),

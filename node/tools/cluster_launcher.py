@@ -173,7 +173,7 @@ def _start_zookeeper(st, d, n, ports) -> None:
         with open(os.path.join(zdir, "data", "myid"), "w") as f:
             f.write(str(z["myid"]))
         cfg = os.path.join(zdir, "zoo.cfg")
-        with open(cfg, "w") as f:   # tick 500 / min session 1 s: see shared/infra.md
+        with open(cfg, "w") as f:   # tick 500 ms allows 1 s sessions (min is 2 ticks by default)
             f.write("\n".join(["tickTime=500", "initLimit=20", "syncLimit=10",
                                f"dataDir={zdir}/data", f"clientPort={z['client_port']}",
                                f"clientPortAddress={HOST}", "admin.enableServer=false",

@@ -1,4 +1,4 @@
-"""The benchmarks run on a clean checkout and print the JSON keys the issues ask for.
+"""The benchmarks run on a clean checkout and print the JSON keys docs/benchmarks.md reports.
 
 No figure is asserted (this machine's speed varies run to run); what could fail is a benchmark
 that crashes, prints no JSON, drops a required key, reports zero, or loses sends. The raw

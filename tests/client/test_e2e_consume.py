@@ -160,7 +160,7 @@ def test_pull_consumer_explicit_offsets(broker):
             assert [q.queue_id for q in mqs] == [0, 1]
             total = 0
             for mq in mqs:
-                assert await pc.committed(mq) in (-1, 0)  # 0: "offset 0 still hot" (spec 4.5)
+                assert await pc.committed(mq) in (-1, 0)  # 0: "offset 0 still hot" (Java's rule)
                 hi = await pc.max_offset(mq)
                 assert await pc.min_offset(mq) == 0
                 res = await pc.pull(mq, 0, 10)
@@ -261,7 +261,7 @@ def test_long_poll_wakes_on_arrival_and_idle_pull_returns_at_timeout(broker):
 
 def test_new_group_on_untruncated_topic_starts_at_zero_whatever_consume_from(broker):
     """The broker answers QUERY_CONSUMER_OFFSET with 0 for a new group while offset 0 still
-    exists (Java's "hot" rule, spec remoting.md 4.5); the SDK honours a stored offset before
+    exists (Java's "hot" rule; docs/protocol.md, Offsets); the SDK honours a stored offset before
     consume_from, as Java does. consume_from itself: tests/client/test_consumer_start.py."""
     topic = "FromWhereT"
     got = []

@@ -107,8 +107,8 @@ def test_auto_created_topic_gets_real_route(broker):
 
 def test_burst_of_first_sends_to_an_unrouted_topic_spreads_over_queues(broker):
     """A burst of send_async before any route is known shares one default-topic fallback:
-    each send used to build its own, whose round robin starts at queue 0 (issue 7's lag test:
-    all 40 messages of `tidemq cluster up` landed in queue 0 of one broker group)."""
+    a fallback built per send would start its round robin at queue 0, so all 40 messages of a
+    `tidemq cluster up` lag check would land in queue 0 of one broker group."""
     async def main():
         async with Producer("pg", broker.addr) as p:
             results = await asyncio.gather(*[p.send_async(Message("BurstNew", b"%d" % i))

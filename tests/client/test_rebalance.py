@@ -1,4 +1,4 @@
-"""Allocation strategies (client.rebalance): pure functions, no I/O."""
+"""Allocation strategies (the rebalance module): pure functions, no I/O."""
 import itertools
 
 import pytest
@@ -12,7 +12,8 @@ def queues(n, brokers=("broker-a",), topic="T"):
 
 
 def spec_averagely(n, c, i):
-    """The spec 7.3 formula, written out independently: indexes of the block of member i."""
+    """Java's AllocateMessageQueueAveragely formula, written out independently: indexes of the
+    block of member i."""
     mod = n % c
     size = 1 if n <= c else n // c + (1 if i < mod else 0)
     start = i * size if i < mod else i * size + mod

@@ -216,7 +216,7 @@ def test_zookeeper_tls_port_refuses_plaintext_and_certless_clients(tls_zk, certs
 
 
 def test_cluster_member_with_ha_tls_but_no_certificate_refuses_to_start(tmp_path, certs):
-    """Any cluster member may be promoted and must then serve HA over TLS (issue 9 gap 4):
+    """Any cluster member may be promoted and must then serve HA over TLS:
     the process exits with a clear config error and creates nothing."""
     import subprocess
     import sys

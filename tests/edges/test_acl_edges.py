@@ -3,7 +3,7 @@
 For every request code and every resource its table row names, the resource is put under
 each header name the code accepts: a denied topic or group is refused (16) whichever name
 carries it. A send carrying `topic` and `b` with different values is refused before the ACL
-and stores nothing (it used to be authorised on `topic` and stored into `b`). Consumer
+and stores nothing (authorising `topic` but storing into `b` would bypass the ACL). Consumer
 progress (208) without a topic lists only the topics the caller may SUB."""
 import asyncio
 import json

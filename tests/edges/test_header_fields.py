@@ -5,8 +5,8 @@ ending in a newline, the same field under two names with different values.
 Each is refused up front (1 SYSTEM_ERROR, a remark naming the field) or answered cleanly; no
 remark carries exception text; a refusal changes nothing (the log's end, every queue of the
 watched topic, the consume-queue directories); afterwards queue offsets are still
-consecutive, also after a restart (out-of-range integers used to fail inside the commit-log
-append after the queue offset was taken, leaving permanent holes)."""
+consecutive, also after a restart (an out-of-range integer failing inside the commit-log
+append after the queue offset was taken would leave a permanent hole)."""
 import pytest
 
 from tests.edges.cases import TOPIC, field_cases, leaked
@@ -35,8 +35,9 @@ def test_bad_field_is_refused_or_answered_cleanly(edge_broker, case):
 
 
 def test_out_of_range_send_integers_leave_no_holes(edge_broker):
-    """The bug's own frames, in one event-loop turn with good sends (they used to fail the
-    whole group put): each bad one refused, each good one stored."""
+    """Out-of-range send integers, in one event-loop turn with good sends (one put stores the
+    whole group, so a late failure would fail the good ones too): each bad one refused, each
+    good one stored."""
     bad = [("bornTimestamp", "9" * 20), ("flag", str(2**31)), ("sysFlag", str(2**31)),
            ("reconsumeTimes", str(2**31)), ("queueId", str(2**31))]
 

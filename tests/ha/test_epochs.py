@@ -134,7 +134,7 @@ def test_decided_start_never_keeps_a_divergent_byte(sides):
 def test_decide_start_cases():
     m = EpochHistory([(1, 0), (3, 1200)])
     assert decide_start(m, 0, 2000, EpochHistory(), 0, 0) == (0, False, None)       # empty
-    assert decide_start(m, 4096, 2000, EpochHistory(), 0, 0) == (4096, True, None)  # #3661
+    assert decide_start(m, 4096, 2000, EpochHistory(), 0, 0) == (4096, True, None)  # whole log
     s = EpochHistory([(1, 0), (2, 1000)])
     assert decide_start(m, 0, 2000, s, 0, 1500) == (1000, False, None)   # divergent tail
     assert decide_start(m, 1100, 2000, s, 0, 1500) == (1100, True, None)  # point deleted

@@ -69,7 +69,8 @@ def test_stream_stop_restart_loses_and_repeats_nothing(spark, broker, tmp_path):
     assert {r.msg_id for r in got} == {v[3] for v in first.values()} | {v[3] for v in during_stop.values()}
     # availableNow kept the limit: batches of at most 100
     assert all(p["numInputRows"] <= 100 for p in q.recentProgress)
-    # committed progress is published as the group's offsets (one batch behind, spec 5)
+    # committed progress is published as the group's offsets (one batch behind: Spark commits
+    # batch N when it plans batch N+1)
     offsets = run(committed(broker.addr, "pl-stream-g", "PlStream"))
     assert sum(max(o, 0) for o in offsets.values()) >= 1500 - 100
 

@@ -136,7 +136,7 @@ def send_ext_v2(topic, queue_id=-1, props="", group="PG", batch=False) -> dict:
 
 
 def batch_body(entries) -> bytes:
-    """entries: [(body bytes, properties str)] -> the batch body of spec 3.2."""
+    """entries: [(body bytes, properties str)] -> a batch body (docs/protocol.md, Send)."""
     out = bytearray()
     for body, props in entries:
         p = props.encode()

@@ -1,10 +1,10 @@
 """A real ZooKeeper for tests: an external ensemble (ZK_HOSTS), a testcontainers container
 where a Docker engine answers, or Debian's `zookeeper` package started as a java process on
-127.0.0.1 (shared/infra.md). Standalone or a 3-node ensemble with kill/restart helpers.
+127.0.0.1. Standalone or a 3-node ensemble with kill/restart helpers.
 
-Settings from measurement (infra.md section 2): tickTime 200 ms and minSessionTimeout 1000 ms,
-so a 2 s client session really is 2 s (Debian's tickTime 2000 silently raises it to 4 s), and
-no AdminServer (it would grab port 8080).
+Settings from measurement (docs/replication.md, Kazoo settings): tickTime 200 ms and
+minSessionTimeout 1000 ms, so a 2 s client session really is 2 s (Debian's tickTime 2000
+silently raises it to 4 s), and no AdminServer (it would grab port 8080).
 
 TLS (`ZkCluster(1, tls=certs)`, certs from node/tools/dev_certs.py): a secureClientPort beside the
 plaintext one (kept for the `srvr` readiness probe), served by Netty with PEM files and

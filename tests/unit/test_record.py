@@ -1,4 +1,5 @@
-"""CommitLog record codec: round trips, golden bytes from the spec table, hostile bytes."""
+"""CommitLog record codec: round trips, golden bytes from the layout table in
+docs/store-format.md, hostile bytes."""
 import struct
 import zlib
 
@@ -82,7 +83,8 @@ def test_corrupted_valid_record_never_decodes_silently(pos, garbage):
 
 
 def test_golden_bytes_match_spec_table():
-    """Built field by field from spec 1.1 (IPv4 hosts, V1, no whole-record CRC)."""
+    """Built field by field from docs/store-format.md's record table (IPv4 hosts, V1, no
+    whole-record CRC)."""
     body, topic, props = b"hello", b"TopicA", b"TAGS\x01t\x02"
     total = 91 + len(body) + len(topic) + len(props)
     want = b"".join([

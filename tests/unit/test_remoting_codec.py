@@ -1,4 +1,5 @@
-"""The remoting frame codec: golden bytes from the spec, round trips, splits, and hostile input."""
+"""The remoting frame codec: golden bytes from docs/protocol.md's frame layout, round trips,
+splits, and hostile input."""
 
 import json
 import struct
@@ -32,7 +33,8 @@ TEXT = st.text(st.characters(codec="utf-8"), max_size=40)  # no lone surrogates:
 
 
 def frame_of(header: bytes, body: bytes = b"", serialize_type: int = 0) -> bytes:
-    """A frame assembled by hand from spec 1.1, independent of the encoder under test."""
+    """A frame assembled by hand from the documented layout, independent of the encoder under
+    test."""
     return struct.pack(">iI", 4 + len(header) + len(body), (serialize_type << 24) | len(header)) + header + body
 
 

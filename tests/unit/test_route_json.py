@@ -49,7 +49,8 @@ def test_route_json_is_compact_with_quoted_string_broker_ids():
 
 
 def go_style_broker_addrs(body: bytes) -> dict[str, str]:
-    """What rocketmq-client-go does (spec 2.1): split the raw brokerAddrs text on ',' and ':', strip '"'."""
+    """What rocketmq-client-go does (its route.go): split the raw brokerAddrs text on ',' and ':',
+    strip '"'."""
     text = body.decode()
     start = text.index('"brokerAddrs":{') + len('"brokerAddrs":{')
     inner = text[start:text.index("}", start)]

@@ -1,4 +1,4 @@
-"""Access control on the remoting port, compatible with RocketMQ ACL 1.0 (spec remoting.md 8).
+"""Access control on the remoting port, compatible with RocketMQ ACL 1.0 (docs/security.md, ACL).
 
 accounts.py  the accounts file (TOML): accounts, permissions, address lists; pure parsing
 addresses.py address patterns (RocketMQ's forms and CIDR)

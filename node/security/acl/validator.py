@@ -1,4 +1,4 @@
-"""AclValidator: decides whether one remoting request may run (spec remoting.md 8).
+"""AclValidator: decides whether one remoting request may run (RocketMQ's PlainAccessValidator).
 
 Order of checks (RocketMQ 4.9.8's, with the TideMQ differences marked):
 1. a peer in the global white list passes;
