@@ -2,7 +2,7 @@
 
 Every member of a group runs the same function over the same inputs (all queues, all member
 ids as the broker lists them) and takes its own share, so no coordinator is needed
-(spec store-and-ha.md 7.3; Java `AllocateMessageQueue*`).
+(Java `AllocateMessageQueue*`).
 
 Signature: strategy(client_id, mq_all, cid_all) -> list of queues for `client_id`.
 
@@ -11,7 +11,7 @@ Rules:
    cannot get the order wrong; the output keeps that order.
 2. Over all ids of `cid_all`, every queue is assigned exactly once.
 3. A client id that is not in `cid_all` gets nothing (it has not been seen by the broker yet).
-4. `averagely` is the spec formula, bit for bit: with n queues, c ids, own index i, mod = n % c:
+4. `averagely` is Java's formula, bit for bit: with n queues, c ids, own index i, mod = n % c:
    size = 1 if n <= c else n // c + (1 if i < mod else 0);
    start = i * size if i < mod else i * size + mod; take min(size, n - start) queues.
 5. `consistent_hash` matches Java's AllocateMessageQueueConsistentHash (10 virtual nodes per
@@ -23,11 +23,25 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from client.route import MessageQueue
+
+
+class _Sortable(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+Q = TypeVar("Q", bound=_Sortable)  # a queue: MessageQueue, or anything sortable and hashable
+Strategy = Callable[[str, Iterable["MessageQueue"], Iterable[str]], list["MessageQueue"]]
 
 VIRTUAL_NODES = 10  # AllocateMessageQueueConsistentHash default virtualNodeCnt
 
 
-def _prepare(client_id, mq_all, cid_all):
+def _prepare(client_id: str, mq_all: Iterable[Q],
+             cid_all: Iterable[str]) -> tuple[list[Q], list[str], int]:
     mqs = sorted(set(mq_all))
     cids = sorted(set(cid_all))
     if client_id not in cids or not mqs:
@@ -35,7 +49,7 @@ def _prepare(client_id, mq_all, cid_all):
     return mqs, cids, cids.index(client_id)
 
 
-def allocate_averagely(client_id, mq_all, cid_all):
+def allocate_averagely(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str]) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
@@ -50,7 +64,7 @@ def allocate_averagely(client_id, mq_all, cid_all):
     return [mqs[(start + i) % n] for i in range(max(count, 0))]
 
 
-def allocate_by_circle(client_id, mq_all, cid_all):
+def allocate_by_circle(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str]) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
@@ -61,21 +75,22 @@ def _md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:4], "big")
 
 
-def _queue_key(mq) -> str:
+def _queue_key(mq: object) -> str:
     java_str = getattr(mq, "java_str", None)
-    return java_str() if java_str is not None else str(mq)
+    return str(java_str()) if java_str is not None else str(mq)
 
 
-def allocate_consistent_hash(client_id, mq_all, cid_all, virtual_nodes=VIRTUAL_NODES):
+def allocate_consistent_hash(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str],
+                             virtual_nodes: int = VIRTUAL_NODES) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
-    ring = {}
+    ring: dict[int, str] = {}
     for cid in cids:  # later puts win on a hash collision, as in Java's TreeMap
         for i in range(virtual_nodes):
             ring[_md5_hash(f"{cid}-{i}")] = cid
     points = sorted(ring)
-    out = []
+    out: list[Q] = []
     for mq in mqs:
         h = _md5_hash(_queue_key(mq))
         at = bisect.bisect_left(points, h)  # tailMap(h) includes h itself
@@ -85,7 +100,7 @@ def allocate_consistent_hash(client_id, mq_all, cid_all, virtual_nodes=VIRTUAL_N
     return out
 
 
-STRATEGIES = {
+STRATEGIES: dict[str, Strategy] = {
     "averagely": allocate_averagely,
     "circle": allocate_by_circle,
     "consistent_hash": allocate_consistent_hash,
