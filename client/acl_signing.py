@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hmac
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 
 ACCESS_KEY = "AccessKey"
@@ -33,7 +34,7 @@ class Credentials:
     secret_key: str = field(repr=False)
     security_token: str = ""
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.access_key or not self.secret_key:
             raise ValueError("credentials need a non-empty access key and secret key")
 
@@ -43,7 +44,8 @@ class Credentials:
     __repr__ = __str__
 
 
-def signature_content(ext: dict, body: bytes, skip=(SIGNATURE,)) -> bytes:
+def signature_content(ext: Mapping[str, str], body: bytes,
+                      skip: Container[str] = (SIGNATURE,)) -> bytes:
     """The bytes that are signed: sorted ext values (minus `skip` keys) + body."""
     values = "".join([ext[k] for k in sorted(ext) if k not in skip])
     raw = values.encode("utf-8", "replace")
@@ -57,7 +59,7 @@ def signature(secret_key: str, content: bytes) -> str:
     return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")).decode("ascii")
 
 
-def sign_ext(ext: dict, body: bytes, creds: Credentials) -> dict:
+def sign_ext(ext: Mapping[str, str | None], body: bytes, creds: Credentials) -> dict[str, str]:
     """A copy of ext with AccessKey, SecurityToken and Signature added (rule 2). Values must
     already be strings (as on the wire)."""
     out = {k: v for k, v in ext.items() if v is not None and k != SIGNATURE}

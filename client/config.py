@@ -14,6 +14,10 @@ import dataclasses
 import enum
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from tidemq.security import ClientSecurity
 
 DEFAULT_ADDR = "127.0.0.1:10911"  # a standalone broker answers route queries (105) itself
 
@@ -30,6 +34,9 @@ class ConsumeFrom(enum.Enum):
 
 
 HEADER_FORMATS = ("json", "binary")
+
+
+_C = TypeVar("_C", bound="ClientConfig")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +59,7 @@ class ClientConfig:
     stalled_send_refresh_s: float = 0.5
     timeout_sweep_interval_s: float = 0.05  # how late a timed-out request may be failed
     # client.security.ClientSecurity (ACL signing, TLS); None = the process default (the CLI's).
-    security: object = None
+    security: ClientSecurity | None = None
 
     def problems(self) -> list[str]:
         out = []
@@ -70,7 +77,7 @@ class ClientConfig:
                 out.append(f"{name} must be > 0")
         return out
 
-    def validate(self):
+    def validate(self: _C) -> _C:
         problems = self.problems()
         if problems:
             raise ValueError(f"{type(self).__name__}: " + "; ".join(problems))
@@ -157,7 +164,7 @@ class ConsumerConfig(ClientConfig):
         return out
 
 
-def make_config(cls, **options):
+def make_config(cls: type[_C], **options: Any) -> _C:
     """Build and validate `cls` from keyword options, naming any unknown option."""
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(options) - known)

@@ -20,19 +20,26 @@ Rules:
    FLOW_CONTROL, overload answers by definition. NO_PERMISSION is not retried, but refreshes
    the route: after a fail-over an old master answers it.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from tidemq.protocol.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.protocol.remoting import RemotingCommand
 
 
 class TideMQError(Exception):
     """Base of every error the SDK raises."""
 
-    code = None
-    retriable = False
-    refresh_route = False
-    maybe_stored = False
+    code: int | None = None
+    retriable: bool = False
+    refresh_route: bool = False
+    maybe_stored: bool = False
 
-    def __init__(self, message="", *, code=None, remark=None, addr=None):
+    def __init__(self, message: str = "", *, code: int | None = None, remark: str | None = None,
+                 addr: str | None = None) -> None:
         super().__init__(message or remark or self.__class__.__name__)
         if code is not None:
             self.code = code
@@ -56,7 +63,8 @@ class ConnectionError(TideMQError):  # noqa: A001 - the catalogue's name for tra
     retriable = True
     refresh_route = True
 
-    def __init__(self, message="", *, addr=None, written=True):
+    def __init__(self, message: str = "", *, addr: str | None = None,
+                 written: bool = True) -> None:
         super().__init__(message, addr=addr)
         self.maybe_stored = written
 
@@ -184,7 +192,7 @@ class FlowControl(BrokerError):
     retriable = True
 
 
-_BY_CODE = {cls.code: cls for cls in (
+_BY_CODE: dict[int | None, type[BrokerError]] = {cls.code: cls for cls in (
     SystemError, SystemBusy, RequestCodeNotSupported, TransactionFailed, MessageIllegal,
     ServiceNotAvailable, VersionNotSupported, NoPermission, TopicNotExist, TopicExistAlready,
     QueryNotFound, SubscriptionParseFailed, SubscriptionNotExist, SubscriptionNotLatest,
@@ -192,11 +200,12 @@ _BY_CODE = {cls.code: cls for cls in (
     ConsumeMessageTimeout, NoMessage, FlowControl)}
 
 
-def error_class_for_code(code):
+def error_class_for_code(code: int) -> type[BrokerError]:
     return _BY_CODE.get(code, BrokerError)
 
 
-def error_for_code(code, remark=None, *, addr=None, what=None):
+def error_for_code(code: int, remark: str | None = None, *, addr: str | None = None,
+                   what: str | None = None) -> BrokerError:
     """The exception for a non-success response `code`, with the broker's remark."""
     assert code != ResponseCode.SUCCESS, "SUCCESS is not an error"
     cls = _BY_CODE.get(code, BrokerError)
@@ -209,5 +218,6 @@ def error_for_code(code, remark=None, *, addr=None, what=None):
     return cls(text, code=code, remark=remark, addr=addr)
 
 
-def error_for_response(response, *, addr=None, what=None):
+def error_for_response(response: RemotingCommand, *, addr: str | None = None,
+                       what: str | None = None) -> BrokerError:
     return error_for_code(response.code, response.remark, addr=addr, what=what)

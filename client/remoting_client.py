@@ -31,13 +31,26 @@ import inspect
 import itertools
 import logging
 import struct
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Union
 
 from tidemq import errors
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode, SerializeType
 from tidemq.protocol.remoting import FrameDecoder, ProtocolError, RemotingCommand, encode_frame_head
 from tidemq.security import sign_head
 
+if TYPE_CHECKING:
+    from tidemq.acl_signing import Credentials
+    from tidemq.security import ClientSecurity
+
 log = logging.getLogger(__name__)
+
+# cb(response, None) on a reply, cb(None, exc) on a failure (rule 5)
+ReplyCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+ReplyTarget = Union["asyncio.Future[RemotingCommand]", ReplyCallback]
+# handler(conn, cmd) for a request the broker sends: a response, None, or an awaitable of one
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+Handler = Callable[["RemotingConnection", RemotingCommand], HandlerResult]
 
 _PREFIX = struct.Struct(">iI")
 _WRITE_HIGH_WATER_BYTES = 4 * 1024 * 1024  # pause oneway senders above this much unsent data
@@ -55,7 +68,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemotingConnection(asyncio.Protocol):
     """One TCP connection to a broker. Created by RemotingClient.connect()."""
 
-    def __init__(self, addr, loop, handlers, on_lost, sweep_interval_s, credentials=None):
+    def __init__(self, addr: str, loop: asyncio.AbstractEventLoop, handlers: dict[int, Handler],
+                 on_lost: Callable[[RemotingConnection], None], sweep_interval_s: float,
+                 credentials: Credentials | None = None) -> None:
         self.addr = addr
         self._credentials = credentials  # ACL 1.0: every request is signed (client/security.py)
         self._loop = loop
@@ -63,23 +78,24 @@ class RemotingConnection(asyncio.Protocol):
         self._on_lost = on_lost
         self._sweep_interval_s = sweep_interval_s
         self._decoder = FrameDecoder()
-        self._pending = {}  # opaque -> (future or callback, deadline)
+        self._pending: dict[int, tuple[ReplyTarget, float]] = {}  # opaque -> (target, deadline)
         self._opaques = itertools.count(1)
-        self._out = []
-        self._flush_handle = None
-        self._sweep_handle = None
-        self._transport = None
+        self._out: list[bytes] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._sweep_handle: asyncio.TimerHandle | None = None
+        self._transport: asyncio.Transport | None = None
         self._closed = False
-        self._close_exc = None
-        self._drain_waiter = None
+        self._close_exc: errors.TideMQError | None = None
+        self._drain_waiter: asyncio.Future[None] | None = None
         self._paused = False
 
     # ------------------------------------------------------------------ asyncio callbacks
-    def connection_made(self, transport):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # create_connection: a stream transport
         self._transport = transport
         transport.set_write_buffer_limits(high=_WRITE_HIGH_WATER_BYTES)
 
-    def data_received(self, data):
+    def data_received(self, data: bytes) -> None:
         try:
             commands = self._decoder.feed(data)
         except ProtocolError as exc:
@@ -92,7 +108,7 @@ class RemotingConnection(asyncio.Protocol):
                 if entry is None:
                     continue  # timed out or abandoned: dropped (rule 2)
                 target = entry[0]
-                if target.__class__ is asyncio.Future:
+                if isinstance(target, asyncio.Future):
                     if not target.done():
                         target.set_result(cmd)
                 else:
@@ -100,7 +116,7 @@ class RemotingConnection(asyncio.Protocol):
             else:
                 self._serve(cmd)
 
-    def connection_lost(self, exc):
+    def connection_lost(self, exc: Exception | None) -> None:
         reason = self._close_exc or errors.ConnectionError(
             f"connection to {self.addr} lost: {exc or 'closed by peer'}", addr=self.addr)
         self._closed = True
@@ -113,32 +129,33 @@ class RemotingConnection(asyncio.Protocol):
         self._wake_drain(reason)
         self._on_lost(self)
 
-    def pause_writing(self):
+    def pause_writing(self) -> None:
         self._paused = True
 
-    def resume_writing(self):
+    def resume_writing(self) -> None:
         self._paused = False
         self._wake_drain(None)
 
     # ------------------------------------------------------------------ requests
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
     @property
-    def pending_count(self):
+    def pending_count(self) -> int:
         return len(self._pending)
 
-    def next_opaque(self):
+    def next_opaque(self) -> int:
         return next(self._opaques) & 0x7FFFFFFF
 
-    def request_raw(self, opaque, head, body, timeout_s, target):
+    def request_raw(self, opaque: int, head: bytes, body: bytes, timeout_s: float,
+                    target: ReplyTarget) -> None:
         """Low-level: write a pre-encoded frame (head from encode_frame_head or a template, then
         body) and register `target` (Future or cb(response, exc)) under `opaque`."""
         if self._closed:
             exc = self._close_exc or errors.ConnectionError(f"connection to {self.addr} is closed",
                                                             addr=self.addr, written=False)
-            if target.__class__ is asyncio.Future:
+            if isinstance(target, asyncio.Future):
                 target.set_exception(exc)
             else:
                 target(None, exc)
@@ -150,20 +167,20 @@ class RemotingConnection(asyncio.Protocol):
             head = sign_head(head, body, self._credentials)
         self._write(head, body)
 
-    def request(self, cmd, timeout_s):
+    def request(self, cmd: RemotingCommand, timeout_s: float) -> asyncio.Future[RemotingCommand]:
         """Send `cmd` (its opaque is assigned here); return a Future of the response command."""
-        fut = self._loop.create_future()
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
         cmd.opaque = opaque = self.next_opaque()
         cmd.flag &= ~FLAG_ONEWAY
         self.request_raw(opaque, encode_frame_head(cmd), cmd.body, timeout_s, fut)
         return fut
 
-    def request_cb(self, cmd, timeout_s, callback):
+    def request_cb(self, cmd: RemotingCommand, timeout_s: float, callback: ReplyCallback) -> None:
         cmd.opaque = opaque = self.next_opaque()
         cmd.flag &= ~FLAG_ONEWAY
         self.request_raw(opaque, encode_frame_head(cmd), cmd.body, timeout_s, callback)
 
-    def send_oneway(self, cmd):
+    def send_oneway(self, cmd: RemotingCommand) -> None:
         if self._closed:
             raise self._close_exc or errors.ConnectionError(f"connection to {self.addr} is closed",
                                                             addr=self.addr, written=False)
@@ -171,7 +188,7 @@ class RemotingConnection(asyncio.Protocol):
         cmd.flag |= FLAG_ONEWAY
         self.write_raw(encode_frame_head(cmd), cmd.body)
 
-    def write_raw(self, head, body):
+    def write_raw(self, head: bytes, body: bytes) -> None:
         """Write a pre-encoded oneway frame."""
         if self._closed:
             raise self._close_exc or errors.ConnectionError(f"connection to {self.addr} is closed",
@@ -180,27 +197,27 @@ class RemotingConnection(asyncio.Protocol):
             head = sign_head(head, body, self._credentials)
         self._write(head, body)
 
-    async def drain(self):
+    async def drain(self) -> None:
         """Wait while the transport's buffer is above its high-water mark."""
         if self._paused and not self._closed:
             if self._drain_waiter is None:
                 self._drain_waiter = self._loop.create_future()
             await asyncio.shield(self._drain_waiter)
 
-    def abort(self, exc):
+    def abort(self, exc: errors.TideMQError) -> None:
         """Drop the connection now, unsent bytes included: close() would wait for a peer that
         stopped reading. Pending requests fail with `exc`."""
         if not self._closed:
             self._abort(exc)
 
-    def close(self, exc=None):
+    def close(self, exc: errors.TideMQError | None = None) -> None:
         if not self._closed and self._transport is not None:
             self._close_exc = exc
             self._flush()
             self._transport.close()
 
     # ------------------------------------------------------------------ internals
-    def _write(self, head, body):
+    def _write(self, head: bytes, body: bytes) -> None:
         out = self._out
         out.append(head)
         if body:
@@ -208,15 +225,16 @@ class RemotingConnection(asyncio.Protocol):
         if self._flush_handle is None:
             self._flush_handle = self._loop.call_soon(self._flush)
 
-    def _flush(self):
+    def _flush(self) -> None:
         self._flush_handle = None
         out = self._out
         if out and not self._closed:
+            assert self._transport is not None  # frames are written only once connected
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
             self._transport.write(data)
 
-    def _sweep(self):
+    def _sweep(self) -> None:
         self._sweep_handle = None
         pending = self._pending
         if not pending:
@@ -228,7 +246,7 @@ class RemotingConnection(asyncio.Protocol):
             target, _ = pending.pop(opaque)
             exc = errors.RequestTimeout(f"no reply from {self.addr} in time (opaque {opaque})",
                                         addr=self.addr)
-            if target.__class__ is asyncio.Future:
+            if isinstance(target, asyncio.Future):
                 if not target.done():
                     target.set_exception(exc)
             else:
@@ -236,10 +254,10 @@ class RemotingConnection(asyncio.Protocol):
         if pending and not self._closed:
             self._sweep_handle = self._loop.call_later(self._sweep_interval_s, self._sweep)
 
-    def _fail_all(self, exc):
+    def _fail_all(self, exc: errors.TideMQError) -> None:
         pending, self._pending = self._pending, {}
         for target, _ in pending.values():
-            if target.__class__ is asyncio.Future:
+            if isinstance(target, asyncio.Future):
                 if not target.done():
                     target.set_exception(exc)
             else:
@@ -248,7 +266,7 @@ class RemotingConnection(asyncio.Protocol):
                 except Exception:  # a waiter's bug must not stop failing the others
                     log.exception("request callback failed while failing %s", self.addr)
 
-    def _wake_drain(self, exc):
+    def _wake_drain(self, exc: errors.TideMQError | None) -> None:
         waiter, self._drain_waiter = self._drain_waiter, None
         if waiter is not None and not waiter.done():
             if exc is None:
@@ -256,12 +274,12 @@ class RemotingConnection(asyncio.Protocol):
             else:
                 waiter.set_exception(exc)
 
-    def _abort(self, exc):
+    def _abort(self, exc: errors.TideMQError) -> None:
         self._close_exc = exc
         if self._transport is not None:
             self._transport.abort()
 
-    def _serve(self, cmd):
+    def _serve(self, cmd: RemotingCommand) -> None:
         handler = self._handlers.get(cmd.code)
         if handler is None:
             if not cmd.flag & FLAG_ONEWAY:
@@ -276,26 +294,28 @@ class RemotingConnection(asyncio.Protocol):
             self._reply_error(cmd, exc)
             return
         if inspect.isawaitable(result):
-            task = self._loop.create_task(result)
-            task.add_done_callback(lambda t, c=cmd: self._served(c, t))
+            task = asyncio.ensure_future(result, loop=self._loop)
+            task.add_done_callback(lambda t: self._served(cmd, t))
         elif result is not None and not cmd.flag & FLAG_ONEWAY:
             self._reply(result)
 
-    def _served(self, cmd, task):
+    def _served(self, cmd: RemotingCommand, task: asyncio.Future[RemotingCommand | None]) -> None:
         if task.cancelled():
             return
         exc = task.exception()
         if exc is not None:
             log.error("handler for broker request %d failed: %r", cmd.code, exc)
             self._reply_error(cmd, exc)
-        elif task.result() is not None and not cmd.flag & FLAG_ONEWAY:
-            self._reply(task.result())
+        else:
+            response = task.result()
+            if response is not None and not cmd.flag & FLAG_ONEWAY:
+                self._reply(response)
 
-    def _reply_error(self, cmd, exc):
+    def _reply_error(self, cmd: RemotingCommand, exc: BaseException) -> None:
         if not cmd.flag & FLAG_ONEWAY:
             self._reply(RemotingCommand.make_response(cmd, ResponseCode.SYSTEM_ERROR, remark=str(exc)))
 
-    def _reply(self, response):
+    def _reply(self, response: RemotingCommand) -> None:
         if not self._closed:
             self._write(encode_frame_head(response), response.body)
 
@@ -303,34 +323,35 @@ class RemotingConnection(asyncio.Protocol):
 class RemotingClient:
     """A pool of connections, one per "host:port", plus the broker-request handler registry."""
 
-    def __init__(self, *, header_format="json", connect_timeout_s=3.0, request_timeout_s=3.0,
-                 timeout_sweep_interval_s=0.05, security=None):
+    def __init__(self, *, header_format: str = "json", connect_timeout_s: float = 3.0,
+                 request_timeout_s: float = 3.0, timeout_sweep_interval_s: float = 0.05,
+                 security: ClientSecurity | None = None) -> None:
         self.serialize_type = serialize_type_for(header_format)
         self.security = security  # client.security.ClientSecurity: TLS and request signing
         self.connect_timeout_s = connect_timeout_s
         self.request_timeout_s = request_timeout_s
         self._sweep_interval_s = timeout_sweep_interval_s
         self._conns: dict[str, RemotingConnection] = {}
-        self._connecting: dict[str, asyncio.Future] = {}
-        self._handlers = {}
-        self._lost_listeners = []
+        self._connecting: dict[str, asyncio.Future[RemotingConnection]] = {}
+        self._handlers: dict[int, Handler] = {}
+        self._lost_listeners: list[Callable[[str], object]] = []
         self._closed = False
 
     # ------------------------------------------------------------------ registry
-    def register_handler(self, code, handler):
+    def register_handler(self, code: int, handler: Handler) -> None:
         """handler(conn, cmd) -> RemotingCommand | None | awaitable of one; for broker requests."""
         self._handlers[int(code)] = handler
 
-    def add_connection_lost_listener(self, fn):
+    def add_connection_lost_listener(self, fn: Callable[[str], object]) -> None:
         """fn(addr) is called when a connection goes away (e.g. to refresh routes)."""
         self._lost_listeners.append(fn)
 
     # ------------------------------------------------------------------ connections
-    def connection_nowait(self, addr):
+    def connection_nowait(self, addr: str) -> RemotingConnection | None:
         conn = self._conns.get(addr)
         return conn if conn is not None and not conn.closed else None
 
-    async def connect(self, addr) -> RemotingConnection:
+    async def connect(self, addr: str) -> RemotingConnection:
         conn = self._conns.get(addr)
         if conn is not None and not conn.closed:
             return conn
@@ -340,10 +361,10 @@ class RemotingClient:
         if waiter is None:
             waiter = asyncio.ensure_future(self._open(addr))
             self._connecting[addr] = waiter
-            waiter.add_done_callback(lambda _f, a=addr: self._connecting.pop(a, None))
+            waiter.add_done_callback(lambda _f: self._connecting.pop(addr, None))
         return await asyncio.shield(waiter)
 
-    async def _open(self, addr):
+    async def _open(self, addr: str) -> RemotingConnection:
         loop = asyncio.get_running_loop()
         try:
             host, port = split_addr(addr)
@@ -367,7 +388,7 @@ class RemotingClient:
         self._conns[addr] = conn
         return conn
 
-    def _lost(self, conn):
+    def _lost(self, conn: RemotingConnection) -> None:
         if self._conns.get(conn.addr) is conn:
             del self._conns[conn.addr]
         if not self._closed:
@@ -378,20 +399,24 @@ class RemotingClient:
                     log.exception("connection-lost listener failed")
 
     # ------------------------------------------------------------------ requests
-    def command(self, code, ext=None, body=b""):
-        return RemotingCommand.request(int(code), ext, body, serialize_type=self.serialize_type)
+    def command(self, code: int, ext: Mapping[str, Any] | None = None,
+                body: bytes = b"") -> RemotingCommand:
+        cmd: RemotingCommand = RemotingCommand.request(int(code), ext, body,
+                                                      serialize_type=self.serialize_type)
+        return cmd
 
-    async def invoke(self, addr, cmd, timeout_s=None) -> RemotingCommand:
+    async def invoke(self, addr: str, cmd: RemotingCommand,
+                     timeout_s: float | None = None) -> RemotingCommand:
         """Send `cmd` to `addr` and return the response command (any response code)."""
         conn = await self.connect(addr)
         return await conn.request(cmd, timeout_s or self.request_timeout_s)
 
-    async def invoke_oneway(self, addr, cmd):
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connect(addr)
         conn.send_oneway(cmd)
         await conn.drain()
 
-    async def close(self):
+    async def close(self) -> None:
         self._closed = True
         for waiter in list(self._connecting.values()):
             waiter.cancel()

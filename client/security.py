@@ -15,22 +15,28 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import struct
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii as _json_str  # C-accelerated
-
-try:
-    from orjson import loads as _loads
-except ImportError:  # optional speed-up, as in client.protocol.remoting
-    from json import loads as _loads
+from typing import Any
 
 from tidemq.acl_signing import ACCESS_KEY, SECURITY_TOKEN, SIGNATURE, Credentials, sign_ext
 from tidemq.protocol.codes import SerializeType
 from tidemq.protocol.remoting import decode_frame, encode_frame_head
 from tidemq.tls import client_context
+
+_loads: Callable[[bytes], Any] = json.loads
+try:
+    import orjson
+    _loads = orjson.loads
+except ImportError:  # optional speed-up, as in client.protocol.remoting
+    pass
+
 
 _PREFIX = struct.Struct(">iI")
 _I32 = struct.Struct(">i")
@@ -53,7 +59,7 @@ class ClientSecurity:
     tls_key_file: str = ""
     tls_check_hostname: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.tls_ca_file or self.tls_cert_file:
             object.__setattr__(self, "tls", True)
 
@@ -99,7 +105,8 @@ def sign_head(head: bytes, body: bytes, creds: Credentials) -> bytes:
         cmd = decode_frame(_PREFIX.pack(4 + header_len, word) + header)
         cmd.ext = sign_ext(ext, body, creds)  # already (partly) signed: re-encode it all
         cmd.body = body or b""
-        return encode_frame_head(cmd)
+        signed_head: bytes = encode_frame_head(cmd)
+        return signed_head
     signed = sign_ext(ext, body, creds)
     added = [(k, signed[k]) for k in (ACCESS_KEY, SECURITY_TOKEN, SIGNATURE) if k in signed]
     if is_json:
@@ -117,7 +124,8 @@ def sign_head(head: bytes, body: bytes, creds: Credentials) -> bytes:
     return _PREFIX.pack(length - header_len + new_len, (word & ~0xFFFFFF) | new_len) + header
 
 
-def load_credentials(path: str | None = None, environ=None) -> Credentials | None:
+def load_credentials(path: str | None = None,
+                     environ: Mapping[str, str] | None = None) -> Credentials | None:
     """Credentials from `path`, else TIDEMQ_CREDENTIALS_FILE, else TIDEMQ_ACCESS_KEY +
     TIDEMQ_SECRET_KEY; None when none is given. Errors never quote the secret."""
     env = os.environ if environ is None else environ
@@ -144,7 +152,7 @@ def load_credentials(path: str | None = None, environ=None) -> Credentials | Non
 
 
 def from_environment(credentials_file: str | None = None, tls_ca_file: str | None = None,
-                     environ=None) -> ClientSecurity | None:
+                     environ: Mapping[str, str] | None = None) -> ClientSecurity | None:
     """What the CLI uses: credentials (rule 1) and TLS settings from options or environment."""
     env = os.environ if environ is None else environ
     creds = load_credentials(credentials_file, env)

@@ -14,34 +14,58 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any, Generic, Protocol, Self, TypeVar
 
+from tidemq.config import ClientConfig, ProducerConfig
+from tidemq.consumer.broker_calls import PullResult
+from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.orderly import OrderlyPushConsumer
 from tidemq.consumer.pull import PullConsumer
 from tidemq.consumer.push import PushConsumer
-from tidemq.producer.producer import Producer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer, SendResult
+from tidemq.topic_routes import MessageQueue
 
 _MARGIN_S = 5.0
+_T = TypeVar("_T")
+# selector(queues, msg, selector_key) -> the queue to send to (Producer.send_ordered)
+Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+
+class _Client(Protocol):
+    """What a facade needs of the asyncio client it wraps."""
+    @property
+    def config(self) -> ClientConfig: ...
+    @property
+    def client_id(self) -> str | None: ...
+    async def start(self) -> object: ...
+    async def shutdown(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Client)
 
 
 class LoopThread:
-    def __init__(self, name="tidemq-loop"):
+    def __init__(self, name: str = "tidemq-loop") -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def _run(self):
+    def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def run(self, coro, timeout_s=None):
+    def run(self, coro: Coroutine[Any, Any, _T], timeout_s: float | None = None) -> _T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
 
-    def submit(self, coro):
+    def submit(self, coro: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         """A concurrent.futures.Future of the coroutine's result."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def stop(self):
+    def stop(self) -> None:
         if self.loop.is_running():
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(10)
@@ -49,82 +73,92 @@ class LoopThread:
             self.loop.close()
 
 
-class _Facade:
-    def __init__(self, client, name):
+class _Facade(Generic[_C]):
+    def __init__(self, client: _C, name: str) -> None:
         self._loop_thread = LoopThread(name)
         self._client = client
 
-    def _run(self, coro, timeout_s=None):
+    def _run(self, coro: Coroutine[Any, Any, _T], timeout_s: float | None = None) -> _T:
         return self._loop_thread.run(coro, timeout_s)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         self.start()
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> None:
         self.shutdown()
 
-    def start(self):
+    def start(self) -> Self:
         self._run(self._client.start(), self._client.config.connect_timeout_s + 30)
         return self
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         try:
             self._run(self._client.shutdown(), 60)
         finally:
             self._loop_thread.stop()
 
     @property
-    def client_id(self):
+    def client_id(self) -> str | None:
         return self._client.client_id
 
 
-class SyncProducer(_Facade):
+class SyncProducer(_Facade[Producer]):
     """Producer(...) with blocking calls; `send_async` returns a concurrent.futures.Future."""
 
-    def __init__(self, group="DEFAULT_PRODUCER", namesrv_or_broker="127.0.0.1:10911", **options):
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv_or_broker: str = "127.0.0.1:10911",
+                 **options: Any) -> None:
         super().__init__(Producer(group, namesrv_or_broker, **options), "tidemq-producer")
 
     @property
-    def config(self):
-        return self._client.config
+    def config(self) -> ProducerConfig:
+        config: ProducerConfig = self._client.config
+        return config
 
-    def _timeout(self, timeout_s):
-        return (timeout_s or self._client.config.send_timeout_s) + _MARGIN_S
+    def _timeout(self, timeout_s: float | None) -> float:
+        return (timeout_s or self.config.send_timeout_s) + _MARGIN_S
 
-    def send(self, msg, timeout_s=None):
+    def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         return self._run(self._client.send(msg, timeout_s=timeout_s), self._timeout(timeout_s))
 
-    def send_async(self, msg, timeout_s=None):
+    def send_async(self, msg: Message,
+                   timeout_s: float | None = None) -> concurrent.futures.Future[SendResult]:
         return self._loop_thread.submit(self._client.send(msg, timeout_s=timeout_s))
 
-    def send_oneway(self, msg):
-        return self._run(self._client.send_oneway(msg), self._timeout(None))
+    def send_oneway(self, msg: Message) -> None:
+        self._run(self._client.send_oneway(msg), self._timeout(None))
 
-    def send_batch(self, msgs, timeout_s=None):
+    def send_batch(self, msgs: Iterable[Message], timeout_s: float | None = None) -> SendResult:
         return self._run(self._client.send_batch(msgs, timeout_s=timeout_s), self._timeout(timeout_s))
 
-    def send_ordered(self, msg, selector_key, selector=None, timeout_s=None):
-        return self._run(self._client.send_ordered(msg, selector_key, selector, timeout_s=timeout_s),
-                         self._timeout(timeout_s))
+    def send_ordered(self, msg: Message, selector_key: object, selector: Selector | None = None,
+                     timeout_s: float | None = None) -> SendResult:
+        result: SendResult = self._run(
+            self._client.send_ordered(msg, selector_key, selector, timeout_s=timeout_s),
+            self._timeout(timeout_s))
+        return result
 
 
-class SyncPushConsumer(_Facade):
+class SyncPushConsumer(_Facade[PushConsumer]):
     """PushConsumer(...) whose listener runs in the facade's loop thread (rule 2)."""
 
-    def __init__(self, group, subscription, listener, **options):
+    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+                 **options: Any) -> None:
         super().__init__(PushConsumer(group, subscription, listener, **options), "tidemq-consumer")
 
     @property
-    def consumed_count(self):
-        return self._client.consumed_count
+    def consumed_count(self) -> int:
+        count: int = self._client.consumed_count
+        return count
 
     @property
-    def assigned_queues(self):
-        return self._client.assigned_queues
+    def assigned_queues(self) -> list[MessageQueue]:
+        queues: list[MessageQueue] = self._client.assigned_queues
+        return queues
 
-    def commit_offsets(self):
-        return self._run(self._client.commit_offsets(), 30)
+    def commit_offsets(self) -> int:
+        done: int = self._run(self._client.commit_offsets(), 30)
+        return done
 
 
 class SyncOrderlyPushConsumer(SyncPushConsumer):
@@ -132,31 +166,34 @@ class SyncOrderlyPushConsumer(SyncPushConsumer):
     in queue order; the listener runs in the facade's loop thread (rule 2), and a slow one
     holds up only its own queue."""
 
-    def __init__(self, group, subscription, listener, **options):
+    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+                 **options: Any) -> None:
         _Facade.__init__(self, OrderlyPushConsumer(group, subscription, listener, **options),
                          "tidemq-orderly")
 
 
-class SyncPullConsumer(_Facade):
-    def __init__(self, group, namesrv_or_broker="127.0.0.1:10911", **options):
+class SyncPullConsumer(_Facade[PullConsumer]):
+    def __init__(self, group: str, namesrv_or_broker: str = "127.0.0.1:10911",
+                 **options: Any) -> None:
         super().__init__(PullConsumer(group, namesrv_or_broker, **options), "tidemq-pull")
 
-    def fetch_queues(self, topic, expression="*"):
+    def fetch_queues(self, topic: str, expression: str = "*") -> list[MessageQueue]:
         return self._run(self._client.fetch_queues(topic, expression), 30)
 
-    def pull(self, mq, offset, max_nums=32, *, expression="*", suspend_ms=0, timeout_s=None):
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
+             suspend_ms: int = 0, timeout_s: float | None = None) -> PullResult:
         limit = (timeout_s or 10.0) + suspend_ms / 1000.0 + _MARGIN_S
         return self._run(self._client.pull(mq, offset, max_nums, expression=expression,
                                            suspend_ms=suspend_ms, timeout_s=timeout_s), limit)
 
-    def commit(self, mq, offset):
-        return self._run(self._client.commit(mq, offset), 30)
+    def commit(self, mq: MessageQueue, offset: int) -> None:
+        self._run(self._client.commit(mq, offset), 30)
 
-    def committed(self, mq):
+    def committed(self, mq: MessageQueue) -> int:
         return self._run(self._client.committed(mq), 30)
 
-    def max_offset(self, mq):
+    def max_offset(self, mq: MessageQueue) -> int:
         return self._run(self._client.max_offset(mq), 30)
 
-    def min_offset(self, mq):
+    def min_offset(self, mq: MessageQueue) -> int:
         return self._run(self._client.min_offset(mq), 30)

@@ -28,7 +28,7 @@ class AddressCap:
         self.metrics = metrics
         self.counts: dict[str, int] = {}
         self._refused = 0  # since the last log line
-        self._logged_at = None  # time.monotonic() of the last log line
+        self._logged_at: float | None = None  # time.monotonic() of the last log line
 
     def admit(self, host: str) -> bool:
         """Count a new connection from `host`; False (nothing counted) when it is over the cap."""

@@ -16,32 +16,39 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from tidemq import errors
 from tidemq.consumer.offset_store import LocalFileOffsetStore
 from tidemq.protocol.codes import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.instance import ClientInstance
+    from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
 EXT_CLIENT_ID = "broadcastClientId"
 
 
 class BroadcastOffsetStore(LocalFileOffsetStore):
-    def __init__(self, instance, directory, group):
+    def __init__(self, instance: ClientInstance, directory: str, group: str) -> None:
         super().__init__(directory, instance.client_id, group)
         self._instance = instance
         self._group = group
-        self._on_broker = {}  # MessageQueue -> offset the broker has
-        self._keeps_members = {}  # broker address -> it echoed broadcastClientId (rule 3)
+        self._on_broker: dict[MessageQueue, int] = {}  # the offsets the broker has
+        self._keeps_members: dict[str | None, bool] = {}  # broker address -> it echoed broadcastClientId (rule 3)
 
-    def _addr(self, mq):
-        return self._instance.routes.master_addr(mq.broker_name) or \
-            self._instance.routes.read_addr(mq.broker_name)
+    def _addr(self, mq: MessageQueue) -> str | None:
+        routes = self._instance.routes
+        addr: str | None = routes.master_addr(mq.broker_name) or routes.read_addr(mq.broker_name)
+        return addr
 
-    def _ext(self, mq, **more):
+    def _ext(self, mq: MessageQueue, **more: str) -> dict[str, str]:
         return {"consumerGroup": self._group, "topic": mq.topic, "queueId": str(mq.queue_id),
                 EXT_CLIENT_ID: self._instance.client_id, **more}
 
-    async def read(self, mq) -> int:
+    async def read(self, mq: MessageQueue) -> int:
         addr = self._addr(mq)
         if addr is not None:
             try:
@@ -63,7 +70,7 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
                 log.warning("broadcast offset of %s not read from the broker: %s", mq, exc)
         return await super().read(mq)
 
-    async def persist(self, mqs=None):
+    async def persist(self, mqs: Collection[MessageQueue] | None = None) -> int:
         done = await super().persist(mqs)
         changed = {mq: off for mq, off in self._table.offsets.items()
                    if self._on_broker.get(mq) != off and (mqs is None or mq in mqs)
@@ -79,7 +86,7 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
                 self._on_broker[mq] = off
         return done
 
-    async def _commit(self, mq, offset):
+    async def _commit(self, mq: MessageQueue, offset: int) -> None:
         addr = self._addr(mq)
         if addr is None:
             raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
@@ -87,6 +94,6 @@ class BroadcastOffsetStore(LocalFileOffsetStore):
                                   self._ext(mq, commitOffset=str(offset)), timeout_s=3.0,
                                   what=f"commit broadcast offset of {mq}")
 
-    def remove(self, mq):
+    def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
         self._on_broker.pop(mq, None)

@@ -23,10 +23,16 @@ from __future__ import annotations
 import enum
 import json
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
 
 from tidemq import errors
-from tidemq.message import split_records
+from tidemq.message import MessageExt, split_records
 from tidemq.protocol.codes import PullSysFlag, RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.instance import ClientInstance
+    from tidemq.topic_routes import MessageQueue
 
 
 class PullStatus(enum.Enum):
@@ -36,7 +42,8 @@ class PullStatus(enum.Enum):
     OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
 
 
-_STATUS = {ResponseCode.SUCCESS: PullStatus.FOUND, ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
+_STATUS: dict[int, PullStatus] = {ResponseCode.SUCCESS: PullStatus.FOUND,
+           ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
            ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
            ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
 
@@ -45,7 +52,8 @@ class PullResult:
     __slots__ = ("status", "next_begin_offset", "min_offset", "max_offset", "messages",
                  "suggest_broker_id")
 
-    def __init__(self, status, next_begin_offset, min_offset, max_offset, messages, suggest_broker_id=0):
+    def __init__(self, status: PullStatus, next_begin_offset: int, min_offset: int, max_offset: int,
+                 messages: list[MessageExt], suggest_broker_id: int = 0) -> None:
         self.status = status
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
@@ -53,7 +61,7 @@ class PullResult:
         self.messages = messages
         self.suggest_broker_id = suggest_broker_id
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"PullResult({self.status.name}, next={self.next_begin_offset}, "
                 f"min={self.min_offset}, max={self.max_offset}, messages={len(self.messages)})")
 
@@ -63,9 +71,10 @@ class TagFilter:
 
     __slots__ = ("expression", "tags", "sub_version")
 
-    def __init__(self, expression="*"):
+    def __init__(self, expression: str | None = "*") -> None:
         expression = (expression or "*").strip()
         self.expression = expression
+        self.tags: frozenset[str] | None
         if expression == "*":
             self.tags = None
         else:
@@ -75,17 +84,17 @@ class TagFilter:
         self.sub_version = int(time.time() * 1000)
 
     @property
-    def matches_all(self):
+    def matches_all(self) -> bool:
         return self.tags is None
 
-    def matches(self, msg) -> bool:
+    def matches(self, msg: MessageExt) -> bool:
         return self.tags is None or msg.tags in self.tags
 
-    def tag_list(self):
+    def tag_list(self) -> list[str]:
         return sorted(self.tags) if self.tags else []
 
 
-def _int(ext, key, default=-1):
+def _int(ext: Mapping[str, str], key: str, default: int = -1) -> int:
     value = ext.get(key)
     try:
         return int(value) if value is not None else default
@@ -93,8 +102,9 @@ def _int(ext, key, default=-1):
         raise errors.ProtocolViolation(f"pull reply field {key}={value!r} is not an integer") from None
 
 
-async def pull(instance, addr, mq, offset, *, group, tag_filter, max_nums=32, suspend_ms=0,
-               timeout_s=10.0, commit_offset=None):
+async def pull(instance: ClientInstance, addr: str, mq: MessageQueue, offset: int, *, group: str,
+               tag_filter: TagFilter, max_nums: int = 32, suspend_ms: int = 0,
+               timeout_s: float = 10.0, commit_offset: int | None = None) -> PullResult:
     """One PULL_MESSAGE. suspend_ms > 0 sets SUSPEND (long poll); commit_offset sets COMMIT_OFFSET."""
     sys_flag = PullSysFlag.SUBSCRIPTION
     if suspend_ms > 0:
@@ -115,7 +125,7 @@ async def pull(instance, addr, mq, offset, *, group, tag_filter, max_nums=32, su
     result = PullResult(status, _int(ext, "nextBeginOffset", offset), _int(ext, "minOffset"),
                         _int(ext, "maxOffset"), [], _int(ext, "suggestWhichBrokerId", 0))
     if status is PullStatus.FOUND:
-        msgs = split_records(resp.body, mq.broker_name) if resp.body else []
+        msgs: list[MessageExt] = split_records(resp.body, mq.broker_name) if resp.body else []
         if not tag_filter.matches_all:
             msgs = [m for m in msgs if tag_filter.matches(m)]
         result.messages = msgs
@@ -124,7 +134,8 @@ async def pull(instance, addr, mq, offset, *, group, tag_filter, max_nums=32, su
     return result
 
 
-async def query_consumer_offset(instance, addr, group, mq, timeout_s=5.0):
+async def query_consumer_offset(instance: ClientInstance, addr: str, group: str, mq: MessageQueue,
+                                timeout_s: float = 5.0) -> int:
     """The committed offset, or -1 if the broker has none (22 QUERY_NOT_FOUND)."""
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id)}
     resp = await instance.call(addr, RequestCode.QUERY_CONSUMER_OFFSET, ext, timeout_s=timeout_s,
@@ -135,25 +146,30 @@ async def query_consumer_offset(instance, addr, group, mq, timeout_s=5.0):
     return _int(resp.ext, "offset")
 
 
-async def update_consumer_offset(instance, addr, group, mq, offset, timeout_s=3.0):
+async def update_consumer_offset(instance: ClientInstance, addr: str, group: str,
+                                 mq: MessageQueue, offset: int, timeout_s: float = 3.0) -> None:
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id),
            "commitOffset": str(offset)}
     await instance.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, ext, timeout_s=timeout_s,
                         what=f"commit offset {mq}")
 
 
-async def queue_offset(instance, addr, mq, which, timestamp_ms=None, timeout_s=3.0):
+async def queue_offset(instance: ClientInstance, addr: str, mq: MessageQueue,
+                       which: Literal["max", "min", "search"], timestamp_ms: int | None = None,
+                       timeout_s: float = 3.0) -> int:
     """which: "max" (30), "min" (31) or "search" (29, by store timestamp)."""
     code = {"max": RequestCode.GET_MAX_OFFSET, "min": RequestCode.GET_MIN_OFFSET,
             "search": RequestCode.SEARCH_OFFSET_BY_TIMESTAMP}[which]
     ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}
     if which == "search":
+        assert timestamp_ms is not None, "a search needs timestamp_ms"
         ext["timestamp"] = str(int(timestamp_ms))
     resp = await instance.call(addr, code, ext, timeout_s=timeout_s, what=f"{which} offset {mq}")
     return _int(resp.ext, "offset")
 
 
-async def consumer_ids(instance, addr, group, timeout_s=5.0) -> list[str]:
+async def consumer_ids(instance: ClientInstance, addr: str, group: str,
+                       timeout_s: float = 5.0) -> list[str]:
     """GET_CONSUMER_LIST_BY_GROUP (38): the member ids exactly as the broker has them."""
     resp = await instance.call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group},
                                timeout_s=timeout_s, what=f"consumers of {group!r}")

@@ -18,12 +18,25 @@ Rules:
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar, Union
+
+if TYPE_CHECKING:
+    from tidemq.consumer.push import ConsumeResult
+    from tidemq.message import MessageExt
+
+# What a push-consumer listener returns: a ConsumeResult (or its value), None for success.
+ListenerResult = Union["ConsumeResult", str, None]
+Listener = Callable[[list["MessageExt"]], ListenerResult | Awaitable[ListenerResult]]
+_M = TypeVar("_M", bound="MessageExt")
 
 
 class SeenMessages:
-    def __init__(self, max_ids: int = 100_000, ttl_s: float | None = None, clock=time.monotonic):
+    def __init__(self, max_ids: int = 100_000, ttl_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if max_ids <= 0:
             raise ValueError("max_ids must be > 0")
         if ttl_s is not None and ttl_s <= 0:
@@ -55,11 +68,12 @@ class SeenMessages:
                     break
                 ids.popitem(last=False)
 
-    def new_only(self, msgs) -> list:
+    def new_only(self, msgs: Iterable[_M]) -> list[_M]:
         """The messages whose id has not been recorded (duplicates within `msgs` dropped too)."""
-        out, batch_ids = [], set()
+        out: list[_M] = []
+        batch_ids: set[str] = set()
         for m in msgs:
-            mid = m.msg_id
+            mid: str = m.msg_id
             if mid in self or mid in batch_ids:
                 self.duplicates += 1
                 continue
@@ -67,25 +81,27 @@ class SeenMessages:
             out.append(m)
         return out
 
-    def wrap(self, handler):
+    def wrap(self, handler: Listener) -> Listener:
         """A push-consumer listener that passes only new messages to `handler` and records
         their ids when it succeeds (rule 3). Works for plain and coroutine handlers."""
         from tidemq.consumer.push import ConsumeResult  # late: keep this module free of the consumer
 
-        def done(result, fresh):
+        def done(result: ListenerResult, fresh: list[MessageExt]) -> ListenerResult:
             if result is None or result is ConsumeResult.SUCCESS or result == ConsumeResult.SUCCESS.value:
                 for m in fresh:
                     self.record(m.msg_id)
             return result
 
-        def listener(msgs):
+        def listener(msgs: list[MessageExt]) -> ListenerResult | Awaitable[ListenerResult]:
             fresh = self.new_only(msgs)
             if not fresh:
                 return ConsumeResult.SUCCESS
             result = handler(fresh)
-            if hasattr(result, "__await__"):
-                async def finish():
-                    return done(await result, fresh)
+            if inspect.isawaitable(result):
+                awaited = result
+
+                async def finish() -> ListenerResult:
+                    return done(await awaited, fresh)
                 return finish()
             return done(result, fresh)
 

@@ -20,31 +20,37 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from tidemq import errors
 from tidemq.consumer import broker_calls as pull_api
+
+if TYPE_CHECKING:
+    from tidemq.instance import ClientInstance
+    from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
 
 
 class _Table:
-    def __init__(self):
-        self.offsets = {}  # MessageQueue -> offset
-        self.persisted = {}  # MessageQueue -> last persisted offset
+    def __init__(self) -> None:
+        self.offsets: dict[MessageQueue, int] = {}
+        self.persisted: dict[MessageQueue, int] = {}  # the last persisted offsets
 
-    def update(self, mq, offset, allow_backwards=False):
+    def update(self, mq: MessageQueue, offset: int, allow_backwards: bool = False) -> None:
         old = self.offsets.get(mq, -1)
         if allow_backwards or offset > old:
             self.offsets[mq] = offset
 
-    def get(self, mq):
+    def get(self, mq: MessageQueue) -> int:
         return self.offsets.get(mq, -1)
 
-    def remove(self, mq):
+    def remove(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
         self.persisted.pop(mq, None)
 
-    def dirty(self, mqs=None):
+    def dirty(self, mqs: Collection[MessageQueue] | None = None) -> dict[MessageQueue, int]:
         keys = self.offsets if mqs is None else [m for m in mqs if m in self.offsets]
         return {mq: self.offsets[mq] for mq in keys if self.persisted.get(mq) != self.offsets[mq]}
 
@@ -52,38 +58,38 @@ class _Table:
 class _TableStore:
     """What both offset stores share: the in-memory table of consumed offsets."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._table = _Table()
 
-    def update(self, mq, offset, allow_backwards=False):
+    def update(self, mq: MessageQueue, offset: int, allow_backwards: bool = False) -> None:
         self._table.update(mq, offset, allow_backwards)
 
-    def get(self, mq):
+    def get(self, mq: MessageQueue) -> int:
         return self._table.get(mq)
 
 
 class RemoteOffsetStore(_TableStore):
     """Clustering: offsets kept by the broker (14 query, 15 commit)."""
 
-    def __init__(self, instance, group):
+    def __init__(self, instance: ClientInstance, group: str) -> None:
         self._instance = instance
         self._group = group
         super().__init__()
 
-    def _addr(self, mq):
-        addr = self._instance.routes.read_addr(mq.broker_name)
+    def _addr(self, mq: MessageQueue) -> str:
+        addr: str | None = self._instance.routes.read_addr(mq.broker_name)
         if addr is None:
             raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
         return addr
 
-    async def read(self, mq) -> int:
+    async def read(self, mq: MessageQueue) -> int:
         offset = await pull_api.query_consumer_offset(self._instance, self._addr(mq), self._group, mq)
         if offset >= 0:
             self._table.update(mq, offset, allow_backwards=True)
             self._table.persisted[mq] = offset
         return offset
 
-    async def persist(self, mqs=None):
+    async def persist(self, mqs: Collection[MessageQueue] | None = None) -> int:
         """Commit changed offsets; returns the number committed. Failures are logged and kept
         dirty for the next round."""
         dirty = self._table.dirty(mqs)
@@ -103,7 +109,7 @@ class RemoteOffsetStore(_TableStore):
                 done += 1
         return done
 
-    def remove(self, mq):
+    def remove(self, mq: MessageQueue) -> None:
         self._table.remove(mq)
 
 
@@ -114,13 +120,13 @@ def _safe(name: str) -> str:
 class LocalFileOffsetStore(_TableStore):
     """Broadcasting: offsets in a local JSON file (rule 3)."""
 
-    def __init__(self, directory, client_id, group):
+    def __init__(self, directory: str, client_id: str, group: str) -> None:
         base = os.path.expanduser(directory)
         self.path = os.path.join(base, _safe(client_id), f"{_safe(group)}.json")
         super().__init__()
         self._loaded = self._load()
 
-    def _load(self):
+    def _load(self) -> dict[str, int]:
         try:
             with open(self.path, encoding="utf-8") as f:
                 doc = json.load(f)
@@ -131,13 +137,13 @@ class LocalFileOffsetStore(_TableStore):
             log.warning("ignoring unreadable offset file %s: %s", self.path, exc)
             return {}
 
-    async def read(self, mq) -> int:
+    async def read(self, mq: MessageQueue) -> int:
         offset = self._loaded.get(mq.key(), -1)
         if offset >= 0:
             self._table.update(mq, offset, allow_backwards=True)
         return offset
 
-    async def persist(self, mqs=None):
+    async def persist(self, mqs: Collection[MessageQueue] | None = None) -> int:
         dirty = self._table.dirty()
         if not dirty:
             return 0
@@ -147,7 +153,7 @@ class LocalFileOffsetStore(_TableStore):
         self._table.persisted.update(dirty)
         return len(dirty)
 
-    def _write(self, doc):
+    def _write(self, doc: dict[str, object]) -> None:
         directory = os.path.dirname(self.path)
         os.makedirs(directory, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".offsets-", dir=directory)
@@ -164,5 +170,5 @@ class LocalFileOffsetStore(_TableStore):
                 pass
             raise
 
-    def remove(self, mq):
+    def remove(self, mq: MessageQueue) -> None:
         self._table.remove(mq)

@@ -27,18 +27,30 @@ import asyncio
 import inspect
 import json
 import logging
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Self
 
 from tidemq import errors
 from tidemq.consumer import send_back as retry
+from tidemq.consumer.idempotency import Listener
+from tidemq.consumer.offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.instance import ClientInstance
+from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
+from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
+OffsetStore = RemoteOffsetStore | LocalFileOffsetStore
 
 
 class OrderlyPushConsumer(PushConsumer):
-    def __init__(self, group, subscription, listener, *, suspend_s=1.0, lock_renew_interval_s=20.0,
-                 lock_retry_interval_s=1.0, lock_valid_s=30.0, max_local_retries=None, **options):
+    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener, *,
+                 suspend_s: float = 1.0, lock_renew_interval_s: float = 20.0,
+                 lock_retry_interval_s: float = 1.0, lock_valid_s: float = 30.0,
+                 max_local_retries: int | None = None, **options: Any) -> None:
+        """`options`: PushConsumer's (client.config.ConsumerConfig fields, namesrv_or_broker)."""
         options["consume_batch_max"] = 1
         super().__init__(group, subscription, listener, **options)
         if not 0 < lock_renew_interval_s < lock_valid_s:
@@ -48,17 +60,22 @@ class OrderlyPushConsumer(PushConsumer):
         self.lock_retry_interval_s = lock_retry_interval_s
         self.lock_valid_s = lock_valid_s
         self.max_local_retries = max_local_retries
-        self._wanted = {}     # topic -> queues allocated to this member
-        self._locked_at = {}  # MessageQueue -> loop time of the last grant
+        self._wanted: dict[str, list[MessageQueue]] = {}  # topic -> queues allocated to us
+        self._locked_at: dict[MessageQueue, float] = {}  # loop time of the last grant
 
-    async def start(self):
+    def _inst(self) -> ClientInstance:
+        inst: ClientInstance | None = self._instance
+        assert inst is not None, "used only between start() and shutdown()"
+        return inst
+
+    async def start(self) -> Self:
         await super().start()
-        self._instance.spawn(self._lock_loop(), name="orderly-locks")
+        self._inst().spawn(self._lock_loop(), name="orderly-locks")
         return self
 
     # ------------------------------------------------------------------ locks (rules 1-3)
-    async def _rebalance_topic(self, topic):
-        mine = await self._allocated(topic)
+    async def _rebalance_topic(self, topic: str) -> None:
+        mine: list[MessageQueue] | None = await self._allocated(topic)
         if mine is None:
             return
         self._wanted[topic] = mine
@@ -67,7 +84,7 @@ class OrderlyPushConsumer(PushConsumer):
             await asyncio.gather(*[self._drop(pq) for pq in removed])
         await self._lock_missing(topic)
 
-    async def _lock_missing(self, topic):
+    async def _lock_missing(self, topic: str) -> None:
         missing = sorted(mq for mq in self._wanted.get(topic, ()) if mq not in self._pqs)
         if not missing or self._closing:
             return
@@ -77,15 +94,17 @@ class OrderlyPushConsumer(PushConsumer):
             try:
                 offset = await self._start_offset(mq)
             except errors.TideMQError as exc:
-                log.warning("%s: cannot start %s: %s", self._instance.client_id, mq, exc)
+                log.warning("%s: cannot start %s: %s", self._inst().client_id, mq, exc)
                 await self._unlock([mq])
                 continue
             self._add(mq, offset)
 
-    async def _lock(self, mqs, refused=None):
+    async def _lock(self, mqs: Iterable[MessageQueue],
+                    refused: list[MessageQueue] | None = None) -> list[MessageQueue]:
         """The queues of `mqs` whose lock the broker granted (and note when); those a broker
         answered without granting go to `refused` (an unreachable broker refuses nothing)."""
-        inst, granted = self._instance, []
+        inst = self._inst()
+        granted: list[MessageQueue] = []
         for addr, queues in self._by_master(mqs):
             try:
                 resp = await inst.call(addr, RequestCode.LOCK_BATCH_MQ,
@@ -105,8 +124,8 @@ class OrderlyPushConsumer(PushConsumer):
                     refused.append(mq)
         return granted
 
-    async def _unlock(self, mqs):
-        inst = self._instance
+    async def _unlock(self, mqs: Iterable[MessageQueue]) -> None:
+        inst = self._inst()
         for mq in mqs:
             self._locked_at.pop(mq, None)
         for addr, queues in self._by_master(mqs):
@@ -116,30 +135,32 @@ class OrderlyPushConsumer(PushConsumer):
             except errors.TideMQError as exc:  # it expires on the broker anyway
                 log.info("%s: unlock at %s failed: %s", inst.client_id, addr, exc)
 
-    def _by_master(self, mqs):
+    def _by_master(self, mqs: Iterable[MessageQueue]) -> Iterator[tuple[str, list[MessageQueue]]]:
         """(master address, its queues) for the brokers of `mqs` whose master is known."""
-        by_broker = {}
+        by_broker: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker, queues in by_broker.items():
-            addr = self._instance.routes.master_addr(broker)
+            addr: str | None = self._inst().routes.master_addr(broker)
             if addr is not None:
                 yield addr, queues
 
-    def _lock_body(self, queues):
-        return json.dumps({"consumerGroup": self.config.group, "clientId": self._instance.client_id,
+    def _lock_body(self, queues: Iterable[MessageQueue]) -> bytes:
+        return json.dumps({"consumerGroup": self.config.group, "clientId": self._inst().client_id,
                            "mqSet": [{"topic": mq.topic, "brokerName": mq.broker_name,
                                       "queueId": mq.queue_id} for mq in queues]},
                           separators=(",", ":")).encode()
 
-    async def _lock_loop(self):
+    async def _lock_loop(self) -> None:
         loop = asyncio.get_running_loop()
         last_renew = loop.time()
+        rebalance_lock: asyncio.Lock | None = self._rebalance_lock
+        assert rebalance_lock is not None, "start() creates it before this loop"
         while not self._closing:
             await asyncio.sleep(self.lock_retry_interval_s)
             if self._closing:
                 return
-            async with self._rebalance_lock:
+            async with rebalance_lock:
                 if self._closing:
                     return
                 if loop.time() - last_renew >= self.lock_renew_interval_s:
@@ -148,28 +169,32 @@ class OrderlyPushConsumer(PushConsumer):
                 for topic in list(self._wanted):
                     await self._lock_missing(topic)
 
-    async def _renew(self):
-        owned = sorted(self._pqs)
+    async def _renew(self) -> None:
+        owned: list[MessageQueue] = sorted(self._pqs)
         if not owned:
             return
-        refused = []  # while the broker cannot be reached, rule 2's local expiry pauses us
+        refused: list[MessageQueue] = []  # while the broker cannot be reached, rule 2's local expiry pauses us
         await self._lock(owned, refused)
-        lost = [self._pqs[mq] for mq in refused if mq in self._pqs]
+        lost: list[ProcessQueue] = [self._pqs[mq] for mq in refused if mq in self._pqs]
         for pq in lost:
-            log.warning("%s: lock of %s not renewed; dropping it", self._instance.client_id, pq.mq)
+            log.warning("%s: lock of %s not renewed; dropping it", self._inst().client_id, pq.mq)
         if lost:
             await asyncio.gather(*[self._drop(pq) for pq in lost])
 
-    def _lock_valid(self, mq) -> bool:
+    def _lock_valid(self, mq: MessageQueue) -> bool:
         at = self._locked_at.get(mq)
         return at is not None and asyncio.get_running_loop().time() - at < self.lock_valid_s
 
-    async def _drop(self, pq):
-        await super()._drop(pq)  # finishes the listener call and commits (rule 3)
+    async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
+        # finishes the listener call and commits (rule 3), unless an offset reset replaced
+        # the position (commit=False)
+        await super()._drop(pq, commit)
         await self._unlock([pq.mq])
 
     # ------------------------------------------------------------------ consumption (rule 4)
-    async def _consume_loop(self, pq):
+    async def _consume_loop(self, pq: ProcessQueue) -> None:
+        store: OffsetStore | None = self._store
+        assert store is not None, "start() creates it before any queue is consumed"
         while True:
             if not pq.batches:
                 if pq.dropped:
@@ -188,9 +213,9 @@ class OrderlyPushConsumer(PushConsumer):
                 return  # dropped while suspended: the next owner consumes it
             self.consumed_count += 1
             pq.consumed_through(batch, 1)
-            self._store.update(pq.mq, pq.commit_offset())
+            store.update(pq.mq, pq.commit_offset())
 
-    async def _consume_one(self, pq, msg) -> bool:
+    async def _consume_one(self, pq: ProcessQueue, msg: MessageExt) -> bool:
         """True once `msg` is done (consumed or dead-lettered); False if the queue was dropped."""
         attempts = 0
         while not pq.dropped:
@@ -210,9 +235,9 @@ class OrderlyPushConsumer(PushConsumer):
             await asyncio.sleep(self.suspend_s)
         return False
 
-    async def _dead_letter(self, pq, msg) -> bool:
-        inst, cfg = self._instance, self.config
-        addr = inst.routes.master_addr(pq.mq.broker_name)
+    async def _dead_letter(self, pq: ProcessQueue, msg: MessageExt) -> bool:
+        inst, cfg = self._inst(), self.config
+        addr: str | None = inst.routes.master_addr(pq.mq.broker_name)
         if addr is None:
             return False
         try:

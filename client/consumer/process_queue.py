@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tidemq.message import MessageExt
+    from tidemq.topic_routes import MessageQueue
 
 
 class PulledBatch:
     __slots__ = ("msgs", "idx", "next_begin")
 
-    def __init__(self, msgs, next_begin):
+    def __init__(self, msgs: Sequence[MessageExt], next_begin: int) -> None:
         self.msgs = msgs
         self.idx = 0
         self.next_begin = next_begin
@@ -29,22 +35,22 @@ class ProcessQueue:
     __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
                  "dropped", "has_work", "space", "pull_task", "consume_task", "consumed")
 
-    def __init__(self, mq, start_offset, cached_max):
+    def __init__(self, mq: MessageQueue, start_offset: int, cached_max: int) -> None:
         self.mq = mq
         self.next_offset = start_offset  # where the next pull reads
         self.pulled_upto = start_offset
-        self.batches = deque()
+        self.batches: deque[PulledBatch] = deque()
         self.cached = 0
         self.cached_max = cached_max
         self.dropped = False
         self.has_work = asyncio.Event()
         self.space = asyncio.Event()
         self.space.set()
-        self.pull_task = None
-        self.consume_task = None
+        self.pull_task: asyncio.Task[Any] | None = None
+        self.consume_task: asyncio.Task[Any] | None = None
         self.consumed = 0
 
-    def add(self, msgs, next_begin):
+    def add(self, msgs: Sequence[MessageExt], next_begin: int) -> None:
         self.batches.append(PulledBatch(msgs, next_begin))
         self.cached += len(msgs)
         self.pulled_upto = next_begin
@@ -53,18 +59,18 @@ class ProcessQueue:
             self.space.clear()
         self.has_work.set()
 
-    def advance(self, next_begin):
+    def advance(self, next_begin: int) -> None:
         """A pull found nothing (new or matching) up to next_begin."""
         self.pulled_upto = next_begin
         self.next_offset = next_begin
 
-    def reset(self, offset):
+    def reset(self, offset: int) -> None:
         """The broker moved us (OFFSET_ILLEGAL): restart from `offset`."""
         self.next_offset = offset
         if not self.batches:
             self.pulled_upto = offset
 
-    def consumed_through(self, batch, count):
+    def consumed_through(self, batch: PulledBatch, count: int) -> None:
         """`count` more messages of `batch` (== batches[0]) are done."""
         batch.idx += count
         self.cached -= count
@@ -78,5 +84,6 @@ class ProcessQueue:
         batches = self.batches
         if batches:
             batch = batches[0]
-            return batch.msgs[batch.idx].queue_offset
+            offset: int = batch.msgs[batch.idx].queue_offset
+            return offset
         return self.pulled_upto

@@ -19,6 +19,8 @@ Rules:
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ConsumerConfig, make_config
 from tidemq.consumer import broker_calls as pull_api
@@ -33,13 +35,14 @@ _SUSPEND_MARGIN_S = 5.0  # request timeout beyond a long poll's suspend time
 
 
 class PullConsumer(AsyncLifecycle):
-    def __init__(self, group, namesrv_or_broker=DEFAULT_ADDR, **options):
+    def __init__(self, group: str, namesrv_or_broker: str = DEFAULT_ADDR, **options: Any) -> None:
+        """`options`: the fields of client.config.ConsumerConfig (checked, unknown ones refused)."""
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
-        self._instance = None
-        self._filters = {}  # expression -> TagFilter (kept: subVersion stays stable)
-        self._topics = {}  # topic -> expression last used
+        self._instance: ClientInstance | None = None
+        self._filters: dict[str, TagFilter] = {}  # expression -> filter (subVersion stays stable)
+        self._topics: dict[str, str] = {}  # topic -> expression last used
 
-    async def start(self):
+    async def start(self) -> Self:
         if self._instance is not None:
             raise errors.ClientStateError("consumer already started")
         self._instance = ClientInstance(self.config, self._heartbeat_data)
@@ -47,50 +50,54 @@ class PullConsumer(AsyncLifecycle):
         self._instance.start_timers()
         return self
 
-    async def shutdown(self):
+    async def shutdown(self) -> None:
         if self._instance is None or self._instance.closed:
             return
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
-    def _heartbeat_data(self):
+    def _heartbeat_data(self) -> HeartbeatData:
         cfg = self.config
+        inst = self._instance
+        assert inst is not None, "heartbeats start with the instance"
         subs = [SubscriptionData(topic, expr, self._filter(expr).tag_list(),
                                  sub_version=self._filter(expr).sub_version)
                 for topic, expr in self._topics.items()]
         consumer = ConsumerData(cfg.group, "CONSUME_ACTIVELY", cfg.message_model.value,
                                 cfg.consume_from.value, False, subs)
-        return HeartbeatData(self._instance.client_id, consumers=[consumer])
+        heartbeat: HeartbeatData = HeartbeatData(inst.client_id, consumers=[consumer])
+        return heartbeat
 
-    def _filter(self, expression):
+    def _filter(self, expression: str) -> TagFilter:
         f = self._filters.get(expression)
         if f is None:
             f = self._filters[expression] = TagFilter(expression)
         return f
 
-    def _running(self):
+    def _running(self) -> ClientInstance:
         if self._instance is None or self._instance.closed:
             raise errors.ClientStateError("pull consumer is not running")
         return self._instance
 
-    def _addr(self, mq):
-        addr = self._running().routes.read_addr(mq.broker_name)
+    def _addr(self, mq: MessageQueue) -> str:
+        addr: str | None = self._running().routes.read_addr(mq.broker_name)
         if addr is None:
             raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}; fetch_queues first")
         return addr
 
-    async def fetch_queues(self, topic, expression="*") -> list:
+    async def fetch_queues(self, topic: str, expression: str = "*") -> list[MessageQueue]:
         """The topic's readable queues (fresh route); registers the topic in heartbeats."""
         inst = self._running()
-        queues = await inst.routes.subscribe_queues(topic, refresh=True)
+        queues: list[MessageQueue] = await inst.routes.subscribe_queues(topic, refresh=True)
         new = self._topics.get(topic) != expression
         self._topics[topic] = expression
         if new:
             await inst.heartbeat()
         return queues
 
-    async def pull(self, mq, offset, max_nums=32, *, expression="*", suspend_ms=0,
-                   timeout_s=None) -> PullResult:
+    async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *,
+                   expression: str = "*", suspend_ms: int = 0,
+                   timeout_s: float | None = None) -> PullResult:
         inst = self._running()
         if timeout_s is None:
             timeout_s = self.config.request_timeout_s + suspend_ms / 1000.0
@@ -115,18 +122,18 @@ class PullConsumer(AsyncLifecycle):
         self.pull_targets.follow(mq, result.suggest_broker_id)
         return result
 
-    async def commit(self, mq, offset):
+    async def commit(self, mq: MessageQueue, offset: int) -> None:
         await pull_api.update_consumer_offset(self._running(), self._addr(mq), self.config.group, mq, offset)
 
-    async def committed(self, mq) -> int:
+    async def committed(self, mq: MessageQueue) -> int:
         """The group's stored offset for mq, or -1."""
         return await pull_api.query_consumer_offset(self._running(), self._addr(mq), self.config.group, mq)
 
-    async def max_offset(self, mq) -> int:
+    async def max_offset(self, mq: MessageQueue) -> int:
         return await pull_api.queue_offset(self._running(), self._addr(mq), mq, "max")
 
-    async def min_offset(self, mq) -> int:
+    async def min_offset(self, mq: MessageQueue) -> int:
         return await pull_api.queue_offset(self._running(), self._addr(mq), mq, "min")
 
-    async def search_offset(self, mq, timestamp_ms) -> int:
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return await pull_api.queue_offset(self._running(), self._addr(mq), mq, "search", timestamp_ms)

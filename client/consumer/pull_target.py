@@ -17,18 +17,22 @@ Rules:
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tidemq.topic_routes import MessageQueue, RouteTable
 
 MASTER_ID = 0
 log = logging.getLogger(__name__)
 
 
 class PullTargets:
-    def __init__(self, routes):
+    def __init__(self, routes: RouteTable) -> None:
         self._routes = routes
-        self._suggested: dict = {}   # MessageQueue -> broker id last suggested (> 0)
+        self._suggested: dict[MessageQueue, int] = {}   # MessageQueue -> broker id last suggested (> 0)
         self.moves = 0               # times a queue moved to or from a slave (diagnostics)
 
-    def choose(self, mq) -> tuple[str | None, bool]:
+    def choose(self, mq: MessageQueue) -> tuple[str | None, bool]:
         """(address to pull mq from, whether it is a slave) by rule 1."""
         addrs = self._routes.broker_addrs.get(mq.broker_name) or {}
         wanted = self._suggested.get(mq, MASTER_ID)
@@ -38,7 +42,7 @@ class PullTargets:
             return addrs[MASTER_ID], False
         return (addrs[min(addrs)], min(addrs) != MASTER_ID) if addrs else (None, False)
 
-    def follow(self, mq, suggested: int) -> None:
+    def follow(self, mq: MessageQueue, suggested: int) -> None:
         """Apply a reply's suggestWhichBrokerId (takes effect on the next pull of mq)."""
         before = self._suggested.get(mq, MASTER_ID)
         if suggested > MASTER_ID:
@@ -50,7 +54,7 @@ class PullTargets:
             log.info("pulling %s from broker id %d of %s (suggested)", mq.key(),
                      max(suggested, MASTER_ID), mq.broker_name)
 
-    def back_to_master(self, mq) -> bool:
+    def back_to_master(self, mq: MessageQueue) -> bool:
         """Rule 2; False when mq was not on a suggested slave (nothing changes then)."""
         if self._suggested.pop(mq, None) is None:
             return False
@@ -58,5 +62,5 @@ class PullTargets:
         log.info("pulling %s from the master of %s again", mq.key(), mq.broker_name)
         return True
 
-    def forget(self, mq) -> None:
+    def forget(self, mq: MessageQueue) -> None:
         self._suggested.pop(mq, None)

@@ -24,11 +24,25 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from tidemq.topic_routes import MessageQueue
+
+
+class _Sortable(Protocol):
+    def __lt__(self, other: Any, /) -> bool: ...
+
+
+Q = TypeVar("Q", bound=_Sortable)  # a queue: MessageQueue, or anything sortable and hashable
+Strategy = Callable[[str, Iterable["MessageQueue"], Iterable[str]], list["MessageQueue"]]
 
 VIRTUAL_NODES = 10  # AllocateMessageQueueConsistentHash default virtualNodeCnt
 
 
-def _prepare(client_id, mq_all, cid_all):
+def _prepare(client_id: str, mq_all: Iterable[Q],
+             cid_all: Iterable[str]) -> tuple[list[Q], list[str], int]:
     mqs = sorted(set(mq_all))
     cids = sorted(set(cid_all))
     if client_id not in cids or not mqs:
@@ -36,7 +50,7 @@ def _prepare(client_id, mq_all, cid_all):
     return mqs, cids, cids.index(client_id)
 
 
-def allocate_averagely(client_id, mq_all, cid_all):
+def allocate_averagely(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str]) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
@@ -51,7 +65,7 @@ def allocate_averagely(client_id, mq_all, cid_all):
     return [mqs[(start + i) % n] for i in range(max(count, 0))]
 
 
-def allocate_by_circle(client_id, mq_all, cid_all):
+def allocate_by_circle(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str]) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
@@ -62,21 +76,22 @@ def _md5_hash(key: str) -> int:
     return int.from_bytes(hashlib.md5(key.encode("utf-8")).digest()[:4], "big")
 
 
-def _queue_key(mq) -> str:
+def _queue_key(mq: object) -> str:
     java_str = getattr(mq, "java_str", None)
-    return java_str() if java_str is not None else str(mq)
+    return str(java_str()) if java_str is not None else str(mq)
 
 
-def allocate_consistent_hash(client_id, mq_all, cid_all, virtual_nodes=VIRTUAL_NODES):
+def allocate_consistent_hash(client_id: str, mq_all: Iterable[Q], cid_all: Iterable[str],
+                             virtual_nodes: int = VIRTUAL_NODES) -> list[Q]:
     mqs, cids, index = _prepare(client_id, mq_all, cid_all)
     if index < 0:
         return []
-    ring = {}
+    ring: dict[int, str] = {}
     for cid in cids:  # later puts win on a hash collision, as in Java's TreeMap
         for i in range(virtual_nodes):
             ring[_md5_hash(f"{cid}-{i}")] = cid
     points = sorted(ring)
-    out = []
+    out: list[Q] = []
     for mq in mqs:
         h = _md5_hash(_queue_key(mq))
         at = bisect.bisect_left(points, h)  # tailMap(h) includes h itself
@@ -86,7 +101,7 @@ def allocate_consistent_hash(client_id, mq_all, cid_all, virtual_nodes=VIRTUAL_N
     return out
 
 
-STRATEGIES = {
+STRATEGIES: dict[str, Strategy] = {
     "averagely": allocate_averagely,
     "circle": allocate_by_circle,
     "consistent_hash": allocate_consistent_hash,

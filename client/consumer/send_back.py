@@ -10,7 +10,14 @@ Java's consumer does, so the listener sees the topic it subscribed to.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
 from tidemq.protocol.codes import RequestCode
+
+if TYPE_CHECKING:
+    from tidemq.instance import ClientInstance
+    from tidemq.message import MessageExt
 
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
@@ -25,8 +32,9 @@ def dlq_topic(group: str) -> str:
     return DLQ_PREFIX + group
 
 
-async def send_back(instance, addr, msg, group, *, delay_level=0, max_reconsume_times=16,
-                    timeout_s=3.0):
+async def send_back(instance: ClientInstance, addr: str, msg: MessageExt, group: str, *,
+                    delay_level: int = 0, max_reconsume_times: int = 16,
+                    timeout_s: float = 3.0) -> None:
     """Raise the catalogue error when the broker did not take it (the caller retries locally)."""
     ext = {"offset": str(msg.physical_offset), "group": group, "delayLevel": str(delay_level),
            "originMsgId": msg.msg_id, "originTopic": msg.topic,
@@ -35,7 +43,7 @@ async def send_back(instance, addr, msg, group, *, delay_level=0, max_reconsume_
                         what=f"send back {msg.msg_id}")
 
 
-def restore_topic(msgs) -> None:
+def restore_topic(msgs: Iterable[MessageExt]) -> None:
     """Retry copies: show the original topic (see the module docstring)."""
     for m in msgs:
         origin = m.get_property(PROP_RETRY_TOPIC)

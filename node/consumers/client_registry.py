@@ -30,13 +30,13 @@ class ClientRecord:
     language: int
     version: int
     last_update: float
-    producer_groups: set = field(default_factory=set)
-    consumer_groups: set = field(default_factory=set)
+    producer_groups: set[str] = field(default_factory=set)
+    consumer_groups: set[str] = field(default_factory=set)
 
 
 @dataclass
 class ConsumerGroup:
-    members: dict = field(default_factory=dict)        # conn -> ClientRecord
+    members: dict[object, ClientRecord] = field(default_factory=dict)  # conn -> its record
     subscriptions: dict = field(default_factory=dict)  # topic -> SubscriptionData
     consume_type: str | None = None
     message_model: str | None = None
@@ -47,8 +47,8 @@ class ClientManager:
     def __init__(self, expiry_s: float):
         self.expiry_s = expiry_s
         self.consumers: dict[str, ConsumerGroup] = {}
-        self.producers: dict[str, dict] = {}  # group -> {conn: ClientRecord}
-        self.records: dict = {}  # conn -> ClientRecord
+        self.producers: dict[str, dict[object, ClientRecord]] = {}  # group -> {conn: record}
+        self.records: dict[object, ClientRecord] = {}  # conn -> ClientRecord
 
     def heartbeat(self, conn, hb, language: int, version: int, now: float) -> list[str]:
         """Register `conn` per the heartbeat; returns the consumer groups whose members changed."""
@@ -60,13 +60,13 @@ class ClientManager:
         if len(self.consumers) + len(self.producers) + len(new_groups) > MAX_GROUPS:
             raise TooManyGroups(f"the broker tracks at most {MAX_GROUPS} groups")
         changed = []
-        rec = self.records.get(conn)
+        rec: ClientRecord | None = self.records.get(conn)
         if rec is not None and rec.client_id != hb.client_id:  # a new client on this connection
             changed.extend(self.connection_closed(conn))
             rec = None
         if rec is None:
-            rec = self.records[conn] = ClientRecord(hb.client_id, language, version, now,
-                                                    set(), set())
+            rec = ClientRecord(hb.client_id, language, version, now, set(), set())
+            self.records[conn] = rec
         rec.last_update = now
         for data in hb.consumers:
             group = self.consumers.get(data.group_name)

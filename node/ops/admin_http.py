@@ -10,6 +10,8 @@ unless security.admin_read_open.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -17,7 +19,10 @@ from tidemq.node.config import redacted
 from tidemq.node.ops.admin_auth import admin_auth_middleware
 from tidemq.node.security.settings import admin_token
 
-BROKER_KEY = web.AppKey("broker", object)
+if TYPE_CHECKING:  # node.broker imports this module
+    from tidemq.node.broker import Broker
+
+BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
 
 
 async def _health(request: web.Request) -> web.Response:

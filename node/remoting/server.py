@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from tidemq.node.conn_guard import AddressCap, cut_slow_frames
 from tidemq.node.log_limit import RateLimitedLog
@@ -53,6 +55,9 @@ _CODE_NAMES = {int(c): c.name for c in RequestCode}
 _SWEEP_INTERVAL_S = 5.0
 _OVER_LIMIT_GRACE_S = 1.0  # a connection past max_connections gets this long to read its BUSY
 _ERROR_LOG_INTERVAL_S = 10.0  # processor tracebacks: at most one per interval per cause
+# fn(conn, cmd) or fn(conn, cmd, request) -> RemotingCommand | DEFERRED
+Processor = Callable[..., Any]
+Parser = Callable[[RemotingCommand], object]  # cmd -> typed request (node/requests/)
 
 
 def error_response(request, code, remark) -> RemotingCommand:
@@ -64,8 +69,8 @@ class RemotingServer:
         self.cfg = cfg
         self.loop = loop
         self.metrics = metrics
-        self.processors: dict[int, object] = {}
-        self.parsers: dict[int, object] = {}  # code -> typed-request parser (rule 2)
+        self.processors: dict[int, Processor] = {}
+        self.parsers: dict[int, Parser] = {}  # code -> typed-request parser (rule 2)
         self.connections: set[Connection] = set()
         self.on_close = []  # fn(conn) when a connection goes away (client manager, pulls)
         self._server = None
@@ -76,7 +81,7 @@ class RemotingServer:
         self.partial_bytes = 0  # rule 7
         self.address_cap = AddressCap(cfg.max_connections_per_address, metrics)  # rule 8
 
-    def register(self, code: int, fn, parser=None) -> None:
+    def register(self, code: int, fn: Processor, parser: Parser | None = None) -> None:
         """fn(conn, cmd) or, with a parser (node/requests/), fn(conn, cmd, request)."""
         assert code not in REFUSED_CODES, code
         self.processors[int(code)] = fn

@@ -15,6 +15,7 @@ one field.
 from __future__ import annotations
 
 from dataclasses import make_dataclass
+from typing import Any
 
 from tidemq.node.requests.fields import Bool, Int, Name, RequestError, Text
 from tidemq.node.requests.table import SPECS, Spec
@@ -75,7 +76,7 @@ def compile_spec(code: int, spec: Spec):
     """The parser of one table row: fn(cmd) -> request object."""
     attrs = [f.attr for f in spec.fields] + (["body"] if spec.body is not None else [])
     cls = make_dataclass(spec.name.title().replace("_", "") + "Request", attrs, slots=True)
-    env = {"cls": cls, "RequestError": RequestError, "body_fn": spec.body}
+    env: dict[str, Any] = {"cls": cls, "RequestError": RequestError, "body_fn": spec.body}
     lines = ["def parse(cmd):", "    get = cmd.ext.get"]
     for i, field in enumerate(spec.fields):
         env[f"k{i}"] = field.kind.convert

@@ -15,7 +15,9 @@ out) names no resource. `body_resources` adds what a decoded body names (heartbe
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tidemq.node.requests import bodies
 from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
@@ -35,13 +37,16 @@ QUEUE_ID = Int(32, min=0)
 OFFSET = Int(64)
 ID_TEXT = Text(1024)  # client ids, message ids, transaction ids, keys
 
+Kind = Int | Bool | Text | Name | Choice  # what a header field's text converts to
+Resource = tuple[str, str, int]  # (TOPIC | GROUP, name or attribute, permission)
+
 
 @dataclass(frozen=True)
 class F:
     """One header field: Python attribute, header names, kind, required, default."""
     attr: str
     names: tuple[str, ...]
-    kind: object
+    kind: Kind
     required: bool = False
     default: object = None
 
@@ -50,14 +55,16 @@ class F:
 class Spec:
     name: str
     fields: tuple[F, ...] = ()
-    resources: tuple[tuple[str, str, int], ...] = ()
-    body: object = None            # fn(bytes) -> decoded body (req.body), RequestError if bad
-    body_resources: object = None  # fn(req) -> [(TOPIC | GROUP, name, perm)]
+    resources: tuple[Resource, ...] = ()
+    # fn(bytes) -> decoded body (req.body), RequestError if bad
+    body: Callable[[bytes], object] | None = None
+    # fn(req) -> [(TOPIC | GROUP, name, perm)]
+    body_resources: Callable[[Any], list[Resource]] | None = None
     record: tuple[str, int] | None = None  # (offset attribute, permission on its topic)
     letters_first: bool = False  # 310 / 320: look the V2 letter up first (what clients send)
 
 
-def _f(attr, name, kind, required=False, default=None) -> F:
+def _f(attr: str, name: str, kind: Kind, required: bool = False, default: object = None) -> F:
     return F(attr, (name,), kind, required, default)
 
 
@@ -74,27 +81,33 @@ _SEND = (
     F("reconsume_times", ("reconsumeTimes", "j"), I32, default=0),
     F("batch", ("batch", "m"), Bool(), default=False),
 )
-_SEND_SPEC = dict(fields=_SEND, resources=((TOPIC, "topic", PUB),))
+
+
+def _send_spec(name: str, letters_first: bool = False) -> Spec:
+    return Spec(name, fields=_SEND, resources=((TOPIC, "topic", PUB),),
+                letters_first=letters_first)
+
+
 _QUEUE = (_f("topic", "topic", TOPIC_NAME, True), _f("queue_id", "queueId", QUEUE_ID, True))
 _MEMBER = _f("member", "broadcastClientId", ID_TEXT)  # node/consumers/broadcast_progress.py
 
 
-def _heartbeat_resources(req) -> list:
-    out = []
+def _heartbeat_resources(req: Any) -> list[Resource]:
+    out: list[Resource] = []
     for consumer in req.body.consumers:
         out.append((GROUP, consumer.group_name, SUB))
         out.extend((TOPIC, sub.topic, SUB) for sub in consumer.subscriptions)
     return out
 
 
-def _lock_resources(req) -> list:
+def _lock_resources(req: Any) -> list[Resource]:
     return [(GROUP, req.body.group, SUB)]
 
 
 SPECS: dict[int, Spec] = {
-    R.SEND_MESSAGE: Spec("SEND_MESSAGE", **_SEND_SPEC),
-    R.SEND_MESSAGE_V2: Spec("SEND_MESSAGE_V2", **_SEND_SPEC, letters_first=True),
-    R.SEND_BATCH_MESSAGE: Spec("SEND_BATCH_MESSAGE", **_SEND_SPEC, letters_first=True),
+    R.SEND_MESSAGE: _send_spec("SEND_MESSAGE"),
+    R.SEND_MESSAGE_V2: _send_spec("SEND_MESSAGE_V2", letters_first=True),
+    R.SEND_BATCH_MESSAGE: _send_spec("SEND_BATCH_MESSAGE", letters_first=True),
     R.PULL_MESSAGE: Spec("PULL_MESSAGE", (
         _f("group", "consumerGroup", GROUP_NAME, True), _f("topic", "topic", TOPIC_NAME, True),
         _f("queue_id", "queueId", I32, True), _f("queue_offset", "queueOffset", OFFSET, True),

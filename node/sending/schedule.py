@@ -143,7 +143,8 @@ class ScheduleService:
     def round(self, now_ms: int) -> int:
         """Deliver everything due at now_ms; return ms until the next known due time."""
         next_ms = TICK_MS
-        out, advanced = [], {}
+        out: list[StoreMessage] = []
+        advanced: dict[int, int] = {}
         for qid in self.queues():
             start = self._cursor(qid)
             pos, wait = self._collect(qid, start, now_ms, out)

@@ -147,7 +147,7 @@ class TransactionService:
         self._serving = writable
 
     def plan_end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule,
-                 from_check: bool = True):
+                 from_check: bool = True) -> tuple[list[StoreMessage], int, str]:
         if decision not in (COMMIT, ROLLBACK, UNKNOWN):
             raise EndRefused(f"commitOrRollback {decision} is not 8, 12 or 0")
         self._follow_role()
@@ -160,7 +160,7 @@ class TransactionService:
             raise EndRefused(f"tranStateTableOffset {half_queue_offset} does not match the half "
                              f"message's queue offset {m.queue_offset}")
         txid = props.get(PROP_TRANSACTION_ID) or props.get(rec.PROP_UNIQ_KEY) or str(phys)
-        nothing = ([], m.queue_offset, txid)
+        nothing: tuple[list[StoreMessage], int, str] = ([], m.queue_offset, txid)
         if decision == UNKNOWN or self.is_decided(m.queue_offset, txid):
             return nothing
         if not from_check and PROP_CHECK_IMMUNITY in props and \
@@ -169,7 +169,7 @@ class TransactionService:
                              f"({props[PROP_CHECK_IMMUNITY]!r} s) is left to the check-back")
         if m.queue_offset < self.half_cursor and txid not in self.last_copy:
             return nothing  # behind the progress with no copy ahead: decided or parked long ago
-        out = []
+        out: list[StoreMessage] = []
         if decision == COMMIT:
             out.append(self._committed(m, props, schedule))
         out.append(self._op(m, txid, OP_DONE_TAG))

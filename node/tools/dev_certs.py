@@ -66,9 +66,9 @@ def make_dev_certs(out_dir: str, hosts=(), force: bool = False) -> dict:
             _run(["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
                   "-CAcreateserial", "-out", f"{name}.pem", "-days", _DAYS, "-sha256",
                   "-extfile", f"{name}.ext"], tmp)
-        for f in FILES:
-            os.chmod(os.path.join(tmp, f), 0o600 if f.endswith(".key") else 0o644)
-            os.replace(os.path.join(tmp, f), os.path.join(out_dir, f))
+        for fname in FILES:
+            os.chmod(os.path.join(tmp, fname), 0o600 if fname.endswith(".key") else 0o644)
+            os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
     return {f.split(".")[0] + ("_key" if f.endswith(".key") else "_cert"): os.path.join(out_dir, f)
             for f in FILES}
 

@@ -228,3 +228,32 @@ def test_sync_orderly_consumer_keeps_key_order_without_an_event_loop(broker):
 async def _create(addr, topic):
     async with Admin(addr) as admin:
         await admin.create_topic(topic, 4)
+
+
+def test_an_offset_reset_replays_an_orderly_consumers_queue_in_order(broker):
+    """An operator's offset reset (222, told to members by 220) drops the queue without
+    committing and restarts it at the new offset; the orderly consumer then consumes the queue
+    again from there, in order, and keeps consuming what arrives after."""
+    topic, group = "OrderResetT", "order-reset-g"
+    got = []
+
+    def on(msgs):
+        got.append(int(msgs[0].body))
+        return ConsumeResult.SUCCESS
+
+    async def main():
+        async with Admin(broker.addr) as admin:
+            await admin.create_topic(topic, 1)
+            async with Producer("order-reset-p", broker.addr) as p:
+                for seq in range(10):
+                    assert (await p.send(Message(topic, str(seq).encode()))).ok
+                async with orderly(broker.addr, group, topic, on):
+                    await wait_until(lambda: len(got) >= 10, timeout_s=30)
+                    assert got == list(range(10))
+                    assert await admin.reset_offsets(group, topic, 0) == {0: 0}
+                    await wait_until(lambda: len(got) >= 20, timeout_s=30)
+                    assert (await p.send(Message(topic, b"10"))).ok
+                    await wait_until(lambda: len(got) >= 21, timeout_s=30)
+        assert got == list(range(10)) + list(range(11)), got
+
+    run(main())

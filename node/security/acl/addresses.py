@@ -86,7 +86,9 @@ class AddressSet:
 
 def _split(text: str) -> list[str]:
     """Commas separate patterns, except inside {...}."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "{":
             depth += 1

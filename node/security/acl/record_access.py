@@ -45,5 +45,5 @@ def record_needs(code: int, req, read_record) -> tuple[str | None, int] | None:
         raise AclRequestError(f"unreadable record at {field} {offset}") from None
     topic = m.topic
     if is_internal_topic(topic):
-        topic = m.properties.get(rec.PROP_REAL_TOPIC) or ADMIN_ONLY
+        return m.properties.get(rec.PROP_REAL_TOPIC) or ADMIN_ONLY, perm
     return topic, perm

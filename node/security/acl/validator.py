@@ -88,7 +88,7 @@ class AclValidator:
         self._file_id = _file_id(path)
         self.table = load_acl_file(path, environ)  # AclFileError at start: the broker won't run
         self._next_check = clock() + self._interval_s
-        self.refused = collections.Counter()  # reason -> refusals (fixed set of reasons)
+        self.refused: collections.Counter[str] = collections.Counter()  # reason -> refusals (fixed set of reasons)
         self.reloads = 0
         # offset -> record bytes (the store's get_record), set by the broker: 33/36/37 name a
         # record whose topic is known only once it is read (record_access.py)
