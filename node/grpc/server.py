@@ -1,0 +1,156 @@
+"""The RocketMQ 5 gRPC messaging service (apache.rocketmq.v2.MessagingService) on a port beside
+the remoting port, served by grpc.aio on the broker's own event loop.
+
+Methods: QueryRoute, Heartbeat, Telemetry, NotifyClientTermination, QueryAssignment
+(node/grpc/routing.py); SendMessage, EndTransaction (producer.py); ReceiveMessage,
+AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue (consumer.py). Others
+are answered UNIMPLEMENTED by grpcio.
+
+Rules:
+1. Every answer carries a Status; a handler's unexpected exception is logged and answered
+   INTERNAL_ERROR with no exception text (the node keeps serving).
+2. Listens on listen_host only; TLS with the remoting certificate when security.tls_enable.
+3. Requests that name a client (Telemetry, Heartbeat, receives) need the x-mq-client-id
+   metadata the SDKs send; without it CLIENT_ID_REQUIRED.
+4. Arrivals: the store dispatcher's arrival listener is chained so held receives wake at once
+   when their queue grows (rule of node/grpc/consumer.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+
+import grpc
+
+from node.grpc import proto as pb
+from node.grpc.consumer import ConsumerService
+from node.grpc.pop_state import PopState
+from node.grpc.producer import ProducerService
+from node.grpc.routing import RoutingService
+
+log = logging.getLogger("tidemq.grpc")
+CLIENT_ID_KEY = "x-mq-client-id"
+
+
+def status(code: int, message: str = "OK"):
+    return pb.Status(code=code, message=message)
+
+
+def client_id_of(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_KEY:
+            return value
+    return ""
+
+
+def _guard_unary(fn, response_cls):
+    @functools.wraps(fn)
+    async def run(request, context):
+        try:
+            return await fn(request, context)
+        except Exception:
+            log.exception("gRPC %s failed", fn.__name__)
+            return response_cls(status=status(pb.Code.INTERNAL_ERROR, "internal error"))
+    return run
+
+
+class GrpcServer:
+    def __init__(self, broker):
+        self.broker = broker
+        cfg = broker.cfg
+        self.port = 0
+        self.server = None
+        self.pop = PopState(os.path.join(cfg.store.root_dir, "config", "popState.json"),
+                            broker.offsets, cfg.grpc_max_inflight)
+        self.routing = RoutingService(self)
+        self.producer = ProducerService(self)
+        self.consumer = ConsumerService(self)
+        self._flush_task = None
+
+    def _handlers(self) -> dict:
+        unary = [("QueryRoute", self.routing.query_route, pb.QueryRouteRequest, pb.QueryRouteResponse),
+                 ("Heartbeat", self.routing.heartbeat, pb.HeartbeatRequest, pb.HeartbeatResponse),
+                 ("NotifyClientTermination", self.routing.notify_client_termination,
+                  pb.NotifyClientTerminationRequest, pb.NotifyClientTerminationResponse),
+                 ("QueryAssignment", self.routing.query_assignment, pb.QueryAssignmentRequest,
+                  pb.QueryAssignmentResponse),
+                 ("SendMessage", self.producer.send_message, pb.SendMessageRequest,
+                  pb.SendMessageResponse),
+                 ("EndTransaction", self.producer.end_transaction, pb.EndTransactionRequest,
+                  pb.EndTransactionResponse),
+                 ("AckMessage", self.consumer.ack_message, pb.AckMessageRequest, pb.AckMessageResponse),
+                 ("ChangeInvisibleDuration", self.consumer.change_invisible_duration,
+                  pb.ChangeInvisibleDurationRequest, pb.ChangeInvisibleDurationResponse),
+                 ("ForwardMessageToDeadLetterQueue", self.consumer.forward_to_dlq,
+                  pb.ForwardMessageToDeadLetterQueueRequest,
+                  pb.ForwardMessageToDeadLetterQueueResponse)]
+        out = {name: grpc.unary_unary_rpc_method_handler(
+            _guard_unary(fn, resp), request_deserializer=req.FromString,
+            response_serializer=resp.SerializeToString) for name, fn, req, resp in unary}
+        out["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(
+            self.consumer.receive_message, request_deserializer=pb.ReceiveMessageRequest.FromString,
+            response_serializer=pb.ReceiveMessageResponse.SerializeToString)
+        out["Telemetry"] = grpc.stream_stream_rpc_method_handler(
+            self.routing.telemetry, request_deserializer=pb.TelemetryCommand.FromString,
+            response_serializer=pb.TelemetryCommand.SerializeToString)
+        return out
+
+    async def start(self) -> int:
+        cfg = self.broker.cfg
+        self.pop.load()
+        self.server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", cfg.max_frame_bytes),
+            ("grpc.max_send_message_length", cfg.max_frame_bytes)])
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(pb.SERVICE, self._handlers()),))
+        address = f"{cfg.listen_host}:{max(cfg.grpc_port, 0)}"
+        if ":" in cfg.listen_host:
+            address = f"[{cfg.listen_host}]:{max(cfg.grpc_port, 0)}"
+        if cfg.security.tls_enable:
+            files = cfg.security.tls_files()
+            with open(files.cert_file, "rb") as c, open(files.key_file, "rb") as k:
+                creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+            self.port = self.server.add_secure_port(address, creds)
+        else:
+            self.port = self.server.add_insecure_port(address)
+        await self.server.start()
+        dispatcher = self.broker.store.dispatcher
+        chained = dispatcher.arrival_listener
+        bridge = self.broker.bridge
+
+        def on_arrival(arrived):  # rule 4
+            if chained is not None:
+                chained(arrived)
+            if self.consumer.waiting:
+                bridge.post_or_run(self.consumer.on_arrival, dict(arrived))
+        dispatcher.arrival_listener = on_arrival
+        self._flush_task = asyncio.get_running_loop().create_task(self._flush_loop())
+        return self.port
+
+    async def _flush_loop(self) -> None:
+        interval = self.broker.cfg.offsets_flush_interval_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            if self.pop.dirty:
+                data = self.pop.dump()
+                try:
+                    await loop.run_in_executor(None, self.pop.write, data)
+                except OSError:
+                    log.exception("could not persist the gRPC receipt state; will retry")
+                    self.pop.dirty = True
+
+    async def stop(self) -> None:
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+        if self.server is not None:
+            self.consumer.close()
+            self.routing.close()
+            await self.server.stop(grace=0.5)
+            self.server = None
+        try:
+            self.pop.write(self.pop.dump())
+        except OSError:
+            log.exception("could not persist the gRPC receipt state at shutdown")
