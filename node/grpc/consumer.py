@@ -83,6 +83,9 @@ class ConsumerService:
         yield pb.ReceiveMessageResponse(status=self.status(pb.Code.OK))
         for message in out:
             yield pb.ReceiveMessageResponse(message=message)
+        stamp = pb.ReceiveMessageResponse()  # the transport delivery time SDKs measure from
+        stamp.delivery_timestamp.FromMilliseconds(convert.now_ms())
+        yield stamp
 
     def _receive_args(self, request, context):
         from node.grpc.server import client_id_of

@@ -9,7 +9,7 @@ Rules:
 2. A user property may not use a name the broker reserves (the system properties above and
    every broker-owned name); such a message is refused, nothing stored.
 3. A received Message carries every property that is not a system one as a user property, the
-   body inflated (remoting producers may compress), encoding IDENTITY.
+   body inflated (remoting producers may compress), encoding IDENTITY, its CRC32 digest.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ _MT = {name: pb.enum_value("MessageType", name) for name in
        ("NORMAL", "FIFO", "DELAY", "TRANSACTION")}
 IDENTITY = pb.enum_value("Encoding", "IDENTITY")
 GZIP = pb.enum_value("Encoding", "GZIP")
+CRC32 = pb.enum_value("DigestType", "CRC32")
 
 
 class BadMessage(ValueError):
@@ -96,6 +97,8 @@ def to_message(m, receipt_handle: str, attempts: int, invisible_ms: int, topic: 
     sp.keys.extend(m.keys)
     sp.message_id = m.msg_id
     sp.body_encoding = IDENTITY
+    sp.body_digest.type = CRC32
+    sp.body_digest.checksum = format(zlib.crc32(out.body) & 0xFFFFFFFF, "08X")
     group = props.get(PROP_SHARDING_KEY)
     if group:
         sp.message_group = group

@@ -8,7 +8,8 @@ Rules:
 2. Telemetry: each Settings the client sends is answered with the broker's Settings: the
    client's own, plus publishing.max_body_size = store.max_message_bytes for producers and,
    for consumers, the long-polling timeout (capped by grpc_max_long_polling_ms), FIFO mode
-   (grpc_fifo_groups) and a retry policy whose max_attempts is grpc_max_delivery_attempts.
+   (grpc_fifo_groups) and a retry policy whose max_attempts is grpc_max_delivery_attempts
+   and whose delays are the broker's delay_levels (push consumers wait them after a failure).
 3. A producer's Telemetry stream is registered as the producer of each topic it publishes, so
    the transaction check-back (node/transactions.py) can ask it about orphaned transactions
    (producer.TelemetryLink); the registration ends with the stream.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from node.delay_plan import parse_levels
 from node.grpc import proto as pb
 from node.grpc.producer import TelemetryLink, producer_group_of
 from node.topics import AUTO_CREATE_TOPIC
@@ -114,6 +116,10 @@ class RoutingService:
             if not sub.receive_batch_size:
                 sub.receive_batch_size = 32
             policy.max_attempts = cfg.grpc_max_delivery_attempts
+            if policy.WhichOneof("strategy") is None:  # push consumers' retry delays
+                policy.customized_backoff.SetInParent()
+                for delay_ms in parse_levels(cfg.delay_levels):
+                    policy.customized_backoff.next.add().FromMilliseconds(delay_ms)
         if policy.WhichOneof("strategy") is None:
             backoff = policy.exponential_backoff
             backoff.initial.FromMilliseconds(1000)
