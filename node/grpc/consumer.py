@@ -65,6 +65,9 @@ class ConsumerService:
 
     # -- receive ------------------------------------------------------------------------------
     async def receive_message(self, request, context):
+        if request is None:
+            from node.grpc.server import reject_malformed
+            await reject_malformed(context)
         try:
             args = self._receive_args(request, context)
             out = await self._receive(*args)

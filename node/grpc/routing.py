@@ -139,7 +139,7 @@ class RoutingService:
         writer = asyncio.get_running_loop().create_task(self._write(context, outbox))
         try:
             async for command in request_iterator:
-                if command.WhichOneof("command") != "settings":
+                if command is None or command.WhichOneof("command") != "settings":
                     continue
                 settings = command.settings
                 if settings.client_type == _PRODUCER:

@@ -8,7 +8,8 @@ are answered UNIMPLEMENTED by grpcio.
 
 Rules:
 1. Every answer carries a Status; a handler's unexpected exception is logged and answered
-   INTERNAL_ERROR with no exception text (the node keeps serving).
+   INTERNAL_ERROR with no exception text (the node keeps serving). Bytes that do not parse
+   as the request are answered INVALID_ARGUMENT "malformed request".
 2. Listens on listen_host only; TLS with the remoting certificate when security.tls_enable.
 3. Requests that name a client (Telemetry, Heartbeat, receives) need the x-mq-client-id
    metadata the SDKs send; without it CLIENT_ID_REQUIRED.
@@ -23,6 +24,7 @@ import logging
 import os
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from node.grpc import proto as pb
 from node.grpc.consumer import ConsumerService
@@ -45,9 +47,26 @@ def client_id_of(context) -> str:
     return ""
 
 
+def _parser(message_cls):
+    """A request deserializer that gives None for bytes that do not parse (rule 1): grpcio
+    would otherwise answer with the decoder's exception text."""
+    def parse(data: bytes):
+        try:
+            return message_cls.FromString(data)
+        except DecodeError:
+            return None
+    return parse
+
+
+async def reject_malformed(context) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
+
+
 def _guard_unary(fn, response_cls):
     @functools.wraps(fn)
     async def run(request, context):
+        if request is None:
+            await reject_malformed(context)
         try:
             return await fn(request, context)
         except Exception:
@@ -87,13 +106,13 @@ class GrpcServer:
                   pb.ForwardMessageToDeadLetterQueueRequest,
                   pb.ForwardMessageToDeadLetterQueueResponse)]
         out = {name: grpc.unary_unary_rpc_method_handler(
-            _guard_unary(fn, resp), request_deserializer=req.FromString,
+            _guard_unary(fn, resp), request_deserializer=_parser(req),
             response_serializer=resp.SerializeToString) for name, fn, req, resp in unary}
         out["ReceiveMessage"] = grpc.unary_stream_rpc_method_handler(
-            self.consumer.receive_message, request_deserializer=pb.ReceiveMessageRequest.FromString,
+            self.consumer.receive_message, request_deserializer=_parser(pb.ReceiveMessageRequest),
             response_serializer=pb.ReceiveMessageResponse.SerializeToString)
         out["Telemetry"] = grpc.stream_stream_rpc_method_handler(
-            self.routing.telemetry, request_deserializer=pb.TelemetryCommand.FromString,
+            self.routing.telemetry, request_deserializer=_parser(pb.TelemetryCommand),
             response_serializer=pb.TelemetryCommand.SerializeToString)
         return out
 
