@@ -14,8 +14,14 @@ import sys
 import time
 from concurrent.futures import wait
 
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer
-from rocketmq import SimpleConsumer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 IN_FLIGHT = 64
 

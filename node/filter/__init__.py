@@ -12,7 +12,6 @@ Rules:
 from __future__ import annotations
 
 from client.protocol import record as rec
-
 from node.filter.sql92 import Sql92Error, compile_sql92
 
 TAG = "TAG"
@@ -26,7 +25,9 @@ class FilterError(ValueError):
 def build(expression_type: str | None, expression: str | None):
     kind = (expression_type or TAG).upper()
     if kind == TAG:
-        from node.processors.common import tag_codes  # the TAG parser lives with the processors
+        from node.processors.common import (
+            tag_codes,  # the TAG parser lives with the processors
+        )
         return tag_codes(expression), None
     if kind == SQL92:
         try:

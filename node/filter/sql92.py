@@ -28,7 +28,7 @@ Rules:
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 MAX_EXPRESSION_CHARS = 8192
 MAX_DEPTH = 64

@@ -23,7 +23,6 @@ import asyncio
 import logging
 
 from client.protocol import record as rec
-
 from node import filter as message_filter
 from node.grpc import convert
 from node.grpc import proto as pb

@@ -17,7 +17,6 @@ import time
 import zlib
 
 from client.protocol import record as rec
-
 from node.grpc import proto as pb
 from node.schedule import PROP_START_DELIVER_TIME
 from node.system_properties import OWNED

@@ -53,7 +53,7 @@ def parse_handle(handle: str) -> tuple[int, int, int]:
 
 
 class QueueState:
-    __slots__ = ("next", "inflight")
+    __slots__ = ("inflight", "next")
 
     def __init__(self, next_offset: int):
         self.next = next_offset

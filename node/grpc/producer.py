@@ -25,7 +25,6 @@ import zlib
 
 from client.protocol import record as rec
 from client.protocol.codes import RequestCode
-
 from node import send_divert, system_properties
 from node.grpc import convert
 from node.grpc import proto as pb
@@ -69,7 +68,7 @@ def peer_host(context) -> bytes:
     """The client's address as a record's born host ("ipv4:1.2.3.4:5" / "ipv6:[::1]:5")."""
     peer = context.peer() or ""
     try:
-        kind, rest = peer.split(":", 1)
+        _, rest = peer.split(":", 1)
         host, port = rest.rsplit(":", 1)
         return rec.encode_host(host.strip("[]"), int(port))
     except (ValueError, OSError):
@@ -219,8 +218,8 @@ class ProducerService:
             self.replication.when_replicated(result.end_offset,
                                              lambda ok: post(_settle, replicated, ok))
             if not await replicated:
-                return pb.Code.HA_NOT_AVAILABLE, "stored on the master; replicas did not " \
-                                                 "confirm in time", result
+                return (pb.Code.HA_NOT_AVAILABLE,
+                        "stored on the master; replicas did not confirm in time", result)
         elif st != PutStatus.PUT_OK:
             return pb.Code.INTERNAL_ERROR, f"stored, not yet durable: {st.name}", result
         return pb.Code.OK, "OK", result

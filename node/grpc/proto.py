@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import re
 
-from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
-from google.protobuf import timestamp_pb2
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    message_factory,
+    timestamp_pb2,
+)
 
 PACKAGE = "apache.rocketmq.v2"
 SERVICE = f"{PACKAGE}.MessagingService"
@@ -327,7 +332,7 @@ def build_file() -> descriptor_pb2.FileDescriptorProto:
     fd = descriptor_pb2.FileDescriptorProto(name="tidemq/rocketmq_v2.proto", package=PACKAGE,
                                             syntax="proto3")
     fd.dependency.extend(["google/protobuf/timestamp.proto", "google/protobuf/duration.proto"])
-    enums = set(re.findall(r"^enum (\w+)", SCHEMA, re.M))
+    enums = set(re.findall(r"^enum (\w+)", SCHEMA, re.MULTILINE))
     msg, oneof, optionals = None, None, []
     for line in (x.strip() for x in SCHEMA.splitlines()):
         if not line:
@@ -360,7 +365,7 @@ def _load():
     for dep in (timestamp_pb2, duration_pb2):
         pool.AddSerializedFile(dep.DESCRIPTOR.serialized_pb)
     pool.AddSerializedFile(build_file().SerializeToString())
-    names = re.findall(r"^(?:message|enum) (\w+)", SCHEMA, re.M)
+    names = re.findall(r"^(?:message|enum) (\w+)", SCHEMA, re.MULTILINE)
     out = {}
     for name in names:
         full = f"{PACKAGE}.{name}"

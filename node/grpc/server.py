@@ -75,6 +75,13 @@ def _guard_unary(fn, response_cls):
     return run
 
 
+def _credentials(cfg):
+    """The remoting TLS certificate and key (rule 2), read once at start."""
+    files = cfg.security.tls_files()
+    with open(files.cert_file, "rb") as cert, open(files.key_file, "rb") as key:
+        return grpc.ssl_server_credentials([(key.read(), cert.read())])
+
+
 class GrpcServer:
     def __init__(self, broker):
         self.broker = broker
@@ -128,10 +135,7 @@ class GrpcServer:
         if ":" in cfg.listen_host:
             address = f"[{cfg.listen_host}]:{max(cfg.grpc_port, 0)}"
         if cfg.security.tls_enable:
-            files = cfg.security.tls_files()
-            with open(files.cert_file, "rb") as c, open(files.key_file, "rb") as k:
-                creds = grpc.ssl_server_credentials([(k.read(), c.read())])
-            self.port = self.server.add_secure_port(address, creds)
+            self.port = self.server.add_secure_port(address, _credentials(cfg))
         else:
             self.port = self.server.add_insecure_port(address)
         await self.server.start()

@@ -3,9 +3,20 @@ skip non-matching arrivals, and bad expressions are answered 23 SUBSCRIPTION_PAR
 import asyncio
 
 from client.protocol.codes import RequestCode as R
-from client.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData, encode_heartbeat
+from client.protocol.route_json import (
+    ConsumerData,
+    HeartbeatData,
+    SubscriptionData,
+    encode_heartbeat,
+)
 from tests.broker.conftest import run
-from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+from tests.support.raw_client import (
+    RawClient,
+    decode_records,
+    properties,
+    pull_ext,
+    send_ext,
+)
 
 SUSPEND = 0x2 | 0x4  # SUSPEND | SUBSCRIPTION
 SUBSCRIPTION_PARSE_FAILED = 23

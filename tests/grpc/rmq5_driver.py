@@ -21,8 +21,18 @@ import json
 import sys
 import threading
 
-from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
-                      MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker)
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+    TransactionChecker,
+)
 from rocketmq.grpc_protocol import FilterType, TransactionResolution
 
 RESOLUTIONS = {"commit": TransactionResolution.COMMIT, "rollback": TransactionResolution.ROLLBACK,

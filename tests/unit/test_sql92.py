@@ -6,7 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from node.filter import FilterError, build, keep_matching
-from node.filter.sql92 import MAX_DEPTH, MAX_EXPRESSION_CHARS, Sql92Error, compile_sql92, tokenize
+from node.filter.sql92 import (
+    MAX_DEPTH,
+    MAX_EXPRESSION_CHARS,
+    Sql92Error,
+    compile_sql92,
+    tokenize,
+)
 
 PROPS = {"a": "5", "b": "abc", "c": "2.5", "TAGS": "TagA", "flag": "true", "neg": "-3"}
 
