@@ -333,28 +333,26 @@ def _not(inner):
     return test
 
 
-def _and(parts):
+def _junction(parts, decisive: bool):
+    """AND (decisive False) or OR (decisive True) in three-valued logic: the decisive value
+    wins at once, else unknown if any part was unknown."""
     def test(props):
         unknown = False
         for part in parts:
             v = part(props)
-            if v is False:
-                return False
+            if v is decisive:
+                return decisive
             unknown = unknown or v is None
-        return None if unknown else True
+        return None if unknown else not decisive
     return test
+
+
+def _and(parts):
+    return _junction(parts, False)
 
 
 def _or(parts):
-    def test(props):
-        unknown = False
-        for part in parts:
-            v = part(props)
-            if v is True:
-                return True
-            unknown = unknown or v is None
-        return None if unknown else False
-    return test
+    return _junction(parts, True)
 
 
 _cache: dict[str, Predicate] = {}

@@ -27,9 +27,13 @@ Rules:
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from node.offsets import OffsetTableFull
+from node.store.fileio import OS_FILE_SYSTEM
+
+log = logging.getLogger("tidemq.grpc")
 
 _UNTIL, _ATTEMPTS, _GEN = 0, 1, 2
 
@@ -157,26 +161,23 @@ class PopState:
 
     def write(self, data: bytes) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        OS_FILE_SYSTEM.write_atomic(self.path, data)
 
     def load(self) -> None:
+        """The state written last; a damaged file is set aside (logged): the consume offsets
+        then decide, so messages are delivered again, never lost."""
         try:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
+            queues = {}
+            for g, t, qid, nxt, entries in doc["queues"]:
+                q = queues[(str(g), str(t), int(qid))] = QueueState(int(nxt))
+                for o, until, attempts, gen in entries:
+                    q.inflight[int(o)] = [int(until), int(attempts), int(gen)]
         except FileNotFoundError:
             return
-        for g, t, qid, nxt, entries in doc.get("queues", []):
-            q = self.queues[(g, t, int(qid))] = QueueState(int(nxt))
-            for o, until, attempts, gen in entries:
-                q.inflight[int(o)] = [int(until), int(attempts), int(gen)]
-            self.inflight_count += len(q.inflight)
+        except (ValueError, TypeError, KeyError) as exc:
+            log.error("%s is damaged (%s); starting from the consume offsets", self.path, exc)
+            return
+        self.queues = queues
+        self.inflight_count = sum(len(q.inflight) for q in queues.values())

@@ -70,11 +70,14 @@ class RoutingService:
         mq.accept_message_types.extend(_ACCEPT)
         return mq
 
+    def _not_found(self, response_cls, topic: str):
+        return response_cls(status=self.status(pb.Code.TOPIC_NOT_FOUND,
+                                               f"topic {topic!r} does not exist"))
+
     async def query_route(self, request, context):
         tc = self.topic_config(request.topic.name)
         if tc is None:
-            return pb.QueryRouteResponse(status=self.status(
-                pb.Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist"))
+            return self._not_found(pb.QueryRouteResponse, request.topic.name)
         resp = pb.QueryRouteResponse(status=self.status(pb.Code.OK))
         for qid in range(tc.queue_count):
             perm = tc.perm & ((_READ if qid < tc.read_queue_nums else 0)
@@ -85,8 +88,7 @@ class RoutingService:
     async def query_assignment(self, request, context):
         tc = self.topic_config(request.topic.name)
         if tc is None:
-            return pb.QueryAssignmentResponse(status=self.status(
-                pb.Code.TOPIC_NOT_FOUND, f"topic {request.topic.name!r} does not exist"))
+            return self._not_found(pb.QueryAssignmentResponse, request.topic.name)
         resp = pb.QueryAssignmentResponse(status=self.status(pb.Code.OK))
         if tc.perm & _READ:
             for qid in range(tc.read_queue_nums):
