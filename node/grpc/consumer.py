@@ -38,6 +38,7 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEFAULT_INVISIBLE_MS = 30_000
 DEAD_LETTER_HIDE_MS = 60_000
 _READ = 4
+_SUB = 8  # ACL permission bit (node/acl/accounts.py)
 _FILTER_TYPES = {pb.enum_value("FilterType", "TAG"): "TAG",
                  pb.enum_value("FilterType", "SQL"): "SQL92", 0: "TAG"}
 _HOSTS_V6 = rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6
@@ -94,6 +95,9 @@ class ConsumerService:
         if not client_id_of(context):
             raise ReceiveError(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is required")
         group, topic = request.group.name, request.message_queue.topic.name
+        denied = self.server.deny(context, topic, group, _SUB)
+        if denied is not None:
+            raise ReceiveError(denied.code, denied.message)
         if not group_name_ok(group):
             raise ReceiveError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
         if not self.broker.role.writable:
@@ -285,6 +289,9 @@ class ConsumerService:
 
     async def ack_message(self, request, context):
         group, topic = request.group.name, request.topic.name
+        denied = self.server.deny(context, topic, group, _SUB)
+        if denied is not None:
+            return pb.AckMessageResponse(status=denied)
         resp = pb.AckMessageResponse()
         codes = set()
         for entry in request.entries:
@@ -307,6 +314,9 @@ class ConsumerService:
 
     async def change_invisible_duration(self, request, context):
         group, topic = request.group.name, request.topic.name
+        denied = self.server.deny(context, topic, group, _SUB)
+        if denied is not None:
+            return pb.ChangeInvisibleDurationResponse(status=denied)
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
             return pb.ChangeInvisibleDurationResponse(status=self.status(
@@ -326,6 +336,9 @@ class ConsumerService:
 
     async def forward_to_dlq(self, request, context):
         group, topic = request.group.name, request.topic.name
+        denied = self.server.deny(context, topic, group, _SUB)
+        if denied is not None:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=denied)
         try:
             q, qid, offset, state = self._lookup(group, topic, request.receipt_handle)
         except InvalidHandle as exc:

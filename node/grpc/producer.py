@@ -40,6 +40,7 @@ _COMMIT = pb.enum_value("TransactionResolution", "COMMIT")
 _ROLLBACK = pb.enum_value("TransactionResolution", "ROLLBACK")
 _SERVER_CHECK = pb.enum_value("TransactionSource", "SOURCE_SERVER_CHECK")
 _WRITE = 2
+_PUB = 4  # ACL permission bit (node/acl/accounts.py)
 
 
 class Refused(Exception):
@@ -126,6 +127,10 @@ class ProducerService:
     async def send_message(self, request, context):
         if not request.messages:
             return pb.SendMessageResponse(status=self.status(pb.Code.BAD_REQUEST, "no message"))
+        for m in request.messages:
+            denied = self.server.deny(context, m.topic.name, None, _PUB)
+            if denied is not None:
+                return pb.SendMessageResponse(status=denied)
         try:
             self._check_writable()
             born_host = peer_host(context)
@@ -225,6 +230,9 @@ class ProducerService:
         return pb.Code.OK, "OK", result
 
     async def end_transaction(self, request, context):
+        denied = self.server.deny(context, request.topic.name, None, _PUB)
+        if denied is not None:
+            return pb.EndTransactionResponse(status=denied)
         try:
             phys, qoff = parse_transaction_id(request.transaction_id)
             decision = {_COMMIT: rec.TX_COMMIT, _ROLLBACK: rec.TX_ROLLBACK}.get(

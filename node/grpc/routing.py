@@ -28,6 +28,7 @@ from node.topics import AUTO_CREATE_TOPIC
 
 log = logging.getLogger("tidemq.grpc")
 _READ, _WRITE = 4, 2
+_SUB = 8  # ACL permission bits (node/acl/accounts.py)
 _PERM = {_READ | _WRITE: pb.enum_value("Permission", "READ_WRITE"),
          _READ: pb.enum_value("Permission", "READ"), _WRITE: pb.enum_value("Permission", "WRITE"),
          0: pb.enum_value("Permission", "NONE")}
@@ -75,6 +76,9 @@ class RoutingService:
                                                f"topic {topic!r} does not exist"))
 
     async def query_route(self, request, context):
+        denied = self.server.deny(context)
+        if denied is not None:
+            return pb.QueryRouteResponse(status=denied)
         tc = self.topic_config(request.topic.name)
         if tc is None:
             return self._not_found(pb.QueryRouteResponse, request.topic.name)
@@ -86,6 +90,9 @@ class RoutingService:
         return resp
 
     async def query_assignment(self, request, context):
+        denied = self.server.deny(context, request.topic.name, request.group.name, _SUB)
+        if denied is not None:
+            return pb.QueryAssignmentResponse(status=denied)
         tc = self.topic_config(request.topic.name)
         if tc is None:
             return self._not_found(pb.QueryAssignmentResponse, request.topic.name)
@@ -96,7 +103,7 @@ class RoutingService:
         return resp
 
     async def heartbeat(self, request, context):
-        return pb.HeartbeatResponse(status=self.status(pb.Code.OK))
+        return pb.HeartbeatResponse(status=self.server.deny(context) or self.status(pb.Code.OK))
 
     async def notify_client_termination(self, request, context):
         return pb.NotifyClientTerminationResponse(status=self.status(pb.Code.OK))
@@ -135,6 +142,10 @@ class RoutingService:
     async def telemetry(self, request_iterator, context):
         """Answer each Settings (rule 2); keep the stream for check-backs (rule 3)."""
         from node.grpc.server import client_id_of
+        denied = self.server.deny(context)
+        if denied is not None:
+            await context.write(pb.TelemetryCommand(status=denied))
+            return
         outbox: asyncio.Queue = asyncio.Queue(maxsize=1024)
         link = TelemetryLink(client_id_of(context), outbox, self.server)
         self.links.add(link)

@@ -10,7 +10,8 @@ Rules:
 1. Every answer carries a Status; a handler's unexpected exception is logged and answered
    INTERNAL_ERROR with no exception text (the node keeps serving). Bytes that do not parse
    as the request are answered INVALID_ARGUMENT "malformed request".
-2. Listens on listen_host only; TLS with the remoting certificate when security.tls_enable.
+2. Listens on listen_host only; TLS with the remoting certificate when security.tls_enable;
+   ACL with the remoting ACL file's accounts when security.acl_enable (node/grpc/auth.py).
 3. Requests that name a client (Telemetry, Heartbeat, receives) need the x-mq-client-id
    metadata the SDKs send; without it CLIENT_ID_REQUIRED.
 4. Arrivals: the store dispatcher's arrival listener is chained so held receives wake at once
@@ -27,6 +28,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from node.grpc import proto as pb
+from node.grpc.auth import GrpcAuth
 from node.grpc.consumer import ConsumerService
 from node.grpc.pop_state import PopState
 from node.grpc.producer import ProducerService
@@ -90,10 +92,20 @@ class GrpcServer:
         self.server = None
         self.pop = PopState(os.path.join(cfg.store.root_dir, "config", "popState.json"),
                             broker.offsets, cfg.grpc_max_inflight)
+        acl = getattr(broker.server, "acl", None)  # the remoting ACL's accounts (auth.py)
+        self.auth = GrpcAuth(acl) if acl is not None else None
         self.routing = RoutingService(self)
         self.producer = ProducerService(self)
         self.consumer = ConsumerService(self)
         self._flush_task = None
+
+    def deny(self, context, topic: str | None = None, group: str | None = None,
+             perm: int = 0):
+        """None when ACL is off or allows the request, else the refusal's Status."""
+        if self.auth is None:
+            return None
+        refusal = self.auth.check(context, topic, group, perm)
+        return None if refusal is None else status(*refusal)
 
     def _handlers(self) -> dict:
         unary = [("QueryRoute", self.routing.query_route, pb.QueryRouteRequest, pb.QueryRouteResponse),

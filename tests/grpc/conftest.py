@@ -43,10 +43,11 @@ def _require_sdk() -> None:
 class Rmq5Client:
     """One SDK process: `call(op, **fields)` sends a command and returns its JSON answer."""
 
-    def __init__(self, endpoint: str, log_path: str):
-        self.log = open(log_path, "ab")
+    def __init__(self, endpoint: str, log_path: str, env: dict | None = None):
+        self.log = open(log_path, "ab")  # noqa: SIM115  closed in close()
         self.proc = subprocess.Popen([rmq5_python(), DRIVER, endpoint], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, cwd=REPO_ROOT)
+                                     stdout=subprocess.PIPE, stderr=self.log, cwd=REPO_ROOT,
+                                     env={**os.environ, **(env or {})})
 
     def call(self, op: str, timeout: float = 30.0, **fields) -> dict:
         self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
@@ -93,9 +94,11 @@ def sdk(grpc_broker, tmp_path):
     """A factory of SDK processes connected to grpc_broker; all closed at teardown."""
     clients = []
 
-    def make(broker=None) -> Rmq5Client:
+    def make(broker=None, env: dict | None = None) -> Rmq5Client:
+        """env: RMQ5_AK / RMQ5_SK (ACL), RMQ5_TLS=1 (see rmq5_driver.py)."""
         b = broker or grpc_broker
-        c = Rmq5Client(f"127.0.0.1:{b.grpc_port}", str(tmp_path / f"sdk-{len(clients)}.log"))
+        c = Rmq5Client(f"127.0.0.1:{b.grpc_port}", str(tmp_path / f"sdk-{len(clients)}.log"),
+                       env)
         clients.append(c)
         return c
     yield make

@@ -16,8 +16,11 @@ Reads one JSON command per stdin line and answers one JSON line each:
     {"op": "shutdown"}
 
 Errors answer {"ok": false, "error": <class>, "message": <text>, "code": <status code>}.
+Environment: RMQ5_AK / RMQ5_SK sign requests (ACL); RMQ5_TLS=1 connects with TLS (trusting
+GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, grpcio's own variable).
 """
 import json
+import os
 import sys
 import threading
 
@@ -70,14 +73,16 @@ def describe(m, token):
 
 class Session:
     def __init__(self, endpoint):
-        self.config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+        credentials = Credentials(os.environ.get("RMQ5_AK", ""), os.environ.get("RMQ5_SK", ""))
+        self.config = ClientConfiguration(endpoint, credentials, request_timeout=5)
+        self.tls = os.environ.get("RMQ5_TLS") == "1"
         self.producer = self.simple = self.push = self.checker = self.listener = None
         self.received = {}
         self.next_token = 0
 
     def op_producer(self, cmd):
         self.checker = Checker(cmd["check"]) if cmd.get("check") else None
-        self.producer = Producer(self.config, tuple(cmd["topics"]), self.checker)
+        self.producer = Producer(self.config, tuple(cmd["topics"]), self.checker, self.tls)
         self.producer.startup()
         return {}
 
@@ -120,7 +125,7 @@ class Session:
 
     def op_simple(self, cmd):
         self.simple = SimpleConsumer(self.config, cmd["group"], {cmd["topic"]: self._filter(cmd)},
-                                     await_duration=cmd.get("await_s", 2))
+                                     await_duration=cmd.get("await_s", 2), tls_enable=self.tls)
         self.simple.startup()
         return {}
 
@@ -143,7 +148,7 @@ class Session:
     def op_push(self, cmd):
         self.listener = Listener(cmd.get("fail", ()))
         self.push = PushConsumer(self.config, cmd["group"], self.listener,
-                                 {cmd["topic"]: self._filter(cmd)})
+                                 {cmd["topic"]: self._filter(cmd)}, tls_enable=self.tls)
         self.push.startup()
         return {}
 
