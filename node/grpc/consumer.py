@@ -13,7 +13,8 @@ Rules:
    %DLQ%<group> instead (so are messages a client forwards); it is done once the copy is stored.
    Before the copy is written the entry is hidden, so no concurrent receive redelivers it.
 4. Invisible durations are 1 s .. 12 h (ILLEGAL_INVISIBLE_TIME otherwise); batch sizes
-   1 .. pull_max_msgs. Only a writable master serves receives (the state lives there).
+   1 .. pull_max_msgs. Only a writable master serves receives, acks and invisibility changes
+   (the state lives there): HA_NOT_AVAILABLE elsewhere.
 5. An acknowledgement with a stale or foreign receipt handle is INVALID_RECEIPT_HANDLE and
    changes nothing; acknowledging twice is OK.
 """
@@ -182,6 +183,9 @@ class ConsumerService:
                 break
             qid = (self._rr + i) % n
             q = self.pop.queue(group, tc.name, qid, self.store.min_queue_offset(tc.name, qid))
+            if q is None:
+                raise ReceiveError(pb.Code.TOO_MANY_REQUESTS, "too many (group, topic, queue) "
+                                                              "receipt states on this broker")
             for entry in q.inflight.values():
                 if entry[0] > now and (next_due is None or entry[0] < next_due):
                     next_due = entry[0]
@@ -279,6 +283,13 @@ class ConsumerService:
         return self.pop.attempts(q, offset) if q is not None else 0
 
     # -- acknowledgement and invisibility -----------------------------------------------------
+    def _refusal(self, context, group: str, topic: str):
+        """The Status refusing an ack / change / forward, or None (ACL; rule 4: master only)."""
+        denied = self.server.deny(context, topic, group, _SUB)
+        if denied is None and not self.broker.role.writable:
+            denied = self.status(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
+        return denied
+
     def _lookup(self, group: str, topic: str, handle: str):
         """(queue state, queue id, offset, 'ok' | 'done'); raises InvalidHandle."""
         qid, offset, generation = parse_handle(handle)
@@ -289,7 +300,7 @@ class ConsumerService:
 
     async def ack_message(self, request, context):
         group, topic = request.group.name, request.topic.name
-        denied = self.server.deny(context, topic, group, _SUB)
+        denied = self._refusal(context, group, topic)
         if denied is not None:
             return pb.AckMessageResponse(status=denied)
         resp = pb.AckMessageResponse()
@@ -314,7 +325,7 @@ class ConsumerService:
 
     async def change_invisible_duration(self, request, context):
         group, topic = request.group.name, request.topic.name
-        denied = self.server.deny(context, topic, group, _SUB)
+        denied = self._refusal(context, group, topic)
         if denied is not None:
             return pb.ChangeInvisibleDurationResponse(status=denied)
         invisible_ms = request.invisible_duration.ToMilliseconds()
@@ -336,7 +347,7 @@ class ConsumerService:
 
     async def forward_to_dlq(self, request, context):
         group, topic = request.group.name, request.topic.name
-        denied = self.server.deny(context, topic, group, _SUB)
+        denied = self._refusal(context, group, topic)
         if denied is not None:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=denied)
         try:

@@ -22,7 +22,9 @@ Rules:
    acknowledged and an un-acknowledged one comes back. After a failover the new master has the
    replicated consume offsets only: messages above them are delivered again (duplicates,
    never loss).
-5. The number of entries in flight is bounded (max_inflight); `take_new` refuses past it.
+5. Bounded: entries in flight (max_inflight: receives take no new message past it) and queue
+   states (max_queues, the consumer-offset table's bound: a receive that would add one more
+   is refused).
 """
 from __future__ import annotations
 
@@ -76,18 +78,22 @@ class QueueState:
 
 
 class PopState:
-    def __init__(self, path: str, offsets, max_inflight: int):
+    def __init__(self, path: str, offsets, max_inflight: int, max_queues: int = 1_000_000):
         self.path = path
         self.offsets = offsets     # node/offsets.py ConsumerOffsets (rule 4)
         self.max_inflight = max_inflight
+        self.max_queues = max_queues
         self.queues: dict[tuple[str, str, int], QueueState] = {}
         self.inflight_count = 0
         self.dirty = False
 
-    def queue(self, group: str, topic: str, queue_id: int, min_offset: int) -> QueueState:
+    def queue(self, group: str, topic: str, queue_id: int, min_offset: int) -> QueueState | None:
+        """The queue's state, created at its committed offset; None past max_queues (rule 5)."""
         key = (group, topic, queue_id)
         q = self.queues.get(key)
         if q is None:
+            if len(self.queues) >= self.max_queues:
+                return None
             committed = self.offsets.query(group, topic, queue_id)
             q = self.queues[key] = QueueState(max(committed or 0, min_offset))
         elif q.next < min_offset:  # retention removed what we never delivered

@@ -91,7 +91,7 @@ class GrpcServer:
         self.port = 0
         self.server = None
         self.pop = PopState(os.path.join(cfg.store.root_dir, "config", "popState.json"),
-                            broker.offsets, cfg.grpc_max_inflight)
+                            broker.offsets, cfg.grpc_max_inflight, cfg.max_offset_entries)
         acl = getattr(broker.server, "acl", None)  # the remoting ACL's accounts (auth.py)
         self.auth = GrpcAuth(acl) if acl is not None else None
         self.routing = RoutingService(self)

@@ -77,3 +77,11 @@ def test_room_is_bounded(tmp_path):
     assert pop.room() == 1
     pop.deliver(q, 1, 0, 1)
     assert pop.room() == 0
+
+
+def test_queue_states_are_bounded(tmp_path):
+    offsets = ConsumerOffsets(str(tmp_path / "offsets.json"), OS_FILE_SYSTEM, 1000)
+    pop = PopState(str(tmp_path / "popState.json"), offsets, 100, max_queues=2)
+    assert pop.queue("G", "T", 0, 0) is not None and pop.queue("G", "T", 1, 0) is not None
+    assert pop.queue("G", "T", 2, 0) is None
+    assert pop.queue("G", "T", 0, 0) is not None  # existing states stay reachable
