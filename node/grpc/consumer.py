@@ -31,7 +31,7 @@ from node.grpc.pop_state import InvalidHandle, make_handle, parse_handle
 from node.store.message import StoreMessage
 from node.store.reader import GetStatus
 from node.system_properties import PROP_ORIGIN_MESSAGE_ID, PROP_RETRY_TOPIC
-from node.topics import DLQ_PREFIX, group_name_ok
+from node.topics import DLQ_PREFIX, NOT_ALLOWED_SEND_TOPICS, group_name_ok
 
 log = logging.getLogger("tidemq.grpc")
 MIN_INVISIBLE_MS = 1000
@@ -103,6 +103,8 @@ class ConsumerService:
             raise ReceiveError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
         if not self.broker.role.writable:
             raise ReceiveError(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
+        if topic in NOT_ALLOWED_SEND_TOPICS:  # the broker's own bookkeeping
+            raise ReceiveError(pb.Code.FORBIDDEN, f"topic {topic!r} is internal")
         tc = self.broker.topics.table.get(topic)
         if tc is None:
             raise ReceiveError(pb.Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")

@@ -3,7 +3,8 @@ Telemetry link the transaction check-back uses.
 
 Rules:
 1. Checks before anything is stored, each with its own Code: broker not writable
-   (HA_NOT_AVAILABLE / FORBIDDEN), unknown topic (TOPIC_NOT_FOUND), topic not writable
+   (HA_NOT_AVAILABLE / FORBIDDEN), the broker's internal topics and TBW102 (FORBIDDEN),
+   unknown topic (TOPIC_NOT_FOUND), topic not writable
    (FORBIDDEN), empty body (MESSAGE_BODY_EMPTY), body over store.max_message_bytes
    (MESSAGE_BODY_TOO_LARGE), a reserved user property (ILLEGAL_MESSAGE_PROPERTY_KEY), a
    delivery time past max_delivery_delay_ms (ILLEGAL_DELIVERY_TIME). A refused request stores
@@ -31,6 +32,7 @@ from node.grpc import proto as pb
 from node.schedule import DelayError
 from node.store.errors import DiskFull, MessageIllegal, PutStatus, StoreClosed
 from node.store.message import StoreMessage
+from node.topics import AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS
 from node.transactions import EndRefused
 
 log = logging.getLogger("tidemq.grpc")
@@ -159,6 +161,8 @@ class ProducerService:
 
     def _build(self, msg, born_host: bytes) -> StoreMessage:
         topic = msg.topic.name
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic == AUTO_CREATE_TOPIC:
+            raise Refused(pb.Code.FORBIDDEN, f"sending to topic {topic!r} is forbidden")
         tc = self.server.routing.topic_config(topic)
         if tc is None:
             raise Refused(pb.Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")

@@ -57,6 +57,8 @@ def test_bad_sends_are_refused_and_store_nothing(channel):
     assert_clear(send(channel, body=b"").status, pb.Code.MESSAGE_BODY_EMPTY)
     assert_clear(send(channel, REAL_TOPIC="Other").status, 40007)
     assert_clear(send(channel, topic="bad topic!").status, pb.Code.TOPIC_NOT_FOUND)
+    for internal in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"):
+        assert_clear(send(channel, topic=internal).status, pb.Code.FORBIDDEN)
     assert_clear(send(channel, body=b"x" * (4 * 1024 * 1024 + 1)).status,
                  pb.Code.MESSAGE_BODY_TOO_LARGE)
     # nothing of the above was stored: a consumer finds nothing at all
@@ -75,6 +77,8 @@ def test_bad_receives_acks_and_changes(channel):
                  pb.Code.BAD_REQUEST)
     assert_clear(receive(channel, receive_request(topic="NoSuchTopicX"))[0].status,
                  pb.Code.TOPIC_NOT_FOUND)
+    assert_clear(receive(channel, receive_request(topic="TIDEMQ_SYS_BROKER_STATE"))[0].status,
+                 pb.Code.FORBIDDEN)
     req = receive_request(topic="BadRecvT")
     req.filter_expression.type = pb.enum_value("FilterType", "SQL")
     req.filter_expression.expression = "a BETWEEN"
