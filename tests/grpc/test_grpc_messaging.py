@@ -194,3 +194,20 @@ def test_push_consumer_retries_failures_then_dead_letters(sdk, grpc_broker):
     assert sorted(x[0] for x in good) == ["a", "b", "c"] and all(x[1] == 1 for x in good)
     assert [x[1] for x in consumed if x[0] == "bad"] == [1, 2, 3]
     assert dlq_bodies(grpc_broker, "PushG") == ["bad"]
+
+
+def test_fifo_push_consumer_keeps_each_message_group_in_order(sdk):
+    p, c = sdk(), sdk()
+    p.ok("producer", topics=["GrpcFifoPush"])
+    c.ok("push", group="FifoPushG", topic="GrpcFifoPush")
+    for i in range(8):
+        for group in ("ga", "gb"):
+            p.ok("send", topic="GrpcFifoPush", body=f"{group}-{i}", group=group)
+    end = time.monotonic() + 40
+    consumed = []
+    while time.monotonic() < end and len(consumed) < 16:
+        consumed = c.ok("consumed")["consumed"]
+        time.sleep(0.3)
+    for group in ("ga", "gb"):
+        order = [int(body.split("-")[1]) for body, _, g in consumed if g == group]
+        assert order == list(range(8)), consumed
