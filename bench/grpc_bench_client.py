@@ -28,7 +28,7 @@ IN_FLIGHT = 64
 
 def pct(values, q):
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] if values else 0
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))] if values else 0
 
 
 def message(topic, body):

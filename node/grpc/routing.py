@@ -71,17 +71,23 @@ class RoutingService:
         mq.accept_message_types.extend(_ACCEPT)
         return mq
 
-    def _not_found(self, response_cls, topic: str):
-        return response_cls(status=self.status(pb.Code.TOPIC_NOT_FOUND,
-                                               f"topic {topic!r} does not exist"))
+    def _topic_for(self, context, request, response_cls, group=None, perm=0):
+        """(topic config, None), or (None, the refusal): ACL, then an unknown topic."""
+        topic = request.topic.name
+        denied = self.server.deny(context, topic, group, perm) if perm else \
+            self.server.deny(context)
+        if denied is not None:
+            return None, response_cls(status=denied)
+        tc = self.topic_config(topic)
+        if tc is None:
+            return None, response_cls(status=self.status(pb.Code.TOPIC_NOT_FOUND,
+                                                         f"topic {topic!r} does not exist"))
+        return tc, None
 
     async def query_route(self, request, context):
-        denied = self.server.deny(context)
-        if denied is not None:
-            return pb.QueryRouteResponse(status=denied)
-        tc = self.topic_config(request.topic.name)
-        if tc is None:
-            return self._not_found(pb.QueryRouteResponse, request.topic.name)
+        tc, refused = self._topic_for(context, request, pb.QueryRouteResponse)
+        if refused is not None:
+            return refused
         resp = pb.QueryRouteResponse(status=self.status(pb.Code.OK))
         for qid in range(tc.queue_count):
             perm = tc.perm & ((_READ if qid < tc.read_queue_nums else 0)
@@ -90,12 +96,10 @@ class RoutingService:
         return resp
 
     async def query_assignment(self, request, context):
-        denied = self.server.deny(context, request.topic.name, request.group.name, _SUB)
-        if denied is not None:
-            return pb.QueryAssignmentResponse(status=denied)
-        tc = self.topic_config(request.topic.name)
-        if tc is None:
-            return self._not_found(pb.QueryAssignmentResponse, request.topic.name)
+        tc, refused = self._topic_for(context, request, pb.QueryAssignmentResponse,
+                                      request.group.name, _SUB)
+        if refused is not None:
+            return refused
         resp = pb.QueryAssignmentResponse(status=self.status(pb.Code.OK))
         if tc.perm & _READ:
             for qid in range(tc.read_queue_nums):
