@@ -10,7 +10,8 @@ Rules:
    for consumers, the long-polling timeout (capped by grpc_max_long_polling_ms), FIFO mode
    (grpc_fifo_groups) and a retry policy whose max_attempts is grpc_max_delivery_attempts
    and whose delays are the broker's delay_levels (push consumers wait them after a failure).
-3. A producer's Telemetry stream is registered as the producer of each topic it publishes, so
+3. A producer's Telemetry stream is registered as the producer of each existing topic it
+   publishes (at most MAX_TOPICS_PER_PRODUCER), so
    the transaction check-back (node/transactions.py) can ask it about orphaned transactions
    (producer.TelemetryLink); the registration ends with the stream.
 4. QueryAssignment hands a push consumer every readable queue of the topic (this broker owns
@@ -29,6 +30,7 @@ from node.topics import AUTO_CREATE_TOPIC
 log = logging.getLogger("tidemq.grpc")
 _READ, _WRITE = 4, 2
 _SUB = 8  # ACL permission bits (node/acl/accounts.py)
+MAX_TOPICS_PER_PRODUCER = 1024
 _PERM = {_READ | _WRITE: pb.enum_value("Permission", "READ_WRITE"),
          _READ: pb.enum_value("Permission", "READ"), _WRITE: pb.enum_value("Permission", "WRITE"),
          0: pb.enum_value("Permission", "NONE")}
@@ -159,8 +161,10 @@ class RoutingService:
                 if command is None or command.WhichOneof("command") != "settings":
                     continue
                 settings = command.settings
-                if settings.client_type == _PRODUCER:
-                    self._register(link, [t.name for t in settings.publishing.topics])
+                if settings.client_type == _PRODUCER:  # known topics only: bounded
+                    table = self.broker.topics.table
+                    self._register(link, [t.name for t in settings.publishing.topics
+                                          if t.name in table][:MAX_TOPICS_PER_PRODUCER])
                 reply = pb.TelemetryCommand(status=self.status(pb.Code.OK))
                 reply.settings.CopyFrom(self.settings_for(settings))
                 link.offer(reply)

@@ -138,7 +138,10 @@ class GrpcServer:
     async def start(self) -> int:
         cfg = self.broker.cfg
         self.pop.load()
-        self.server = grpc.aio.server(options=[
+        # long-lived calls (held receives, one Telemetry stream per client) are bounded like
+        # held pulls and connections; past it grpcio answers RESOURCE_EXHAUSTED
+        self.server = grpc.aio.server(
+            maximum_concurrent_rpcs=cfg.max_held_pulls + cfg.max_connections, options=[
             ("grpc.max_receive_message_length", cfg.max_frame_bytes),
             ("grpc.max_send_message_length", cfg.max_frame_bytes)])
         self.server.add_generic_rpc_handlers(
