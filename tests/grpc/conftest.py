@@ -50,8 +50,15 @@ class Rmq5Client:
                                      env={**os.environ, **(env or {})})
 
     def call(self, op: str, timeout: float = 30.0, **fields) -> dict:
+        self.start(op, **fields)
+        return self.answer(op, timeout)
+
+    def start(self, op: str, **fields) -> None:
+        """Send a command without waiting; `answer` reads its reply."""
         self.proc.stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
         self.proc.stdin.flush()
+
+    def answer(self, op: str, timeout: float = 30.0) -> dict:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:
             raise TimeoutError(f"SDK driver gave no answer to {op!r} within {timeout} s")

@@ -211,3 +211,20 @@ def test_fifo_push_consumer_keeps_each_message_group_in_order(sdk):
     for group in ("ga", "gb"):
         order = [int(body.split("-")[1]) for body, _, g in consumed if g == group]
         assert order == list(range(8)), consumed
+
+
+def test_held_receive_wakes_when_a_message_arrives(sdk):
+    p, c = sdk(), sdk()
+    p.ok("producer", topics=["GrpcWake"])
+    p.ok("send", topic="GrpcWake", body="first")
+    c.ok("simple", group="WakeG", topic="GrpcWake", await_s=15)
+    for m in receive_until(c, 1):
+        c.ok("ack", token=m["token"])
+    c.start("receive", max=8, invisible_s=30)  # held: nothing to deliver
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    p.ok("send", topic="GrpcWake", body="wake")
+    reply = c.answer("receive", timeout=20)
+    waited_s = time.monotonic() - t0
+    assert reply["ok"] and [m["body"] for m in reply["messages"]] == ["wake"], reply
+    assert waited_s < 3.0, waited_s  # woken by the arrival, not the 15 s timeout
