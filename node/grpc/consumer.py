@@ -27,6 +27,7 @@ from client.protocol import record as rec
 from node import filter as message_filter
 from node.grpc import convert
 from node.grpc import proto as pb
+from node.grpc.common import client_id_of, reject_malformed, status
 from node.grpc.pop_state import InvalidHandle, make_handle, parse_handle
 from node.store.message import StoreMessage
 from node.store.reader import GetStatus
@@ -61,30 +62,26 @@ class ConsumerService:
         self.held = 0
         self._rr = 0
 
-    def status(self, code, message="OK"):
-        return pb.Status(code=code, message=message)
-
     # -- receive ------------------------------------------------------------------------------
     async def receive_message(self, request, context):
         if request is None:
-            from node.grpc.server import reject_malformed
             await reject_malformed(context)
         try:
             args = self._receive_args(request, context)
             out = await self._receive(*args)
         except ReceiveError as exc:
-            yield pb.ReceiveMessageResponse(status=self.status(exc.code, str(exc)))
+            yield pb.ReceiveMessageResponse(status=status(exc.code, str(exc)))
             return
         except Exception:
             log.exception("gRPC ReceiveMessage failed")
-            yield pb.ReceiveMessageResponse(status=self.status(pb.Code.INTERNAL_ERROR,
+            yield pb.ReceiveMessageResponse(status=status(pb.Code.INTERNAL_ERROR,
                                                                "internal error"))
             return
         if not out:
-            yield pb.ReceiveMessageResponse(status=self.status(pb.Code.MESSAGE_NOT_FOUND,
+            yield pb.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND,
                                                                "no new message"))
             return
-        yield pb.ReceiveMessageResponse(status=self.status(pb.Code.OK))
+        yield pb.ReceiveMessageResponse(status=status(pb.Code.OK))
         for message in out:
             yield pb.ReceiveMessageResponse(message=message)
         stamp = pb.ReceiveMessageResponse()  # the transport delivery time SDKs measure from
@@ -92,7 +89,6 @@ class ConsumerService:
         yield stamp
 
     def _receive_args(self, request, context):
-        from node.grpc.server import client_id_of
         if not client_id_of(context):
             raise ReceiveError(pb.Code.CLIENT_ID_REQUIRED, "x-mq-client-id metadata is required")
         group, topic = request.group.name, request.message_queue.topic.name
@@ -289,7 +285,7 @@ class ConsumerService:
         """The Status refusing an ack / change / forward, or None (ACL; rule 4: master only)."""
         denied = self.server.deny(context, topic, group, _SUB)
         if denied is None and not self.broker.role.writable:
-            denied = self.status(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
+            denied = status(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
         return denied
 
     def _lookup(self, group: str, topic: str, handle: str):
@@ -312,17 +308,17 @@ class ConsumerService:
                 q, qid, offset, state = self._lookup(group, topic, entry.receipt_handle)
                 if state == "ok":
                     self.pop.done(group, topic, q, qid, offset)
-                st = self.status(pb.Code.OK)
+                st = status(pb.Code.OK)
             except InvalidHandle as exc:
-                st = self.status(pb.Code.INVALID_RECEIPT_HANDLE, str(exc))
+                st = status(pb.Code.INVALID_RECEIPT_HANDLE, str(exc))
             codes.add(st.code)
             resp.entries.add(message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                              status=st)
         if len(codes) == 1:
             resp.status.CopyFrom(resp.entries[0].status)
         else:
-            resp.status.CopyFrom(self.status(pb.Code.MULTIPLE_RESULTS, "see entries")
-                                 if codes else self.status(pb.Code.BAD_REQUEST, "no entry"))
+            resp.status.CopyFrom(status(pb.Code.MULTIPLE_RESULTS, "see entries")
+                                 if codes else status(pb.Code.BAD_REQUEST, "no entry"))
         return resp
 
     async def change_invisible_duration(self, request, context):
@@ -332,7 +328,7 @@ class ConsumerService:
             return pb.ChangeInvisibleDurationResponse(status=denied)
         invisible_ms = request.invisible_duration.ToMilliseconds()
         if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
-            return pb.ChangeInvisibleDurationResponse(status=self.status(
+            return pb.ChangeInvisibleDurationResponse(status=status(
                 pb.Code.ILLEGAL_INVISIBLE_TIME,
                 f"invisible duration {invisible_ms} ms is outside {MIN_INVISIBLE_MS}.."
                 f"{MAX_INVISIBLE_MS} ms"))
@@ -341,10 +337,10 @@ class ConsumerService:
             if state != "ok":
                 raise InvalidHandle("the message was already acknowledged")
         except InvalidHandle as exc:
-            return pb.ChangeInvisibleDurationResponse(status=self.status(
+            return pb.ChangeInvisibleDurationResponse(status=status(
                 pb.Code.INVALID_RECEIPT_HANDLE, str(exc)))
         generation = self.pop.extend(q, offset, convert.now_ms(), invisible_ms)
-        return pb.ChangeInvisibleDurationResponse(status=self.status(pb.Code.OK),
+        return pb.ChangeInvisibleDurationResponse(status=status(pb.Code.OK),
                                                   receipt_handle=make_handle(qid, offset, generation))
 
     async def forward_to_dlq(self, request, context):
@@ -355,7 +351,7 @@ class ConsumerService:
         try:
             q, qid, offset, state = self._lookup(group, topic, request.receipt_handle)
         except InvalidHandle as exc:
-            return pb.ForwardMessageToDeadLetterQueueResponse(status=self.status(
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
                 pb.Code.INVALID_RECEIPT_HANDLE, str(exc)))
         if state == "ok":
             data = self._record_at(topic, qid, offset)
@@ -364,9 +360,9 @@ class ConsumerService:
             else:
                 q.inflight[offset][0] = convert.now_ms() + DEAD_LETTER_HIDE_MS
                 if not await self._dead_letter(group, topic, [(qid, offset, data)]):
-                    return pb.ForwardMessageToDeadLetterQueueResponse(status=self.status(
+                    return pb.ForwardMessageToDeadLetterQueueResponse(status=status(
                         pb.Code.INTERNAL_ERROR, "the dead-letter copy was not stored"))
-        return pb.ForwardMessageToDeadLetterQueueResponse(status=self.status(pb.Code.OK))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(pb.Code.OK))
 
     def close(self) -> None:
         for waiters in self.waiting.values():

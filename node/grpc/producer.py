@@ -29,6 +29,7 @@ from client.protocol.codes import RequestCode
 from node import send_divert, system_properties
 from node.grpc import convert
 from node.grpc import proto as pb
+from node.grpc.common import status
 from node.schedule import DelayError
 from node.store.errors import DiskFull, MessageIllegal, PutStatus, StoreClosed
 from node.store.message import StoreMessage
@@ -123,12 +124,9 @@ class ProducerService:
         self._cluster = system_properties.cluster_pair(broker.cfg.cluster_name)
         self._rr = 0
 
-    def status(self, code, message="OK"):
-        return pb.Status(code=code, message=message)
-
     async def send_message(self, request, context):
         if not request.messages:
-            return pb.SendMessageResponse(status=self.status(pb.Code.BAD_REQUEST, "no message"))
+            return pb.SendMessageResponse(status=status(pb.Code.BAD_REQUEST, "no message"))
         for m in request.messages:
             denied = self.server.deny(context, m.topic.name, None, _PUB)
             if denied is not None:
@@ -138,11 +136,11 @@ class ProducerService:
             born_host = peer_host(context)
             msgs = [self._build(m, born_host) for m in request.messages]
         except Refused as exc:
-            return pb.SendMessageResponse(status=self.status(exc.code, str(exc)))
+            return pb.SendMessageResponse(status=status(exc.code, str(exc)))
         code, message, result = await self.put(msgs)
-        resp = pb.SendMessageResponse(status=self.status(code, message))
+        resp = pb.SendMessageResponse(status=status(code, message))
         for i, (sent, stored) in enumerate(zip(request.messages, msgs)):
-            entry = resp.entries.add(status=self.status(code, message),
+            entry = resp.entries.add(status=status(code, message),
                                      message_id=sent.system_properties.message_id)
             if result is not None:
                 phys, _, qoff = result.placed[i]
@@ -247,14 +245,14 @@ class ProducerService:
                                          decision, self.broker.schedule,
                                          request.source == _SERVER_CHECK)
         except Refused as exc:
-            return pb.EndTransactionResponse(status=self.status(exc.code, str(exc)))
+            return pb.EndTransactionResponse(status=status(exc.code, str(exc)))
         except EndRefused as exc:
-            return pb.EndTransactionResponse(status=self.status(pb.Code.INVALID_TRANSACTION_ID,
+            return pb.EndTransactionResponse(status=status(pb.Code.INVALID_TRANSACTION_ID,
                                                                 str(exc)))
         except (MessageIllegal, DiskFull, StoreClosed) as exc:
-            return pb.EndTransactionResponse(status=self.status(pb.Code.INTERNAL_ERROR,
+            return pb.EndTransactionResponse(status=status(pb.Code.INTERNAL_ERROR,
                                                                 f"not stored: {exc}"))
-        return pb.EndTransactionResponse(status=self.status(pb.Code.OK))
+        return pb.EndTransactionResponse(status=status(pb.Code.OK))
 
 
 def _settle(future, value) -> None:

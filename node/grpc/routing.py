@@ -24,6 +24,7 @@ import logging
 
 from node.delay_plan import parse_levels
 from node.grpc import proto as pb
+from node.grpc.common import client_id_of, status
 from node.grpc.producer import TelemetryLink, producer_group_of
 from node.topics import AUTO_CREATE_TOPIC
 
@@ -44,10 +45,6 @@ class RoutingService:
         self.server = server
         self.broker = server.broker
         self.links: set[TelemetryLink] = set()
-
-    def status(self, code, message="OK"):
-        from node.grpc.server import status
-        return status(code, message)
 
     def endpoints(self):
         host = self.broker.addr.rsplit(":", 1)[0]
@@ -82,7 +79,7 @@ class RoutingService:
             return None, response_cls(status=denied)
         tc = self.topic_config(topic)
         if tc is None:
-            return None, response_cls(status=self.status(pb.Code.TOPIC_NOT_FOUND,
+            return None, response_cls(status=status(pb.Code.TOPIC_NOT_FOUND,
                                                          f"topic {topic!r} does not exist"))
         return tc, None
 
@@ -90,7 +87,7 @@ class RoutingService:
         tc, refused = self._topic_for(context, request, pb.QueryRouteResponse)
         if refused is not None:
             return refused
-        resp = pb.QueryRouteResponse(status=self.status(pb.Code.OK))
+        resp = pb.QueryRouteResponse(status=status(pb.Code.OK))
         for qid in range(tc.queue_count):
             perm = tc.perm & ((_READ if qid < tc.read_queue_nums else 0)
                               | (_WRITE if qid < tc.write_queue_nums else 0))
@@ -102,17 +99,17 @@ class RoutingService:
                                       request.group.name, _SUB)
         if refused is not None:
             return refused
-        resp = pb.QueryAssignmentResponse(status=self.status(pb.Code.OK))
+        resp = pb.QueryAssignmentResponse(status=status(pb.Code.OK))
         if tc.perm & _READ:
             for qid in range(tc.read_queue_nums):
                 resp.assignments.add().message_queue.CopyFrom(self.queue(tc, qid, _READ))
         return resp
 
     async def heartbeat(self, request, context):
-        return pb.HeartbeatResponse(status=self.server.deny(context) or self.status(pb.Code.OK))
+        return pb.HeartbeatResponse(status=self.server.deny(context) or status(pb.Code.OK))
 
     async def notify_client_termination(self, request, context):
-        return pb.NotifyClientTerminationResponse(status=self.status(pb.Code.OK))
+        return pb.NotifyClientTerminationResponse(status=status(pb.Code.OK))
 
     def settings_for(self, settings):
         cfg = self.broker.cfg
@@ -147,7 +144,6 @@ class RoutingService:
 
     async def telemetry(self, request_iterator, context):
         """Answer each Settings (rule 2); keep the stream for check-backs (rule 3)."""
-        from node.grpc.server import client_id_of
         denied = self.server.deny(context)
         if denied is not None:
             await context.write(pb.TelemetryCommand(status=denied))
@@ -165,7 +161,7 @@ class RoutingService:
                     table = self.broker.topics.table
                     self._register(link, [t.name for t in settings.publishing.topics
                                           if t.name in table][:MAX_TOPICS_PER_PRODUCER])
-                reply = pb.TelemetryCommand(status=self.status(pb.Code.OK))
+                reply = pb.TelemetryCommand(status=status(pb.Code.OK))
                 reply.settings.CopyFrom(self.settings_for(settings))
                 link.offer(reply)
         except asyncio.CancelledError:

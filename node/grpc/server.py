@@ -29,26 +29,13 @@ from google.protobuf.message import DecodeError
 
 from node.grpc import proto as pb
 from node.grpc.auth import GrpcAuth
+from node.grpc.common import reject_malformed, status
 from node.grpc.consumer import ConsumerService
 from node.grpc.pop_state import PopState
 from node.grpc.producer import ProducerService
 from node.grpc.routing import RoutingService
 
 log = logging.getLogger("tidemq.grpc")
-CLIENT_ID_KEY = "x-mq-client-id"
-
-
-def status(code: int, message: str = "OK"):
-    return pb.Status(code=code, message=message)
-
-
-def client_id_of(context) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_KEY:
-            return value
-    return ""
-
-
 def _parser(message_cls):
     """A request deserializer that gives None for bytes that do not parse (rule 1): grpcio
     would otherwise answer with the decoder's exception text."""
@@ -58,10 +45,6 @@ def _parser(message_cls):
         except DecodeError:
             return None
     return parse
-
-
-async def reject_malformed(context) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "malformed request")
 
 
 def _guard_unary(fn, response_cls):
