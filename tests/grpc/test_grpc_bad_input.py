@@ -111,3 +111,24 @@ def test_bad_transaction_ids_and_garbage_bytes(channel, grpc_broker):
     assert info.value.details() == "malformed request"
     assert send(channel).status.code == pb.Code.OK  # still serving
     assert "Traceback" not in grpc_broker.log_text()  # nothing above was an unexpected failure
+
+
+def test_forward_to_dead_letter_queue(channel, grpc_broker):
+    from tests.grpc.test_grpc_messaging import dlq_bodies
+    assert send(channel, topic="FwdT", body=b"give-up").status.code == pb.Code.OK
+    out = receive(channel, receive_request(topic="FwdT", group="FwdG"))
+    handle = out[1].message.system_properties.receipt_handle
+    fwd = pb.ForwardMessageToDeadLetterQueueRequest(receipt_handle=handle, delivery_attempt=1,
+                                                    max_delivery_attempts=1)
+    fwd.group.name, fwd.topic.name = "FwdG", "FwdT"
+    resp = unary(channel, "ForwardMessageToDeadLetterQueue", fwd,
+                 pb.ForwardMessageToDeadLetterQueueResponse)
+    assert resp.status.code == pb.Code.OK
+    assert dlq_bodies(grpc_broker, "FwdG") == ["give-up"]
+    # done: neither a stale-handle ack nor a later receive brings it back
+    ack = pb.AckMessageRequest()
+    ack.group.name, ack.topic.name = "FwdG", "FwdT"
+    ack.entries.add(message_id="x", receipt_handle=handle)
+    assert unary(channel, "AckMessage", ack, pb.AckMessageResponse).status.code == pb.Code.OK
+    out = receive(channel, receive_request(topic="FwdT", group="FwdG", wait_ms=500))
+    assert [r.status.code for r in out] == [pb.Code.MESSAGE_NOT_FOUND]
