@@ -228,3 +228,36 @@ def test_held_receive_wakes_when_a_message_arrives(sdk):
     waited_s = time.monotonic() - t0
     assert reply["ok"] and [m["body"] for m in reply["messages"]] == ["wake"], reply
     assert waited_s < 3.0, waited_s  # woken by the arrival, not the 15 s timeout
+
+
+def test_remoting_and_grpc_clients_see_the_same_message(sdk, grpc_broker):
+    from client.protocol.codes import RequestCode
+    from tests.support.raw_client import properties, send_ext
+
+    async def remoting_send():
+        async with await RawClient.connect(grpc_broker.addr) as rc:
+            props = properties(tags="FromV4", keys="k4", uniq="UNIQ-V4", color="red")
+            r = await rc.request(RequestCode.SEND_MESSAGE, send_ext("MixT", 0, props), b"v4")
+            assert r.code == 0, r.remark
+    asyncio.run(remoting_send())
+    p, c = sdk(), sdk()
+    p.ok("producer", topics=["MixT"])
+    sent = p.ok("send", topic="MixT", body="v5", tag="FromV5", keys="k5", props={"size": "9"})
+    c.ok("simple", group="MixG", topic="MixT", await_s=1)
+    got = {m["body"]: m for m in receive_until(c, 2)}
+    v4 = got["v4"]
+    assert (v4["tag"], v4["keys"], v4["message_id"], v4["props"]) == \
+        ("FromV4", ["k4"], "UNIQ-V4", {"color": "red"})
+
+    async def remoting_pull():
+        async with await RawClient.connect(grpc_broker.addr) as rc:
+            out = []
+            for qid in range(8):
+                r = await rc.request(R.PULL_MESSAGE, pull_ext("MixT", qid, 0, group="MixV4G"))
+                out += decode_records(r.body) if r.code == 0 else []
+            return out
+    v5 = [m for m in asyncio.run(remoting_pull()) if m.body == b"v5"]
+    assert len(v5) == 1
+    props = v5[0].properties
+    assert (props["TAGS"], props["KEYS"], props["UNIQ_KEY"], props["size"]) == \
+        ("FromV5", "k5", sent["message_id"], "9")
