@@ -66,6 +66,8 @@ class Broker:
         self.replication = None  # node/replication/service.py when cfg.ha.role is MASTER or SLAVE
         self.replicated_state = None
         self.cluster = None      # node/replication/cluster_mode.py in cluster mode (zookeeper.hosts set)
+        self.grpc = None         # node/grpc/ when grpc_port >= 0 (the `grpc` extra)
+        self.grpc_port = 0
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -128,6 +130,8 @@ class Broker:
         self.admin = AdminHttp(self)
         self.admin_port = await self.admin.start(cfg.admin_host, cfg.admin_port,
                                                  security.admin_ssl(cfg))
+        if cfg.grpc_port >= 0:
+            await self._start_grpc()
         self._spawn(self._flush_offsets_loop(), "offsets-flush")
         self._spawn(self._housekeeping_loop(), "housekeeping")
         self._spawn(retention_progress.publish_loop(self), "retention-progress")
@@ -141,6 +145,16 @@ class Broker:
         log.info("broker %s serving on %s:%d (advertised %s), admin HTTP on %s:%d",
                  cfg.broker_name, cfg.listen_host, self.remoting_port, self.addr, cfg.admin_host,
                  self.admin_port)
+
+    async def _start_grpc(self) -> None:
+        """The RocketMQ 5 gRPC messaging service beside the remoting port (node/grpc/)."""
+        try:
+            from tidemq.node.grpc.server import GrpcServer  # lazily: grpcio is the `grpc` extra
+        except ImportError as exc:
+            raise RuntimeError(f"grpc_port is set but the `grpc` extra is not installed "
+                               f"({exc.name} missing): pip install 'tidemq[grpc]'") from None
+        self.grpc = GrpcServer(self)
+        self.grpc_port = await self.grpc.start()
 
     async def _start_replication(self) -> None:
         """HA (node/replication/service.py): replay the replicated state the log holds past the
@@ -178,6 +192,8 @@ class Broker:
         self._tasks = []
         if self.admin is not None:
             await self.admin.stop()
+        if self.grpc is not None:
+            await self.grpc.stop()
         if self.server is not None:
             await self.server.stop()
             self.hold.close()

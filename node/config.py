@@ -226,6 +226,19 @@ class BrokerConfig:
                                        "the original result, nothing stored; 0 = off.")
     dedup_window_keys: int = _f(100_000, "Most UNIQ_KEYs the duplicate window remembers "
                                          "(about 250 bytes each); 0 = off.")
+    # RocketMQ 5 gRPC messaging service (node/grpc/; needs the `grpc` extra)
+    grpc_port: int = _f(-1, "RocketMQ 5 gRPC (MessagingService) port on listen_host; -1 = off, "
+                            "0 = pick a free one (printed on READY as grpc=). Needs the "
+                            "`grpc` extra (grpcio, protobuf).")
+    grpc_max_delivery_attempts: int = _f(16, "gRPC consumers: deliveries of a message before "
+                                             "it moves to %DLQ%<group> instead.")
+    grpc_max_long_polling_ms: int = _f(20_000, "Cap on a gRPC receive's long-polling wait "
+                                               "(clients time out a few seconds later).")
+    grpc_fifo_groups: str = _f("", "Consumer groups (comma separated) whose gRPC consumers "
+                                   "get FIFO delivery: a queue's next message only after the "
+                                   "previous one is acknowledged.")
+    grpc_max_inflight: int = _f(100_000, "Most un-acknowledged gRPC deliveries the broker "
+                                         "tracks; past it receives get TOO_MANY_REQUESTS.")
     store: StoreConfig = field(default=None, metadata={"doc": "[store] table"})  # type: ignore
     zookeeper: ZooKeeperConfig = field(default_factory=ZooKeeperConfig,
                                        metadata={"doc": "[zookeeper] table"})
@@ -397,6 +410,8 @@ def _validate(c: BrokerConfig) -> list[str]:
     for name in ("listen_port", "admin_port", "advertised_port"):
         if not 0 <= getattr(c, name) <= 65535:
             p.append(f"{name} must be in 0..65535")
+    if not -1 <= c.grpc_port <= 65535:
+        p.append("grpc_port must be -1 (off) or in 0..65535")
     if c.listen_host in ("0.0.0.0", "::") and not c.advertised_host:
         p.append("advertised_host is required when listen_host is a wildcard address")
     positive = ("default_topic_queues", "max_topics", "max_connections",
@@ -407,7 +422,8 @@ def _validate(c: BrokerConfig) -> list[str]:
                 "pull_max_bytes", "query_max_msgs", "offsets_flush_interval_ms",
                 "max_offset_entries", "lock_expiry_ms", "max_locks", "max_delivery_delay_ms",
                 "transaction_timeout_ms", "transaction_check_interval_ms",
-                "transaction_check_max")
+                "transaction_check_max", "grpc_max_delivery_attempts",
+                "grpc_max_long_polling_ms", "grpc_max_inflight")
     for name in positive:
         if getattr(c, name) <= 0:
             p.append(f"{name} must be > 0")

@@ -4,7 +4,7 @@
 
 Prints exactly one line on stdout once both servers listen (tests and the CLI wait for it):
 
-    TIDEMQ_BROKER_READY remoting=127.0.0.1:<port> admin=127.0.0.1:<port>
+    TIDEMQ_BROKER_READY remoting=127.0.0.1:<port> admin=127.0.0.1:<port> [ha=...] [grpc=...]
 
 `--dev` is a small development profile: a fresh temporary store (deleted at a clean exit)
 with small files (16 MiB commit-log files, ~70 MB on disk when empty instead of ~1.5 GB);
@@ -136,6 +136,8 @@ async def _serve(cfg) -> int:
     ha = ""
     if broker.replication is not None and broker.replication.listen_port:
         ha = f" ha={cfg.ha.listen_host}:{broker.replication.listen_port}"
+    if broker.grpc is not None:
+        ha += f" grpc={cfg.listen_host}:{broker.grpc_port}"
     print(f"{READY_PREFIX} remoting={cfg.listen_host}:{broker.remoting_port} "
           f"admin={cfg.admin_host}:{broker.admin_port}{ha}", flush=True)
     stop_wait = loop.create_task(stop.wait())

@@ -56,3 +56,14 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 # pipeline: pyspark + pyarrow for pipeline/ and its tests (Java comes with the apt step above)
 .venv/bin/python -m pip install -q -e '.[test,pipeline]'
+
+# --- RocketMQ 5 SDK for the gRPC tests (tests/grpc/) -------------------------------------------
+# The official rocketmq-python-client installs a top-level `rocketmq` package, as does the
+# RocketMQ 4 client (rocketmq==0.4.4) in .venv: they cannot share a virtualenv. The 5.x SDK gets
+# its own, used only by the client side of tests/grpc (the broker never imports it); the
+# broker side needs the `grpc` extra (grpcio, protobuf) in .venv.
+.venv/bin/python -m pip install -q -e '.[grpc]'
+if [ ! -x .venv-rmq5/bin/python ]; then
+  "$PY" -m venv .venv-rmq5
+fi
+.venv-rmq5/bin/python -m pip install -q 'rocketmq-python-client==5.1.2'

@@ -11,10 +11,12 @@ Rules:
 1. Only pulls with the SUSPEND sysflag are held, and only when the answer would be 19; held
    up to min(suspendTimeoutMillis, max_pull_suspend_ms) (short_polling_ms with long polling
    off). A message arriving for the queue wakes the pull at once (node/consumers/long_polling.py).
-2. Filter: TAG expressions by tag hash code ("tagA || tagB", "*" = all). The expression comes
+2. Filter: TAG expressions by tag hash code ("tagA || tagB", "*" = all), SQL92 expressions
+   (expressionType "SQL92") on record properties (node/filter). The expression comes
    from the request when the SUBSCRIPTION flag is set, else from the group's heartbeat, else
    from the request's `subscription` field, else "*" (more lenient than Java's
-   SUBSCRIPTION_NOT_EXIST). Clients re-filter by exact tag string.
+   SUBSCRIPTION_NOT_EXIST). Clients re-filter by exact tag string. A bad SQL92 expression or
+   an unknown type is answered 23 SUBSCRIPTION_PARSE_FAILED.
 3. COMMIT_OFFSET piggyback: commitOffset is stored for (group, topic, queue) before the read.
 4. A reply holds at most min(maxMsgNums, pull_max_msgs) records and pull_max_bytes bytes.
 5. Records carry this broker's advertised address as STOREHOST (node/processors/store_host.py).
@@ -26,8 +28,10 @@ from __future__ import annotations
 
 import time
 
+from tidemq.node import filter as message_filter
 from tidemq.node.consumers.offset_table import OffsetTableFull
-from tidemq.node.processors.common import error, subscription_codes, tag_codes, topic_not_exist_remark
+from tidemq.node.filter import FilterError
+from tidemq.node.processors.common import error, subscription_codes, topic_not_exist_remark
 from tidemq.node.processors.store_host import join_records
 from tidemq.node.remoting.server import DEFERRED
 from tidemq.node.store.reader import GetStatus
@@ -85,12 +89,10 @@ class PullProcessor:
                          f"queueId[{queue_id}] is illegal, topic:[{topic}] "
                          f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
                          f"consumer:[{conn.peer}]")
-        expression_type = req.expression_type
-        if expression_type and expression_type != "TAG":
-            return error(cmd, ResponseCode.SYSTEM_ERROR,
-                         f"The broker does not support consumer to filter message by "
-                         f"{expression_type}")
-        codes = self._filter(req, group, topic, sys_flag)
+        try:
+            codes, predicate = self._filter(req, group, topic, sys_flag)
+        except FilterError as exc:
+            return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
         if sys_flag & _COMMIT and (self.replication is None or self.replication.is_master):
             commit = req.commit_offset
             fence = self.reset_fence
@@ -105,7 +107,7 @@ class PullProcessor:
         if self.reset_fence is not None:  # a pull at the reset offset: the reset was handled
             self.reset_fence.saw_pull(conn, group, topic, queue_id, offset)
         limit = max(1, min(max_nums, self.max_msgs))
-        args = (codes, limit, offset)
+        args = (codes, limit, offset, predicate)  # the third: the offset the pull asked for
         res, code = self._read(topic, queue_id, offset, args)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & _SUSPEND:
             if self.long_polling:
@@ -124,12 +126,14 @@ class PullProcessor:
         return response
 
     def _filter(self, req, group: str, topic: str, sys_flag: int):
-        if sys_flag & _SUBSCRIPTION:
-            return tag_codes(req.subscription)
-        sub = self.clients.subscription(group, topic)
-        if sub is not None:
-            return subscription_codes(sub)
-        return tag_codes(req.subscription)
+        """(tag codes, SQL92 predicate or None) of the pull's subscription (rule 2)."""
+        if not sys_flag & _SUBSCRIPTION:
+            sub = self.clients.subscription(group, topic)
+            if sub is not None:
+                if (sub.expression_type or "TAG").upper() == "TAG":
+                    return subscription_codes(sub), None
+                return message_filter.build(sub.expression_type, sub.sub_string)
+        return message_filter.build(req.expression_type, req.subscription)
 
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (longpoll rule 4)."""
@@ -144,9 +148,13 @@ class PullProcessor:
         return self._respond(held.request, held.topic, res, code)
 
     def _read(self, topic, queue_id, offset, args):
-        codes, limit, _ = args  # the third: the offset the pull asked for
+        codes, limit, _, predicate = args  # the third: the offset the pull asked for
         res = self.store.get_messages(topic, queue_id, offset, limit, self.max_bytes, codes)
         status = res.status
+        if predicate is not None and status == _S.FOUND:
+            res.messages = message_filter.keep_matching(res.messages, predicate)
+            if not res.messages:
+                status = res.status = _S.NO_MATCHED_MESSAGE
         if status in _EMPTY:
             code = ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         else:

@@ -80,3 +80,18 @@ def test_raw_bench_frames_never_repeat_a_uniq_key(batch, serialize_type):
     assert len(keys) == 5 * max(1, batch)
     assert len(set(keys)) == len(keys)
     assert all(len(k) == len(keys[0]) for k in keys)
+
+
+GRPC_KEYS = ("grpc_sync_send_msgs_s", "grpc_sync_send_p99_ms", "grpc_async_send_msgs_s",
+             "grpc_receive_msgs_s", "grpc_receive_call_p99_ms", "remoting_sync_send_msgs_s",
+             "remoting_sync_send_p99_ms", "remoting_async_send_msgs_s", "remoting_consume_msgs_s")
+
+
+def test_grpc_bench_prints_its_keys_and_receives_everything_sent():
+    from tests.grpc.conftest import _require_sdk
+    _require_sdk()
+    result = run_bench("grpc_bench.py", "--quick", "--seconds", "1")
+    assert_positive(result, GRPC_KEYS)
+    assert result["grpc_async_send_failed"] == 0 and result["remoting_async_send_failed"] == 0
+    assert result["grpc_receive_count"] == result["grpc_sent_total"]
+    assert result["grpc_receive_duplicates"] == 0

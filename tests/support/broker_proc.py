@@ -52,6 +52,7 @@ class BrokerProcess:
         self.port = 0
         self.admin_port = 0
         self.ha_port = 0
+        self.grpc_port = 0
         self.log_path = os.path.join(os.path.dirname(root_dir.rstrip("/")) or ".",
                                      f"broker-{next(_ids)}.log")
 
@@ -91,6 +92,7 @@ class BrokerProcess:
         self.port = int(port)
         self.admin_port = int(fields["admin"].rsplit(":", 1)[1])
         self.ha_port = int(fields["ha"].rsplit(":", 1)[1]) if "ha" in fields else 0
+        self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1]) if "grpc" in fields else 0
         return self
 
     def _read_ready(self, timeout: float) -> str:

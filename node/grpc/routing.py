@@ -1,0 +1,202 @@
+"""gRPC routing and client sessions: QueryRoute, QueryAssignment, Heartbeat, Telemetry,
+NotifyClientTermination.
+
+Rules:
+1. A route lists every queue of the topic on this broker (id 0, the master), with this
+   broker's gRPC endpoint; an unknown topic is created when auto_create_topic is on (as a
+   remoting send would), else TOPIC_NOT_FOUND.
+2. Telemetry: each Settings the client sends is answered with the broker's Settings: the
+   client's own, plus publishing.max_body_size = store.max_message_bytes for producers and,
+   for consumers, the long-polling timeout (capped by grpc_max_long_polling_ms), FIFO mode
+   (grpc_fifo_groups) and a retry policy whose max_attempts is grpc_max_delivery_attempts
+   and whose delays are the broker's delay_levels (push consumers wait them after a failure).
+3. A producer's Telemetry stream is registered as the producer of each existing topic it
+   publishes (at most MAX_TOPICS_PER_PRODUCER), so
+   the transaction check-back (node/sending/transaction_service.py) can ask it about orphaned transactions
+   (producer.TelemetryLink); the registration ends with the stream.
+4. QueryAssignment hands a push consumer every readable queue of the topic (this broker owns
+   them all; the receipt state keeps concurrent consumers of a group apart).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from tidemq.node.grpc import proto as pb
+from tidemq.node.grpc.common import client_id_of, status
+from tidemq.node.grpc.producer import TelemetryLink, producer_group_of
+from tidemq.node.sending.delay_plan import parse_levels
+from tidemq.node.topics import AUTO_CREATE_TOPIC
+
+log = logging.getLogger("tidemq.grpc")
+_READ, _WRITE = 4, 2
+_SUB = 8  # ACL permission bits (node/security/acl/accounts.py)
+MAX_TOPICS_PER_PRODUCER = 1024
+_PERM = {_READ | _WRITE: pb.enum_value("Permission", "READ_WRITE"),
+         _READ: pb.enum_value("Permission", "READ"), _WRITE: pb.enum_value("Permission", "WRITE"),
+         0: pb.enum_value("Permission", "NONE")}
+_ACCEPT = [pb.enum_value("MessageType", n) for n in ("NORMAL", "FIFO", "DELAY", "TRANSACTION")]
+_PRODUCER = pb.enum_value("ClientType", "PRODUCER")
+_IPV4, _IPV6 = pb.enum_value("AddressScheme", "IPv4"), pb.enum_value("AddressScheme", "IPv6")
+
+
+class RoutingService:
+    def __init__(self, server):
+        self.server = server
+        self.broker = server.broker
+        self.links: set[TelemetryLink] = set()
+
+    def endpoints(self):
+        host = self.broker.addr.rsplit(":", 1)[0]
+        ep = pb.Endpoints(scheme=_IPV6 if ":" in host else _IPV4)
+        ep.addresses.add(host=host, port=self.server.port)
+        return ep
+
+    def topic_config(self, topic: str):
+        """The topic's config, created like a remoting send would (rule 1); None if absent."""
+        topics = self.broker.topics
+        tc = topics.table.get(topic)
+        if tc is None and self.broker.cfg.auto_create_topic:  # as a send to TBW102 would
+            tc = topics.create_in_send(topic, AUTO_CREATE_TOPIC,
+                                       self.broker.cfg.default_topic_queues)
+        return tc
+
+    def queue(self, tc, queue_id: int, perm: int):
+        mq = pb.MessageQueue(id=queue_id, permission=_PERM[perm & (_READ | _WRITE)])
+        mq.topic.name = tc.name
+        mq.broker.name = self.broker.cfg.broker_name
+        mq.broker.id = 0
+        mq.broker.endpoints.CopyFrom(self.endpoints())
+        mq.accept_message_types.extend(_ACCEPT)
+        return mq
+
+    def _topic_for(self, context, request, response_cls, group=None, perm=0):
+        """(topic config, None), or (None, the refusal): ACL, then an unknown topic."""
+        topic = request.topic.name
+        denied = self.server.deny(context, topic, group, perm) if perm else \
+            self.server.deny(context)
+        if denied is not None:
+            return None, response_cls(status=denied)
+        tc = self.topic_config(topic)
+        if tc is None:
+            return None, response_cls(status=status(pb.Code.TOPIC_NOT_FOUND,
+                                                         f"topic {topic!r} does not exist"))
+        return tc, None
+
+    async def query_route(self, request, context):
+        tc, refused = self._topic_for(context, request, pb.QueryRouteResponse)
+        if refused is not None:
+            return refused
+        resp = pb.QueryRouteResponse(status=status(pb.Code.OK))
+        for qid in range(tc.queue_count):
+            perm = tc.perm & ((_READ if qid < tc.read_queue_nums else 0)
+                              | (_WRITE if qid < tc.write_queue_nums else 0))
+            resp.message_queues.append(self.queue(tc, qid, perm))
+        return resp
+
+    async def query_assignment(self, request, context):
+        tc, refused = self._topic_for(context, request, pb.QueryAssignmentResponse,
+                                      request.group.name, _SUB)
+        if refused is not None:
+            return refused
+        resp = pb.QueryAssignmentResponse(status=status(pb.Code.OK))
+        if tc.perm & _READ:
+            for qid in range(tc.read_queue_nums):
+                resp.assignments.add().message_queue.CopyFrom(self.queue(tc, qid, _READ))
+        return resp
+
+    async def heartbeat(self, request, context):
+        return pb.HeartbeatResponse(status=self.server.deny(context) or status(pb.Code.OK))
+
+    async def notify_client_termination(self, request, context):
+        return pb.NotifyClientTerminationResponse(status=status(pb.Code.OK))
+
+    def settings_for(self, settings):
+        cfg = self.broker.cfg
+        out = pb.Settings()
+        out.CopyFrom(settings)
+        policy = out.backoff_policy
+        if settings.client_type == _PRODUCER:
+            out.publishing.max_body_size = cfg.store.max_message_bytes
+            if not policy.max_attempts:
+                policy.max_attempts = 3
+        else:
+            sub = out.subscription
+            wanted_ms = sub.long_polling_timeout.ToMilliseconds() or cfg.grpc_max_long_polling_ms
+            sub.long_polling_timeout.FromMilliseconds(min(wanted_ms, cfg.grpc_max_long_polling_ms))
+            sub.fifo = sub.group.name in self.fifo_groups()
+            if not sub.receive_batch_size:
+                sub.receive_batch_size = 32
+            policy.max_attempts = cfg.grpc_max_delivery_attempts
+            if policy.WhichOneof("strategy") is None:  # push consumers' retry delays
+                policy.customized_backoff.SetInParent()
+                for delay_ms in parse_levels(cfg.delay_levels):
+                    policy.customized_backoff.next.add().FromMilliseconds(delay_ms)
+        if policy.WhichOneof("strategy") is None:
+            backoff = policy.exponential_backoff
+            backoff.initial.FromMilliseconds(1000)
+            backoff.max.FromMilliseconds(60_000)
+            backoff.multiplier = 2.0
+        return out
+
+    def fifo_groups(self) -> set[str]:
+        return {g.strip() for g in self.broker.cfg.grpc_fifo_groups.split(",") if g.strip()}
+
+    async def telemetry(self, request_iterator, context):
+        """Answer each Settings (rule 2); keep the stream for check-backs (rule 3)."""
+        denied = self.server.deny(context)
+        if denied is not None:
+            await context.write(pb.TelemetryCommand(status=denied))
+            return
+        outbox: asyncio.Queue = asyncio.Queue(maxsize=1024)
+        link = TelemetryLink(client_id_of(context), outbox, self.server)
+        self.links.add(link)
+        writer = asyncio.get_running_loop().create_task(self._write(context, outbox))
+        try:
+            async for command in request_iterator:
+                if command is None or command.WhichOneof("command") != "settings":
+                    continue
+                settings = command.settings
+                if settings.client_type == _PRODUCER:  # known topics only: bounded
+                    table = self.broker.topics.table
+                    self._register(link, [t.name for t in settings.publishing.topics
+                                          if t.name in table][:MAX_TOPICS_PER_PRODUCER])
+                reply = pb.TelemetryCommand(status=status(pb.Code.OK))
+                reply.settings.CopyFrom(self.settings_for(settings))
+                link.offer(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client went away mid-stream
+            log.debug("telemetry stream of %s ended: %r", link.client_id, exc)
+        finally:
+            self._unregister(link)
+            self.links.discard(link)
+            link.closed = True
+            writer.cancel()
+
+    @staticmethod
+    async def _write(context, outbox) -> None:
+        while True:
+            await context.write(await outbox.get())
+
+    def _register(self, link, topics) -> None:
+        producers = self.broker.clients.producers
+        for group in link.groups - {producer_group_of(t) for t in topics}:
+            producers.get(group, {}).pop(link, None)
+        link.groups = {producer_group_of(t) for t in topics}
+        for group in link.groups:
+            producers.setdefault(group, {})[link] = None
+
+    def _unregister(self, link) -> None:
+        producers = self.broker.clients.producers
+        for group in link.groups:
+            members = producers.get(group)
+            if members is not None:
+                members.pop(link, None)
+                if not members:
+                    del producers[group]
+
+    def close(self) -> None:
+        for link in list(self.links):
+            self._unregister(link)
+            link.closed = True
