@@ -54,15 +54,15 @@ if [ ${#need_apt[@]} -gt 0 ] && [ "${TIDEMQ_SKIP_APT:-0}" != 1 ]; then
 fi
 
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-# pipeline: pyspark + pyarrow for pipeline/ and its tests (Java comes with the apt step above)
-.venv/bin/python -m pip install -q -e '.[test,pipeline]'
+# pipeline: pyspark + pyarrow for pipeline/ and its tests (Java comes with the apt step above);
+# grpc: grpcio + protobuf for the broker's gRPC service
+.venv/bin/python -m pip install -q -e '.[test,pipeline,grpc]'
 
 # --- RocketMQ 5 SDK for the gRPC tests (tests/grpc/) -------------------------------------------
 # The official rocketmq-python-client installs a top-level `rocketmq` package, as does the
 # RocketMQ 4 client (rocketmq==0.4.4) in .venv: they cannot share a virtualenv. The 5.x SDK gets
 # its own, used only by the client side of tests/grpc (the broker never imports it); the
-# broker side needs the `grpc` extra (grpcio, protobuf) in .venv.
-.venv/bin/python -m pip install -q -e '.[grpc]'
+# broker side needs the `grpc` extra (grpcio, protobuf) in .venv, installed above.
 if [ ! -x .venv-rmq5/bin/python ]; then
   "$PY" -m venv .venv-rmq5
 fi
