@@ -9,9 +9,12 @@ from tests.grpc.conftest import _require_sdk, rmq5_python
 from tests.support.broker_proc import REPO_ROOT
 
 COMPARE = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-from tidemq.node.grpc import proto as ours
+import importlib.util, json, os, sys
+# our definitions, loaded by path: this interpreter has the official SDK, not TideMQ
+spec = importlib.util.spec_from_file_location(
+    "ours", os.path.join(sys.argv[1], "node", "grpc", "proto.py"))
+ours = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ours)
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 problems, fields = [], 0
 for name, cls in ours._TYPES.items():
