@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import time
 
-from tests.ops.test_cluster_e2e import CLI_ENV, TIDEMQ, TIDEMQ_CMD, local_cluster, tidemq  # noqa: F401, F811 (fixture)  # noqa: F401 (fixture)
+from tests.ops.test_cluster_e2e import CLI_ENV, TIDEMQ_CMD, local_cluster, tidemq  # noqa: F401, F811 (fixture)
 from tests.ops.test_operator_e2e import produce, run
 from tests.support.raw_client import RC, RawClient
 from tidemq import errors
