@@ -371,16 +371,8 @@ class SlaveClient:
                         store.set_confirmed_offset(a.offset)
                 elif isinstance(a, (Truncate, ResetLog)) and (parse or confirm is not None):
                     raise RuntimeError(f"{a!r} after appended data in one batch")
-                elif isinstance(a, Truncate):
-                    await _blocking(store.truncate, a.offset)
-                    self.anchored = True
-                elif isinstance(a, ResetLog):
-                    reset = getattr(store, "reset_log", None)
-                    if reset is None:
-                        raise RuntimeError("the store cannot restart its log at an offset "
-                                           "(reset_log); wipe the slave's store to bootstrap")
-                    await _blocking(reset, a.offset)
-                    self.anchored = True
+                elif isinstance(a, (Truncate, ResetLog)):
+                    await self._rewind(a)
                 elif isinstance(a, SaveEpochs):
                     await _blocking(self.epoch_file.save, EpochHistory(a.entries))
                 elif isinstance(a, Drop):
@@ -401,17 +393,32 @@ class SlaveClient:
                 store.set_confirmed_offset(confirm)
             return True
         except Exception as e:  # a failing store step: resynchronise from durable state
-            if getattr(e, "retriable", False):
-                # The store refuses for now (a full disk: nothing of the refused bytes was
-                # written): stop replicating, say so once, retry at the slow reconnect pace.
-                if not self.store_refused:
-                    log.error("HA slave: the store refuses replicated data (%s); replication "
-                              "paused, retried every %d ms", e, self.config.reconnect_max_ms)
-                self.store_refused = True
-                self.last_error = f"store refuses writes: {e}"
-            else:
-                log.exception("HA slave: store step failed")
-                self.last_error = f"store step failed: {e!r}"
-            self.history.assign(self.epoch_file.load())
+            self._store_step_failed(e)
             writer.close()
             return False
+
+    async def _rewind(self, a) -> None:
+        """Truncate the log at a.offset, or restart it there (ResetLog: bootstrap)."""
+        if isinstance(a, Truncate):
+            await _blocking(self.store.truncate, a.offset)
+        else:
+            reset = getattr(self.store, "reset_log", None)
+            if reset is None:
+                raise RuntimeError("the store cannot restart its log at an offset "
+                                   "(reset_log); wipe the slave's store to bootstrap")
+            await _blocking(reset, a.offset)
+        self.anchored = True
+
+    def _store_step_failed(self, e: Exception) -> None:
+        if getattr(e, "retriable", False):
+            # The store refuses for now (a full disk: nothing of the refused bytes was
+            # written): stop replicating, say so once, retry at the slow reconnect pace.
+            if not self.store_refused:
+                log.error("HA slave: the store refuses replicated data (%s); replication "
+                          "paused, retried every %d ms", e, self.config.reconnect_max_ms)
+            self.store_refused = True
+            self.last_error = f"store refuses writes: {e}"
+        else:
+            log.exception("HA slave: store step failed")
+            self.last_error = f"store step failed: {e!r}"
+        self.history.assign(self.epoch_file.load())
