@@ -12,7 +12,7 @@
     so it drops its queues and restarts them there instead of committing its old position.
     Reply body: the same offset table.
 207 DELETE_SUBSCRIPTIONGROUP  ext groupName: the group's committed offsets (its broadcast
-    members' too) are removed. 1 for a bad name.
+    members' too) and its stored settings (200) are removed. 1 for a bad name.
 215 DELETE_TOPIC_IN_BROKER  ext topic: the topic leaves the topic table (persisted first,
     like every topic change), then its consume queues, its consumer offsets and its metric
     series are removed. The commit-log records stay until retention deletes their files.
@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 
-from tidemq.node.processors.common import error, ok, topic_not_exist_remark
+from tidemq.node.processors.common import error, not_writable, ok, topic_not_exist_remark
 from tidemq.node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.remoting import RemotingCommand
@@ -55,14 +55,7 @@ class OpsProcessor:
         self.broker = broker
 
     def _not_writable(self, cmd):
-        """An error reply when this broker may not change replicated state, else None."""
-        repl = self.broker.replication
-        if repl is None:
-            return None
-        refusal = repl.write_refusal()
-        if refusal is None:
-            return None
-        return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"nothing changed: {refusal}")
+        return not_writable(self.broker, cmd)
 
     def _state(self):
         return self.broker.replicated_state
@@ -130,10 +123,18 @@ class OpsProcessor:
         refused = self._not_writable(cmd)
         if refused is not None:
             return refused
+        try:  # first: a settings file that cannot be removed leaves everything as it was
+            had_config = self.broker.groups.remove(group)
+        except OSError as exc:
+            log.warning("settings of group %s not deleted: %s", group, exc)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"group {group} not deleted: its "
+                                                          f"settings file could not be removed; "
+                                                          f"see the broker log")
         removed = self.broker.offsets.remove_group(group)
         if self._state() is not None:
             self._state().group_deleted(group)
-        log.info("consumer group %s deleted (%d offsets)", group, removed)
+        log.info("consumer group %s deleted (%d offsets%s)", group, removed,
+                 ", its stored settings" if had_config else "")
         return ok(cmd)
 
     # -- 215 --------------------------------------------------------------------------------
