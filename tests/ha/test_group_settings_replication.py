@@ -4,15 +4,9 @@ state batch is long (3 s) and the master is killed right after the changes are c
 settings that waited for the offsets batch instead of going to the log at once would be lost."""
 import asyncio
 import json
-import os
-import signal
-import sys
 import time
 
-from tests.ha.test_broker_replication import confirmed, in_sync, max_offset, wait_for
-from tests.ha.test_ops_replication import SCRIPT, STATE
-from tests.support.broker_proc import ha_master_settings, ha_secret_file, ha_slave_settings
-from tests.support.ports import free_port
+from tests.ha.test_ops_replication import fail_over, promotable_pair
 from tests.support.raw_client import RC, RawClient, pull_ext, send_ext
 from tidemq.protocol.codes import ResponseCode
 
@@ -36,18 +30,11 @@ async def wait_table(c, check, timeout_s=15.0) -> dict:
 
 
 def test_settings_reach_the_slave_and_hold_after_failover(broker_factory, tmp_path):
-    secret = ha_secret_file(tmp_path)
-    port = free_port()
-    master = broker_factory(*ha_master_settings(secret, port, *STATE), name="master").start()
-    slave = broker_factory(*ha_slave_settings(secret, port, 1, *STATE, "ha.listen_port=0"),
-                           name="slave")
-    slave.command = lambda base=slave.command: [sys.executable, SCRIPT] + base()[3:]
-    slave.start()
-    wait_for(lambda: in_sync(master), what="in sync")
+    master, slave = promotable_pair(broker_factory, tmp_path)
 
     async def before_failover():
-        mc, sc = await RawClient.connect(master.addr), await RawClient.connect(slave.addr)
-        try:
+        async with await RawClient.connect(master.addr) as mc, \
+                await RawClient.connect(slave.addr) as sc:
             assert (await mc.request(RC.SEND_MESSAGE, send_ext("GsHaT", 0), b"x")).code == 0
             r = await update(sc, {"groupName": "gs-a", "retryMaxTimes": 1})
             assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE, r.remark  # a slave refuses
@@ -61,15 +48,9 @@ def test_settings_reach_the_slave_and_hold_after_failover(broker_factory, tmp_pa
             assert got["gs-a"]["consumeEnable"] is False and got["gs-b"]["retryMaxTimes"] == 4
             r = await sc.request(RC.PULL_MESSAGE, pull_ext("GsHaT", 0, 0, group="gs-a"))
             assert r.code == ResponseCode.NO_PERMISSION  # the slave applies them too
-        finally:
-            await mc.close()
-            await sc.close()
 
     asyncio.run(before_failover())
-    wait_for(lambda: confirmed(slave) == max_offset(master), what="slave confirmed")
-    master.kill()
-    os.kill(slave.proc.pid, signal.SIGUSR2)
-    wait_for(lambda: "PROMOTED" in slave.log_text(), what="slave promoted")
+    fail_over(master, slave)  # the master killed at once: no later batch can carry them
 
     async def after_failover():
         async with await RawClient.connect(slave.addr) as c:
