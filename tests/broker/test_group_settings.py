@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 from tests.broker.conftest import run
@@ -198,9 +199,16 @@ def test_settings_survive_restart_and_delete_drops_them(broker_factory):
     assert (table["gs-keep"]["consumeEnable"], table["gs-keep"]["retryMaxTimes"]) == (False, 7)
     assert table["gs-gone"]["retryMaxTimes"] == 2 and table["g" * 255]["retryMaxTimes"] == 9
     run(go("delete"))
+    settings_dir = os.path.join(b.root_dir, "config", "subscriptionGroups")
+    for name, text in (("gs-torn.json", '{"groupName": "gs-t'),
+                       ("gs-wrong.json", '{"groupName": "gs-wrong", "retryMaxTimes": "x"}')):
+        with open(os.path.join(settings_dir, name), "w") as f:  # damaged by hand
+            f.write(text)
     b.restart()
     _, table = run(go("check"))
     assert "gs-gone" not in table and table["gs-keep"]["retryMaxTimes"] == 7
+    assert "gs-wrong" not in table and "gs-torn" not in table  # skipped, the others loaded
+    assert b.log_text().count("subscription group file") == 2
 
 
 def test_acl_update_is_admin_only(broker_factory, tmp_path):
