@@ -54,9 +54,6 @@ class OpsProcessor:
     def __init__(self, broker):
         self.broker = broker
 
-    def _not_writable(self, cmd):
-        return not_writable(self.broker, cmd)
-
     def _state(self):
         return self.broker.replicated_state
 
@@ -82,7 +79,7 @@ class OpsProcessor:
         tc = self.broker.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
         store, offsets, name = self.broker.store, self.broker.offsets, self.broker.cfg.broker_name
@@ -120,7 +117,7 @@ class OpsProcessor:
     # -- 207 --------------------------------------------------------------------------------
     def delete_group(self, conn, cmd, req):
         group = req.group  # a valid group name: the request table checked it
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
         try:  # first: a settings file that cannot be removed leaves everything as it was
@@ -146,7 +143,7 @@ class OpsProcessor:
         b = self.broker
         if b.topics.get(topic) is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
         try:
