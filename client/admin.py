@@ -43,12 +43,12 @@ class Admin:
     async def __aexit__(self, *exc_info):
         await self._instance.close()
 
-    async def _call(self, code, ext=None, *, ok=(0,), what=None, timeout_s=None):
+    async def _call(self, code, ext=None, body=b"", *, ok=(0,), what=None, timeout_s=None):
         """Rule 0: the next address of the list when this one cannot be reached."""
         for tries_left in range(len(self.addrs) - 1, -1, -1):
             try:
-                return await self._instance.call(self.broker_addr, code, ext, ok=ok, what=what,
-                                                 timeout_s=timeout_s)
+                return await self._instance.call(self.broker_addr, code, ext, body, ok=ok,
+                                                 what=what, timeout_s=timeout_s)
             except errors.ConnectionError:
                 if not tries_left:
                     raise
@@ -136,6 +136,15 @@ class Admin:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): {group: Java SubscriptionGroupConfig dict}."""
         resp = await self._call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, what="list groups")
         return _json(resp.body).get("subscriptionGroupTable") or {}
+
+    async def update_subscription_group(self, group, **settings) -> dict:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): `settings` by their Java names
+        (consumeEnable=False, retryMaxTimes=3, ...); fields left out keep their value.
+        Returns the group's stored config."""
+        body = json.dumps(dict(settings, groupName=group)).encode()
+        resp = await self._call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
+                                what=f"update group {group!r}")
+        return _json(resp.body)
 
     # -- operator commands (node/processors/ops.py) ------------------------------------------
     async def reset_offsets(self, group, topic, timestamp_ms, *, force=True) -> dict:

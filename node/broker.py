@@ -24,6 +24,7 @@ import socket
 
 from tidemq.node import retention_progress
 from tidemq.node.consumers.client_registry import ClientManager
+from tidemq.node.consumers.group_settings_table import GroupSettingsTable
 from tidemq.node.consumers.long_polling import PullHoldService
 from tidemq.node.consumers.offset_table import ConsumerOffsets
 from tidemq.node.consumers.queue_locks import QueueLocks
@@ -93,6 +94,9 @@ class Broker:
         self.offsets = ConsumerOffsets(os.path.join(root, "config", "consumerOffset.json"),
                                        OS_FILE_SYSTEM, cfg.max_offset_entries)
         self.offsets.load()
+        self.groups = GroupSettingsTable(root, OS_FILE_SYSTEM, cfg.max_subscription_groups,
+                                         cfg.max_reconsume_times)  # 200/201 settings
+        self.groups.load()
         self.clients = ClientManager(cfg.client_expiry_ms / 1000)
         self.reset_fence = ResetFence()  # stale commits after an offset reset (222)
         self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)

@@ -160,6 +160,8 @@ class BrokerConfig:
     auto_create_topic: bool = _f(True, "Own TBW102 (perm 7) and create unknown topics on send.")
     default_topic_queues: int = _f(8, "Queues of TBW102 and of topics the broker creates itself.")
     max_topics: int = _f(10_000, "Most topics the broker will hold (create fails past it).")
+    max_subscription_groups: int = _f(10_000, "Most stored subscription-group configs (200 for "
+                                              "a new group fails past it).")
     max_frame_bytes: int = _f(16 * MIB, "Largest frame (4-byte length included); larger closes "
                                         "the connection.")
     max_connections: int = _f(4096, "Connections past this get SYSTEM_BUSY and are closed.")
@@ -414,7 +416,7 @@ def _validate(c: BrokerConfig) -> list[str]:
         p.append("grpc_port must be -1 (off) or in 0..65535")
     if c.listen_host in ("0.0.0.0", "::") and not c.advertised_host:
         p.append("advertised_host is required when listen_host is a wildcard address")
-    positive = ("default_topic_queues", "max_topics", "max_connections",
+    positive = ("default_topic_queues", "max_topics", "max_subscription_groups", "max_connections",
                 "max_partial_frame_bytes_total",
                 "max_inflight_per_connection", "max_held_pulls", "write_buffer_high_bytes",
                 "max_write_buffer_bytes", "write_stall_timeout_ms", "idle_timeout_ms",

@@ -6,6 +6,9 @@
                                                           222 (+ 220 to live consumers)
     tidemq [-b ADDR] group delete G                      207 DELETE_SUBSCRIPTIONGROUP
     tidemq [-b ADDR] group list                          201: groups and their settings
+    tidemq [-b ADDR] group update G [--consume-enable true|false] [--retry-max-times N]
+                     [--broadcast true|false]            200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
+    tidemq [-b ADDR] group get G                         201: one group's settings
     tidemq [-b ADDR] cluster list                        106 (name server) or 28 (a broker),
                                                           then 28 per broker (role, epoch)
     tidemq cluster up|status|down|restart [--dir D] ...  a local cluster (node/tools/cluster_launcher.py)
@@ -13,8 +16,8 @@
                       look a dead letter up in %DLQ%G and send a copy to %RETRY%G (only G
                       consumes it again), or to T
 
-Cluster mode (-b is a name server): `group reset`, `group delete`, `topic delete` and
-`topic update` run on every broker group's master, as `topic create` does (each master writes
+Cluster mode (-b is a name server): `group reset`, `group delete`, `group update`,
+`topic delete` and `topic update` run on every broker group's master, as `topic create` does (each master writes
 its own state and replicates it to its slaves); every group needs a master at the time, and a
 group that does not have the topic is skipped (an error only when none has it). The output
 then lists each broker group's result under "broker_groups".
@@ -57,6 +60,22 @@ def add_parsers(sub, common) -> None:
     delete.add_argument("group", help="consumer group")
     glist = gsub.add_parser("list", help="consumer groups the brokers know, with their settings "
                             "(201)", **common.fmt)
+    gupdate = gsub.add_parser("update", help="change a group's settings (200); settings left "
+                              "out keep their value", **common.fmt)
+    gupdate.add_argument("group", help="consumer group")
+    gupdate.add_argument("--consume-enable", type=_flag, metavar="true|false",
+                         help="false: the group's pulls are refused (NO_PERMISSION) until "
+                         "true again (default for a new group: true)")
+    gupdate.add_argument("--retry-max-times", type=int, metavar="N",
+                         help="send-backs before a message goes to %%DLQ%%<group>, for clients "
+                         "that name no maximum themselves (default: the broker's "
+                         "max_reconsume_times, 16)")
+    gupdate.add_argument("--broadcast", type=_flag, metavar="true|false",
+                         help="false: pulls of the group's BROADCASTING consumers are refused "
+                         "(default: true)")
+    gget = gsub.add_parser("get", help="a group's settings (201; defaults when none are stored)",
+                           **common.fmt)
+    gget.add_argument("group", help="consumer group")
 
     cluster = sub.add_parser("cluster", help="run a local cluster (up, down, status, restart); "
                              "list a cluster's groups with roles and epochs", **common.fmt)
@@ -68,7 +87,7 @@ def add_parsers(sub, common) -> None:
     resend.add_argument("group", help="consumer group whose dead letter it is")
     resend.add_argument("--id", required=True, help="offsetMsgId or msgId (UNIQ_KEY)")
     resend.add_argument("--to-topic", help="send here instead of %%RETRY%%<group>")
-    for p in (reset, delete, glist, listing, resend):
+    for p in (reset, delete, glist, gupdate, gget, listing, resend):
         common.add(p)
 
 
@@ -114,9 +133,17 @@ async def dispatch(args):
         return await resend_dead_letter(admin, args.broker, args.group, args.id, args.to_topic)
 
 
+def _flag(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError("must be true or false")
+    return text.lower() == "true"
+
+
 async def group_command(admin, args):
     if args.group_command == "list":
         return await list_groups(admin)
+    if args.group_command in ("update", "get"):
+        return await group_settings(admin, args)
     if args.group_command == "delete":
         async def delete(a):
             await a.delete_group(args.group)
@@ -153,6 +180,31 @@ async def list_groups(admin) -> dict:
         for r in out:
             del r["broker_groups"]
     return {"groups": out}
+
+
+async def group_settings(admin, args) -> dict:
+    """`group update` (200 on every master) or `group get` (201 from every group)."""
+    if args.group_command == "update":
+        changes = {k: v for k, v in (("consumeEnable", args.consume_enable),
+                                     ("retryMaxTimes", args.retry_max_times),
+                                     ("consumeBroadcastEnable", args.broadcast)) if v is not None}
+        if not changes:
+            raise cli_errors.Detailed("nothing to update: give --consume-enable, "
+                                      "--retry-max-times or --broadcast")
+
+        async def call(a):
+            return await a.update_subscription_group(args.group, **changes)
+        what, write = f"update group {args.group!r}", True
+    else:
+        async def call(a):
+            table = await a.subscription_groups()
+            if args.group not in table:
+                raise errors.SubscriptionGroupNotExist(f"group {args.group!r} is not known")
+            return table[args.group]
+        what, write = f"get group {args.group!r}", False
+    per_group, here = await everywhere(admin, call, what, write=write, absent=(
+        errors.SubscriptionGroupNotExist,) if not write else ())
+    return {"settings": here} if per_group is None else {"broker_groups": per_group}
 
 
 def _with_groups(out: dict, per_group: dict | None) -> dict:

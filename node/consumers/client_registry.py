@@ -127,6 +127,11 @@ class ClientManager:
         g = self.consumers.get(group)
         return list(g.members) if g else []
 
+    def message_model(self, group: str) -> str | None:
+        """CLUSTERING / BROADCASTING as the group's consumers registered it, None if none."""
+        g = self.consumers.get(group)
+        return g.message_model if g else None
+
     def subscription(self, group: str, topic: str):
         g = self.consumers.get(group)
         return g.subscriptions.get(topic) if g else None

@@ -3,7 +3,7 @@
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
 41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own),
-operator codes 202/207/215/222 (ops.py).
+operator codes 202/207/215/222 (ops.py), 200/201 group settings (subscription_groups.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
 
@@ -57,7 +57,7 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.GET_PARKED_TRANSACTIONS: parked_transactions(broker),
     }
     connections.register(server, broker)   # 203/204 (node/processors/connections.py)
-    subscription_groups.register(server, broker)   # 201 (node/processors/subscription_groups.py)
+    subscription_groups.register(server, broker)   # 200/201 (node/processors/subscription_groups.py)
     ops = OpsProcessor(broker)
     table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:
                   ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,

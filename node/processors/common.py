@@ -6,6 +6,7 @@ of str values only.
 """
 from __future__ import annotations
 
+from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.jhash import java_string_hash
 from tidemq.protocol.remoting import RemotingCommand
 
@@ -21,6 +22,16 @@ def ok(request, ext=None, body=b"") -> RemotingCommand:
 
 def error(request, code: int, remark: str) -> RemotingCommand:
     return RemotingCommand.make_response(request, int(code), remark=remark)
+
+
+def not_writable(broker, request) -> RemotingCommand | None:
+    """SERVICE_NOT_AVAILABLE when this broker may not change replicated state now (a slave, or
+    a master short of in-sync replicas), else None: operator changes check it first."""
+    repl = broker.replication
+    refusal = None if repl is None else repl.write_refusal()
+    if refusal is None:
+        return None
+    return error(request, ResponseCode.SERVICE_NOT_AVAILABLE, f"nothing changed: {refusal}")
 
 
 def topic_not_exist_remark(topic: str) -> str:

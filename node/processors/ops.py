@@ -12,7 +12,7 @@
     so it drops its queues and restarts them there instead of committing its old position.
     Reply body: the same offset table.
 207 DELETE_SUBSCRIPTIONGROUP  ext groupName: the group's committed offsets (its broadcast
-    members' too) are removed. 1 for a bad name.
+    members' too) and its stored settings (200) are removed. 1 for a bad name.
 215 DELETE_TOPIC_IN_BROKER  ext topic: the topic leaves the topic table (persisted first,
     like every topic change), then its consume queues, its consumer offsets and its metric
     series are removed. The commit-log records stay until retention deletes their files.
@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 
-from tidemq.node.processors.common import error, ok, topic_not_exist_remark
+from tidemq.node.processors.common import error, not_writable, ok, topic_not_exist_remark
 from tidemq.node.topics import AUTO_CREATE_TOPIC, SYSTEM_TOPICS, TopicError
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.remoting import RemotingCommand
@@ -53,16 +53,6 @@ def _body(doc) -> bytes:
 class OpsProcessor:
     def __init__(self, broker):
         self.broker = broker
-
-    def _not_writable(self, cmd):
-        """An error reply when this broker may not change replicated state, else None."""
-        repl = self.broker.replication
-        if repl is None:
-            return None
-        refusal = repl.write_refusal()
-        if refusal is None:
-            return None
-        return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, f"nothing changed: {refusal}")
 
     def _state(self):
         return self.broker.replicated_state
@@ -89,7 +79,7 @@ class OpsProcessor:
         tc = self.broker.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
         store, offsets, name = self.broker.store, self.broker.offsets, self.broker.cfg.broker_name
@@ -127,13 +117,21 @@ class OpsProcessor:
     # -- 207 --------------------------------------------------------------------------------
     def delete_group(self, conn, cmd, req):
         group = req.group  # a valid group name: the request table checked it
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
+        try:  # first: a settings file that cannot be removed leaves everything as it was
+            had_config = self.broker.groups.remove(group)
+        except OSError as exc:
+            log.warning("settings of group %s not deleted: %s", group, exc)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, f"group {group} not deleted: its "
+                                                          f"settings file could not be removed; "
+                                                          f"see the broker log")
         removed = self.broker.offsets.remove_group(group)
         if self._state() is not None:
             self._state().group_deleted(group)
-        log.info("consumer group %s deleted (%d offsets)", group, removed)
+        log.info("consumer group %s deleted (%d offsets%s)", group, removed,
+                 ", its stored settings" if had_config else "")
         return ok(cmd)
 
     # -- 215 --------------------------------------------------------------------------------
@@ -145,7 +143,7 @@ class OpsProcessor:
         b = self.broker
         if b.topics.get(topic) is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = self._not_writable(cmd)
+        refused = not_writable(self.broker, cmd)
         if refused is not None:
             return refused
         try:

@@ -23,6 +23,10 @@ Rules:
 6. Replication: a slave serves what is confirmed (the store dispatches no further) and ignores
    piggybacked commits (offsets come from the master's replicated state); a master whose log
    end is far ahead of what a pull reads suggests an in-sync slave (suggestWhichBrokerId).
+7. Group settings (200; node/consumers/group_settings_table.py): a group with consumeEnable
+   false is answered 16 NO_PERMISSION "subscription group no permission, <group>"; one with
+   consumeBroadcastEnable false whose consumers registered BROADCASTING is answered 16 "the
+   consumer group[<group>] can not consume by broadcast way" (RocketMQ's remarks).
 """
 from __future__ import annotations
 
@@ -61,6 +65,7 @@ class PullProcessor:
         self.topics = broker.topics
         self.offsets = broker.offsets
         self.clients = broker.clients
+        self.groups = broker.groups
         self.metrics = broker.metrics
         self.hold = broker.hold
         self.hold.execute = self._execute_held
@@ -76,6 +81,9 @@ class PullProcessor:
         t0 = time.perf_counter()
         group, topic, queue_id = req.group, req.topic, req.queue_id
         offset, max_nums, sys_flag = req.queue_offset, req.max_msgs, req.sys_flag
+        refusal = self.groups.pull_refusal(group, self.clients.message_model(group))
+        if refusal is not None:  # rule 7
+            return error(cmd, ResponseCode.NO_PERMISSION, refusal)
         tc = self.topics.table.get(topic)
         if tc is None and topic.startswith(RETRY_PREFIX):
             tc = self.topics.create_in_send(topic, None, 1)

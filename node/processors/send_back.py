@@ -9,8 +9,10 @@ there); copy it with RETRY_TOPIC = its original topic (if absent), ORIGIN_MESSAG
 record's own ORIGIN_MESSAGE_ID, else the record's offset message id (so every retry and
 dead-letter copy names the first message, however often it came back; the request's
 originMsgId is not trusted: node/system_properties.py), and reconsumeTimes + 1; store the
-copy in %DLQ%<group> when reconsumeTimes >= max (16 by default) or delayLevel < 0, else in
-%RETRY%<group>; answer 0 once stored.
+copy in %DLQ%<group> when reconsumeTimes >= max or delayLevel < 0, else in
+%RETRY%<group>; answer 0 once stored. `max` is the request's maxReconsumeTimes when the client
+sends one (>= V3_4_9, as Java), else the group's retryMaxTimes (200; the broker's
+max_reconsume_times for a group without stored settings).
 
 The retry copy waits in SCHEDULE_TOPIC_XXXX (node/sending/schedule.py) for delay level delayLevel,
 or 3 + reconsumeTimes when the client sent 0 (Java: 10 s first, growing to the last level), so
@@ -46,7 +48,7 @@ class SendBackProcessor:
         group, offset, delay_level = req.group, req.offset, req.delay_level
         max_times = req.max_reconsume_times
         if max_times is None or cmd.version < VERSION_V3_4_9:
-            max_times = self.broker.cfg.max_reconsume_times
+            max_times = self.broker.groups.retry_max_times(group)
         data = self.store.get_record(offset) if offset >= 0 else b""
         if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")

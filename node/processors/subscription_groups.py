@@ -1,32 +1,39 @@
-"""GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): the consumer groups this broker knows, with the
-settings it applies to them, in Java's SubscriptionGroupWrapper form (RocketMQ Dashboard's
-consumer page and mqadmin list groups with it):
+"""Subscription-group settings (RocketMQ's SubscriptionGroupConfig; mqadmin updateSubGroup and
+the Dashboard's consumer page):
 
-    {"subscriptionGroupTable": {G: {"groupName", "consumeEnable", "consumeFromMinEnable",
-      "consumeBroadcastEnable", "retryQueueNums", "retryMaxTimes", "brokerId",
-      "whichBrokerWhenConsumeSlowly", "notifyConsumerIdsChangedEnable"}},
+200 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP  body: a SubscriptionGroupConfig JSON object
+    (node/consumers/group_settings.py: field kinds, ranges, defaults). The request table
+    checks the body first: a bad one is answered 1 with a remark naming the field, and changes
+    nothing. Fields left out keep their current value. Answer 0, body = the stored config.
+201 GET_ALL_SUBSCRIPTIONGROUP_CONFIG  the groups this broker knows with their settings, in
+    Java's SubscriptionGroupWrapper form:
+
+    {"subscriptionGroupTable": {G: {<SubscriptionGroupConfig>}},
      "dataVersion": {"timestamp", "counter"}}
 
-Handlers take an optional typed request (`req`): with a row in a request table the server
-passes one; they read only the plain header fields they need.
-
 Rules:
-1. A group is known once it committed an offset here (broadcast members' "<group>@<client>"
-   entries count for <group>), is connected as a consumer, or has its %RETRY% topic.
-2. Settings are TideMQ's, the same for every group: consumption always enabled, retries up
-   to the broker's max_reconsume_times into one retry queue. Changing them per group
-   (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 200) is not supported and answered 3.
-3. Read-only and bounded by the offset table, the client registry and the topic table.
+1. A group is known once it has a stored config, committed an offset here (broadcast
+   members' "<group>@<client>" entries count for <group>), is connected as a consumer, or has
+   its %RETRY% topic. One without a stored config shows the defaults.
+2. 200 changes state only on a writable master (else SERVICE_NOT_AVAILABLE, nothing changed);
+   the config is written to its file before it is visible, then to the replicated state
+   (node/replication/replicated_state.py), so slaves and a failover keep it.
+3. Past max_subscription_groups stored configs, a new group is refused (1). 207 deletes the
+   stored config with the group's offsets (node/processors/ops.py).
+4. Both are admin codes under ACL (node/security/acl/resources.py ADMIN_CODES).
 """
 from __future__ import annotations
 
 import json
+import logging
 import time
 
-from tidemq.node.processors.common import ok
+from tidemq.node.consumers.group_settings_table import GroupTableFull
+from tidemq.node.processors.common import error, not_writable, ok
 from tidemq.node.requests import PARSERS
-from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.codes import RequestCode, ResponseCode
 
+log = logging.getLogger("tidemq.groups")
 RETRY_PREFIX = "%RETRY%"
 
 
@@ -35,21 +42,37 @@ def known_groups(broker) -> list[str]:
     groups = {g.split("@", 1)[0] for g, _topic in list(broker.offsets.table)}
     groups |= {g for g, cg in list(broker.clients.consumers.items()) if cg.members}
     groups |= {t[len(RETRY_PREFIX):] for t in list(broker.topics.table) if t.startswith(RETRY_PREFIX)}
+    groups |= set(broker.groups.table)
     return sorted(g for g in groups if g)
 
 
-def group_config(name: str, retry_max_times: int) -> dict:
-    """Rule 2, with Java's field names and defaults."""
-    return {"groupName": name, "consumeEnable": True, "consumeFromMinEnable": True,
-            "consumeBroadcastEnable": True, "retryQueueNums": 1, "retryMaxTimes": retry_max_times,
-            "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1, "notifyConsumerIdsChangedEnable": True}
+def _body(doc) -> bytes:
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 def register(server, broker) -> None:
     def all_groups(conn, cmd, req):
-        retry_max = int(broker.cfg.max_reconsume_times)
-        body = {"subscriptionGroupTable": {g: group_config(g, retry_max) for g in known_groups(broker)},
+        table = broker.groups
+        body = {"subscriptionGroupTable": {g: table.effective(g) for g in known_groups(broker)},
                 "dataVersion": {"timestamp": int(time.time() * 1000), "counter": 0}}
-        return ok(cmd, body=json.dumps(body, sort_keys=True).encode())
-    code = RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-    server.register(code, all_groups, PARSERS[int(code)])
+        return ok(cmd, body=_body(body))
+
+    def update_group(conn, cmd, req):
+        refused = not_writable(broker, cmd)
+        if refused is not None:
+            return refused
+        changes = req.body  # checked by the request table
+        try:
+            conf = broker.groups.update(changes)
+        except GroupTableFull as exc:
+            return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+        except OSError as exc:
+            log.warning("settings of group %s not stored: %s", changes["groupName"], exc)
+            return error(cmd, ResponseCode.SYSTEM_ERROR, "nothing changed: the settings file "
+                                                          "could not be written; see the broker log")
+        log.info("subscription group %s updated: %s", conf["groupName"], _body(conf).decode())
+        return ok(cmd, body=_body(conf))
+
+    for code, fn in ((RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, all_groups),
+                     (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, update_group)):
+        server.register(code, fn, PARSERS[int(code)])

@@ -8,8 +8,10 @@ Topic STATE_TOPIC, queue 0; each record's body is compact JSON:
 
     {"k":"o","e":[[group, topic, queue_id, offset], ...]}   consumer offsets (latest values)
     {"k":"t","c":{<TopicConfig JSON>}}                       one topic config
+    {"k":"g","c":{<SubscriptionGroupConfig JSON>}}           one group's settings (operator 200)
     {"k":"s","e":[...]}                                      a full offsets snapshot (part)
-    {"k":"dg","g":group}                                     group deleted (operator 207)
+    {"k":"dg","g":group}                                     group deleted (operator 207):
+                                                             its offsets and its settings
     {"k":"dt","t":topic}                                     topic deleted (operator 215)
 
 Operator changes (offset resets 222, deletes 207/215) are written at once, not batched:
@@ -19,9 +21,9 @@ A snapshot only adds and overwrites entries, so deletions must travel as records
 
 Writer (master): offset commits mark their key changed; the changed keys' CURRENT values are
 written as one record every `state_batch_ms` (at once, next loop turn, under SYNC_MASTER);
-topic changes are written at once. A full snapshot is written when a node becomes master and
-every SNAPSHOT_INTERVAL_S, so a slave bootstrapped after retention deleted old records still
-gets every entry.
+topic and group-settings changes are written at once, one record per change. A full snapshot
+is written when a node becomes master and every SNAPSHOT_INTERVAL_S, so a slave bootstrapped
+after retention deleted old records still gets every entry.
 
 Applier (slave, and every node at start): replays records of the state queue from
 `offsets.state_offset` (kept in the offsets file, next to the table it describes) as they are
@@ -38,6 +40,8 @@ import json
 import logging
 import time
 
+from tidemq.node.consumers.group_settings import SettingsError, checked_changes
+from tidemq.node.consumers.group_settings_table import GroupTableFull
 from tidemq.node.consumers.offset_table import OffsetTableFull
 from tidemq.node.store.errors import DiskFull, MessageIllegal, StoreClosed
 from tidemq.node.store.message import StoreMessage
@@ -76,6 +80,7 @@ class ReplicatedState:
     def attach(self) -> None:
         self.offsets.listener = self._offset_changed
         self.topics.listeners.append(self._topic_changed)
+        self.broker.groups.listeners.append(self._group_changed)
         prev = self.store.dispatcher.arrival_listener
 
         def arrivals(arrived):
@@ -126,6 +131,11 @@ class ReplicatedState:
             return
         self._put([{"k": "t", "c": tc.to_json()}])
 
+    def _group_changed(self, conf: dict) -> None:
+        if self._applying or not self.replication.is_master:
+            return
+        self._put([{"k": "g", "c": conf}])
+
     def flush(self) -> None:
         """Write the changed offsets' current values (loop thread)."""
         self._flush_handle = None
@@ -165,6 +175,7 @@ class ReplicatedState:
         docs = [{"k": "s", "e": entries[i:i + RECORD_ENTRIES]}
                 for i in range(0, len(entries), RECORD_ENTRIES)]
         docs += [{"k": "t", "c": tc.to_json()} for _, tc in sorted(self.topics.table.items())]
+        docs += [{"k": "g", "c": conf} for _, conf in sorted(self.broker.groups.table.items())]
         self._put(docs)
 
     def _put(self, docs) -> bool:
@@ -237,14 +248,24 @@ class ReplicatedState:
                         log.error("replicated offset dropped: the offset table is full")
             elif kind == "t":
                 self.topics.put_replicated(TopicConfig.from_json(doc["c"]))
+            elif kind == "g":
+                self._put_group(doc["c"])
             elif kind == "dg":
                 self.offsets.remove_group(str(doc["g"]))
+                self.broker.groups.remove(str(doc["g"]))
             elif kind == "dt":
                 self._delete_topic(str(doc["t"]))
         except Exception:  # one bad record must not stop the stream of the others
             log.exception("replicated state record could not be applied")
         finally:
             self._applying = False
+
+    def _put_group(self, doc) -> None:
+        """Checked as an operator's body is: a bad record is logged, never half applied."""
+        try:
+            self.broker.groups.update(checked_changes(doc), notify=False)
+        except (SettingsError, GroupTableFull) as exc:
+            log.error("replicated group settings not applied: %s", exc)
 
     def _delete_topic(self, topic: str) -> None:
         """What operator 215 removes on the master (node/processors/ops.py), here."""

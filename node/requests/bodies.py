@@ -1,4 +1,5 @@
-"""Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks), so
+"""Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks, 200
+subscription-group configs), so
 the ACL and the processor read the same decoded value. A body that cannot be read is a
 RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
 from __future__ import annotations
@@ -6,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tidemq.node.consumers import group_settings
 from tidemq.node.requests.fields import RequestError
 from tidemq.protocol.remoting import ProtocolError
 from tidemq.protocol.route_json import decode_heartbeat
@@ -46,3 +48,16 @@ def lock_body(body: bytes) -> LockBody:
         raise RequestError("bad lock batch body: topic and brokerName must be strings, queueId "
                            "an int32")
     return LockBody(group, client_id, mqs)
+
+
+def subscription_group_body(body: bytes) -> dict:
+    """A SubscriptionGroupConfig JSON object: its checked fields (node/consumers/group_settings.py)."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        raise RequestError("bad subscription group config: the body must be a "
+                           "SubscriptionGroupConfig JSON object") from None
+    try:
+        return group_settings.checked_changes(doc)
+    except group_settings.SettingsError as exc:
+        raise RequestError(str(exc)) from None

@@ -197,6 +197,9 @@ SPECS: dict[int, Spec] = {
     R.GET_PRODUCER_CONNECTION_LIST: Spec("GET_PRODUCER_CONNECTION_LIST", (
         _f("group", "producerGroup", GROUP_NAME, True),), ((GROUP, "group", SUB),)),
     R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: Spec("GET_ALL_SUBSCRIPTIONGROUP_CONFIG"),
+    # an admin's change (ADMIN_CODES); the body names the group
+    R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Spec("UPDATE_AND_CREATE_SUBSCRIPTIONGROUP",
+                                                body=bodies.subscription_group_body),
     R.GET_PARKED_TRANSACTIONS: Spec("GET_PARKED_TRANSACTIONS", (
         _f("begin_offset", "beginOffset", OFFSET, default=0),
         _f("max_num", "maxNum", I32, default=32))),

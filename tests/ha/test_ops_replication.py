@@ -54,7 +54,8 @@ async def wait_offset(c, group, topic, qid, want, timeout=15.0):
         await asyncio.sleep(0.1)
 
 
-def test_reset_and_deletes_hold_after_failover(broker_factory, tmp_path):
+def promotable_pair(broker_factory, tmp_path):
+    """(master, slave) in sync, the slave promotable by `fail_over`."""
     secret = ha_secret_file(tmp_path)
     port = free_port()
     master = broker_factory(*ha_master_settings(secret, port, *STATE), name="master").start()
@@ -65,6 +66,19 @@ def test_reset_and_deletes_hold_after_failover(broker_factory, tmp_path):
     slave.command = lambda base=slave.command: [sys.executable, SCRIPT] + base()[3:]
     slave.start()
     wait_for(lambda: in_sync(master), what="in sync")
+    return master, slave
+
+
+def fail_over(master, slave) -> None:
+    """Once the slave confirmed everything: SIGKILL the master, promote the slave."""
+    wait_for(lambda: confirmed(slave) == max_offset(master), what="slave confirmed")
+    master.kill()
+    os.kill(slave.proc.pid, signal.SIGUSR2)
+    wait_for(lambda: "PROMOTED" in slave.log_text(), what="slave promoted")
+
+
+def test_reset_and_deletes_hold_after_failover(broker_factory, tmp_path):
+    master, slave = promotable_pair(broker_factory, tmp_path)
 
     async def before_failover():
         mc, sc = await RawClient.connect(master.addr), await RawClient.connect(slave.addr)
@@ -103,10 +117,7 @@ def test_reset_and_deletes_hold_after_failover(broker_factory, tmp_path):
             await sc.close()
 
     asyncio.run(before_failover())
-    wait_for(lambda: confirmed(slave) == max_offset(master), what="slave confirmed")
-    master.kill()
-    os.kill(slave.proc.pid, signal.SIGUSR2)
-    wait_for(lambda: "PROMOTED" in slave.log_text(), what="slave promoted")
+    fail_over(master, slave)
 
     async def after_failover():
         c = await RawClient.connect(slave.addr)

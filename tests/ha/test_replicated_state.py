@@ -1,18 +1,21 @@
-"""node/replication/replicated_state.py on real stores in one process: a master's offset and topic changes
-become records of the state topic; a slave fed the same bytes applies them once confirmed,
+"""node/replication/replicated_state.py on real stores in one process: a master's offset, topic
+and group-settings changes become records of the state topic; a slave fed the same bytes applies them once confirmed,
 never applies its own records as a master, and after its log is cut back takes the new
 master's records from the cut on."""
 import asyncio
+import json
 import os
 from types import SimpleNamespace
 
 from tests.store.helpers import small_config
+from tidemq.node.consumers.group_settings_table import GroupSettingsTable
 from tidemq.node.consumers.offset_table import ConsumerOffsets
 from tidemq.node.remoting.loop_bridge import LoopBridge
-from tidemq.node.replication.replicated_state import ReplicatedState
+from tidemq.node.replication.replicated_state import STATE_TOPIC, ReplicatedState
 from tidemq.node.store.fileio import OS_FILE_SYSTEM
 from tidemq.node.store.message_store import MessageStore
 from tidemq.node.topics import FileTopicConfigStore, TopicConfig, TopicManager
+from tidemq.protocol import record as rec
 
 
 class FakeRole:
@@ -30,7 +33,8 @@ def make_node(root, loop, is_master):
     topics = TopicManager(FileTopicConfigStore(str(root), OS_FILE_SYSTEM), auto_create=False,
                           default_queues=4, max_topics=100, max_queues=16)
     topics.load({})
-    broker = SimpleNamespace(store=store, offsets=offsets, topics=topics, loop=loop,
+    groups = GroupSettingsTable(str(root), OS_FILE_SYSTEM, 100, 16)
+    broker = SimpleNamespace(store=store, offsets=offsets, topics=topics, groups=groups, loop=loop,
                              bridge=LoopBridge(loop), store_host=b"\x7f\x00\x00\x01\x00\x00\x27\x1f")
     role = FakeRole(is_master)
     state = ReplicatedState(broker, role, batch_ms=100)
@@ -100,6 +104,40 @@ def test_offsets_and_topics_follow_the_log_and_a_cut(tmp_path):
                 assert s.offsets.query("G", "T", 0) == 42
             finally:
                 other.store.close()
+        finally:
+            m.store.close()
+            s.store.close()
+    asyncio.run(main())
+
+
+def test_group_settings_follow_the_log_and_a_snapshot(tmp_path):
+    async def main():
+        loop = asyncio.get_running_loop()
+        m, _, mstate = make_node(tmp_path / "m", loop, True)
+        s, _, _ = make_node(tmp_path / "s", loop, False)
+        try:
+            mstate.on_become_master()
+            m.groups.update({"groupName": "GA", "consumeEnable": False})
+            m.groups.update({"groupName": "GB", "retryMaxTimes": 3})
+            assert mstate.records_written == 2         # one record per change, at once
+            assert m.groups.remove("GB") and mstate.group_deleted("GB")  # as operator 207 does
+            m.store.set_confirmed_offset(m.store.max_offset)
+            copy_log(m.store, s.store)
+            await settle()
+            assert s.groups.table == m.groups.table and list(s.groups.table) == ["GA"]
+            assert s.groups.pull_refusal("GA", None) == "subscription group no permission, GA"
+            # persisted on the slave too: a fresh table over its directory has them
+            again = GroupSettingsTable(str(tmp_path / "s"), OS_FILE_SYSTEM, 100, 16)
+            again.load()
+            assert again.table == s.groups.table
+            # a snapshot carries every stored config (for a replica that never saw the records)
+            first = m.store.max_queue_offset(STATE_TOPIC, 0)
+            mstate.write_snapshot()
+            m.store.set_confirmed_offset(m.store.max_offset)
+            await settle()
+            res = m.store.get_messages(STATE_TOPIC, 0, first, 64, 1 << 20)
+            docs = [json.loads(rec.decode_record(raw).body) for raw in res.messages]
+            assert [d["c"] for d in docs if d["k"] == "g"] == [m.groups.table["GA"]]
         finally:
             m.store.close()
             s.store.close()

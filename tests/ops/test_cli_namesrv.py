@@ -170,3 +170,15 @@ def test_name_server_port_in_use_is_one_line(zk_hosts):
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr and "already in use" in proc.stderr
     assert "hint:" in proc.stderr
+
+
+def test_group_update_and_get_on_every_broker_group(cluster):
+    ns = cluster.namesrv_addr
+    _, out, _ = tidemq("-b", ns, "group", "update", "ns-gs", "--retry-max-times", "5",
+                       "--consume-enable", "false")
+    assert sorted(out["broker_groups"]) == ["ga", "gb"]
+    assert all(conf["retryMaxTimes"] == 5 for conf in out["broker_groups"].values())
+    _, got, _ = tidemq("-b", ns, "group", "get", "ns-gs")
+    assert sorted(got["broker_groups"]) == ["ga", "gb"]
+    assert {(c["consumeEnable"], c["retryMaxTimes"]) for c in got["broker_groups"].values()} == \
+        {(False, 5)}
