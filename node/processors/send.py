@@ -42,6 +42,7 @@ import logging
 import struct
 import time
 
+from client.protocol import accel
 from client.protocol import record as rec
 from client.protocol.codes import FLAG_ONEWAY, PermName, RequestCode, ResponseCode, SerializeType
 from client.protocol.remoting import ProtocolError, RemotingCommand, encode_frame, parse_int
@@ -126,6 +127,9 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
     if not out:
         raise BatchError("bad batch body: empty batch")
     return out
+
+
+decode_batch = accel.pick(decode_batch)  # a compiled twin when built: same entries, same errors
 
 
 class SendProcessor:

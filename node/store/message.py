@@ -93,17 +93,14 @@ class StoreMessage:
         dispatchable = is_dispatched_to_queue(sys_flag)
         new = cls.__new__
         out = []
+        fields = rec.prop_fields
         for flag, body, raw in entries:
-            framed = b"\x02" + raw
-            tags = _prop(framed, b"\x02TAGS\x01")
             m = new(cls)
             m.topic, m.topic_bytes, m.queue_id, m.body = topic, topic_bytes, queue_id, body
             m.properties, m.properties_raw, m.flag, m.sys_flag = None, raw, flag, sys_flag
             m.born_timestamp, m.born_host, m.store_host = born_timestamp, born_host, store_host
             m.reconsume_times, m.prepared_tx_offset = reconsume_times, 0
-            m.tags, m.keys = tags, _prop(framed, b"\x02KEYS\x01")
-            m.uniq_key = _prop(framed, b"\x02UNIQ_KEY\x01")
-            m.tags_code = java_string_hash(tags) if tags else 0
+            m.tags, m.keys, m.uniq_key, m.tags_code = fields(raw)
             m.size_no_crc = base + len(body) + len(raw)
             m.dispatchable = dispatchable
             out.append(m)

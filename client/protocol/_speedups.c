@@ -1,0 +1,654 @@
+/* Compiled twins of TideMQ's per-message codec functions (client/protocol/accel.py picks them).
+
+Every function here has a pure-Python twin with the same name, signature and results. A
+function handles the common, valid input itself; for anything else (an unusual argument type,
+an out-of-range integer, bytes that do not parse, keyword arguments) it calls its twin, which
+the Python side registers with set_fallback(). So errors (type and message) are the twin's by
+construction, and the compiled code never needs its own error texts.
+
+Rules:
+1. Nothing is written to a caller's buffer before every check has passed: a call that falls
+   back leaves the buffer as it found it.
+2. Only the stable CPython C API; no library beyond libc (the CRC-32 is our own table code,
+   bit-identical to zlib.crc32), so building needs a C compiler and the Python headers only.
+*/
+#define PY_SSIZE_T_CLEAN
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* memmem */
+#endif
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *fallbacks; /* name -> pure-Python twin */
+
+/* ------------------------------------------------------------------ fallback plumbing */
+
+static PyObject *
+fallback(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *fn;
+    PyErr_Clear();
+    fn = PyDict_GetItemString(fallbacks, name);
+    if (fn == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "_speedups.%s: no pure-Python twin registered", name);
+        return NULL;
+    }
+    return PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *
+set_fallback(PyObject *self, PyObject *args)
+{
+    PyObject *name, *fn;
+    if (!PyArg_ParseTuple(args, "UO:set_fallback", &name, &fn))
+        return NULL;
+    if (PyDict_SetItem(fallbacks, name, fn) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* An int (or int subclass) that fits [lo, hi]; 0 on success, -1 (no error set) otherwise. */
+static int
+as_i64(PyObject *o, long long lo, long long hi, long long *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_Check(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+#define I64_MIN (-9223372036854775807LL - 1)
+#define I64_MAX 9223372036854775807LL
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static inline void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
+}
+
+static inline int32_t get32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t get16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+/* ------------------------------------------------------------------ CRC-32 (zlib's) */
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xFF] ^ (crc_table[t - 1][n] >> 8);
+}
+
+/* Slicing-by-8; equals zlib.crc32(data, crc). */
+static uint32_t
+crc32_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
+            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static PyObject *
+crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long start = 0;
+    uint32_t crc;
+    if (nargs < 1 || nargs > 2 || (nargs == 2 && as_i64(args[1], 0, 0xFFFFFFFFLL, &start) < 0)) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0): value must be 0..2**32-1");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    crc = crc32_update((uint32_t)start, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* ------------------------------------------------------------------ record encode */
+
+#define A_BUF 0
+#define A_POS 1
+#define A_TOPIC 2
+#define A_QID 3
+#define A_FLAG 4
+#define A_QOFF 5
+#define A_PHYS 6
+#define A_SYSFLAG 7
+#define A_BORN_TS 8
+#define A_BORN_HOST 9
+#define A_STORE_TS 10
+#define A_STORE_HOST 11
+#define A_RECONSUME 12
+#define A_PREP 13
+#define A_BODY 14
+#define A_PROPS 15
+#define A_CRC 16
+#define A_TOTAL 17
+
+typedef struct {
+    long long pos, qid, flag, qoff, phys, sysflag, born_ts, store_ts, reconsume, prep, total;
+    int with_crc;
+} enc_args;
+
+static int
+parse_enc_ints(PyObject *const *args, Py_ssize_t nargs, enc_args *a)
+{
+    a->with_crc = 1;
+    a->total = 0;
+    if (nargs > A_CRC) {
+        PyObject *c = args[A_CRC];
+        if (c == Py_True || c == Py_False)
+            a->with_crc = c == Py_True;
+        else
+            return -1;
+    }
+    if (nargs > A_TOTAL && as_i64(args[A_TOTAL], I32_MIN, I32_MAX, &a->total) < 0)
+        return -1;
+    return (as_i64(args[A_POS], 0, PY_SSIZE_T_MAX, &a->pos) < 0
+            || as_i64(args[A_QID], I32_MIN, I32_MAX, &a->qid) < 0
+            || as_i64(args[A_FLAG], I32_MIN, I32_MAX, &a->flag) < 0
+            || as_i64(args[A_QOFF], I64_MIN, I64_MAX, &a->qoff) < 0
+            || as_i64(args[A_PHYS], I64_MIN, I64_MAX, &a->phys) < 0
+            || as_i64(args[A_SYSFLAG], I32_MIN, I32_MAX, &a->sysflag) < 0
+            || as_i64(args[A_BORN_TS], I64_MIN, I64_MAX, &a->born_ts) < 0
+            || as_i64(args[A_STORE_TS], I64_MIN, I64_MAX, &a->store_ts) < 0
+            || as_i64(args[A_RECONSUME], I32_MIN, I32_MAX, &a->reconsume) < 0
+            || as_i64(args[A_PREP], I64_MIN, I64_MAX, &a->prep) < 0) ? -1 : 0;
+}
+
+/* Writes the record; every length and bound was checked by the caller. Returns its size. */
+static Py_ssize_t
+write_record(unsigned char *out, const enc_args *a, const unsigned char *topic, Py_ssize_t topic_len,
+             const unsigned char *born, Py_ssize_t born_len, const unsigned char *store,
+             Py_ssize_t store_len, const unsigned char *body, Py_ssize_t body_len,
+             const unsigned char *props, Py_ssize_t props_len, long long total)
+{
+    int v2 = topic_len > 127;
+    uint32_t sysflag = ((uint32_t)a->sysflag & ~0x30u) | (born_len == 20 ? 0x10u : 0) | (store_len == 20 ? 0x20u : 0);
+    unsigned char *p = out;
+    char digits[11];
+    uint32_t whole;
+    put32(p, (uint32_t)total);
+    put32(p + 4, v2 ? 0xDAA320ABu : 0xDAA320A7u);
+    put32(p + 8, crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)a->qid);
+    put32(p + 16, (uint32_t)a->flag);
+    put64(p + 20, (uint64_t)a->qoff);
+    put64(p + 28, (uint64_t)a->phys);
+    put32(p + 36, sysflag);
+    put64(p + 40, (uint64_t)a->born_ts);
+    p += 48;
+    memcpy(p, born, (size_t)born_len);
+    p += born_len;
+    put64(p, (uint64_t)a->store_ts);
+    memcpy(p + 8, store, (size_t)store_len);
+    p += 8 + store_len;
+    put32(p, (uint32_t)a->reconsume);
+    put64(p + 4, (uint64_t)a->prep);
+    put32(p + 12, (uint32_t)body_len);
+    p += 16;
+    memcpy(p, body, (size_t)body_len);
+    p += body_len;
+    if (v2) {
+        put16(p, (uint16_t)topic_len);
+        p += 2;
+    } else {
+        *p++ = (unsigned char)topic_len;
+    }
+    memcpy(p, topic, (size_t)topic_len);
+    p += topic_len;
+    put16(p, (uint16_t)(props_len + (a->with_crc ? 20 : 0)));
+    p += 2;
+    memcpy(p, props, (size_t)props_len);
+    p += props_len;
+    if (a->with_crc) {
+        memcpy(p, "__CRC32#\x01", 9);
+        whole = crc32_update(0, out, (size_t)(p - out)) & 0x7FFFFFFFu;  /* up to the trailer */
+        snprintf(digits, sizeof digits, "%010u", whole);
+        for (int i = 0; i < 10; i++)  /* least-significant digit first */
+            p[9 + i] = (unsigned char)digits[9 - i];
+        p[19] = 2;
+        p += 20;
+    }
+    return p - out;
+}
+
+static PyObject *
+encode_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    enc_args a;
+    Py_buffer buf, body;
+    PyObject *topic, *born, *store, *props, *result = NULL;
+    Py_ssize_t topic_len, born_len, store_len, props_len, size;
+    long long total;
+
+    if (kwnames != NULL || nargs < 16 || nargs > 18 || parse_enc_ints(args, nargs, &a) < 0)
+        return fallback("encode_into", args, nargs, kwnames);
+    topic = args[A_TOPIC]; born = args[A_BORN_HOST]; store = args[A_STORE_HOST]; props = args[A_PROPS];
+    if (!PyBytes_CheckExact(topic) || !PyBytes_CheckExact(born) || !PyBytes_CheckExact(store)
+            || !PyBytes_CheckExact(props))
+        return fallback("encode_into", args, nargs, kwnames);
+    topic_len = PyBytes_GET_SIZE(topic); born_len = PyBytes_GET_SIZE(born);
+    store_len = PyBytes_GET_SIZE(store); props_len = PyBytes_GET_SIZE(props);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20) || topic_len > 32767
+            || props_len + (a.with_crc ? 20 : 0) > 32767)
+        return fallback("encode_into", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[A_BODY], &body, PyBUF_SIMPLE) < 0)
+        return fallback("encode_into", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[A_BUF], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return fallback("encode_into", args, nargs, kwnames);
+    }
+    size = 91 + body.len + topic_len + props_len + born_len + store_len - 16
+        + (a.with_crc ? 20 : 0) + (topic_len > 127 ? 1 : 0);
+    total = a.total ? a.total : size;
+    if (body.len > I32_MAX || total > I32_MAX || a.pos > buf.len || size > buf.len - a.pos) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&body);
+        return fallback("encode_into", args, nargs, kwnames);
+    }
+    write_record((unsigned char *)buf.buf + a.pos, &a, (const unsigned char *)PyBytes_AS_STRING(topic),
+                 topic_len, (const unsigned char *)PyBytes_AS_STRING(born), born_len,
+                 (const unsigned char *)PyBytes_AS_STRING(store), store_len, body.buf, body.len,
+                 (const unsigned char *)PyBytes_AS_STRING(props), props_len, total);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&body);
+    result = a.total ? Py_NewRef(args[A_TOTAL]) : PyLong_FromSsize_t(size);
+    return result;
+}
+
+/* ------------------------------------------------------------------ properties */
+
+static PyObject *
+decode_replace(const char *p, Py_ssize_t n)
+{
+    return PyUnicode_DecodeUTF8(p, n, "replace");
+}
+
+static PyObject *
+decode_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    const char *p, *end;
+    PyObject *out;
+    if (kwnames != NULL || nargs != 1 || !(PyBytes_CheckExact(args[0]) || PyByteArray_CheckExact(args[0])))
+        return fallback("decode_properties", args, nargs, kwnames);
+    if (PyBytes_CheckExact(args[0])) {
+        p = PyBytes_AS_STRING(args[0]);
+        end = p + PyBytes_GET_SIZE(args[0]);
+    } else {
+        p = PyByteArray_AS_STRING(args[0]);
+        end = p + PyByteArray_GET_SIZE(args[0]);
+    }
+    out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    /* Split on 0x02, partition on the first 0x01; a pair needs a non-empty name and value
+       (which also makes the segment at least 3 characters). ASCII separators end any invalid
+       UTF-8 run, so decoding the pieces equals decoding the whole and then splitting. */
+    while (p < end) {
+        const char *seg_end = memchr(p, 2, (size_t)(end - p));
+        const char *sep;
+        if (seg_end == NULL)
+            seg_end = end;
+        sep = memchr(p, 1, (size_t)(seg_end - p));
+        if (sep != NULL && sep > p && sep + 1 < seg_end) {
+            PyObject *name = decode_replace(p, sep - p);
+            PyObject *value = name ? decode_replace(sep + 1, seg_end - sep - 1) : NULL;
+            if (value == NULL || PyDict_SetItem(out, name, value) < 0) {
+                Py_XDECREF(name);
+                Py_XDECREF(value);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(name);
+            Py_DECREF(value);
+        }
+        p = seg_end + 1;
+    }
+    return out;
+}
+
+/* The value of `name` (which starts with 0x02 and ends with 0x01) in 0x02 + raw, first match;
+   None when absent or empty. */
+static PyObject *
+find_prop(const char *raw, Py_ssize_t n, const char *name, Py_ssize_t name_len)
+{
+    const char *at = NULL, *end = raw + n, *v, *v_end;
+    if (n >= name_len - 1 && memcmp(raw, name + 1, (size_t)(name_len - 1)) == 0)
+        at = raw + name_len - 1;
+    else if (n >= name_len) {
+        const char *hit = memmem(raw, (size_t)n, name, (size_t)name_len);
+        if (hit != NULL)
+            at = hit + name_len;
+    }
+    if (at == NULL)
+        Py_RETURN_NONE;
+    v = at;
+    v_end = memchr(v, 2, (size_t)(end - v));
+    if (v_end == NULL)
+        v_end = end;
+    if (v_end == v)
+        Py_RETURN_NONE;
+    return decode_replace(v, v_end - v);
+}
+
+/* Java's String.hashCode over the UTF-16 code units of s, as a signed int32. */
+static long
+java_hash(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    return (long)(int32_t)h;
+}
+
+static PyObject *
+prop_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *tags, *keys, *uniq;
+    const char *raw;
+    Py_ssize_t n;
+    long code;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("prop_fields", args, nargs, kwnames);
+    raw = PyBytes_AS_STRING(args[0]);
+    n = PyBytes_GET_SIZE(args[0]);
+    tags = find_prop(raw, n, "\x02TAGS\x01", 6);
+    keys = tags ? find_prop(raw, n, "\x02KEYS\x01", 6) : NULL;
+    uniq = keys ? find_prop(raw, n, "\x02UNIQ_KEY\x01", 10) : NULL;
+    if (uniq == NULL) {
+        Py_XDECREF(tags);
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    code = tags == Py_None ? 0 : java_hash(tags);
+    return Py_BuildValue("(NNNl)", tags, keys, uniq, code);
+}
+
+/* ------------------------------------------------------------------ batch bodies */
+
+static PyObject *
+decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_buffer view;
+    long long max_bytes, max_entries;
+    PyObject *mv = NULL, *out = NULL, *hp;
+    const unsigned char *b;
+    Py_ssize_t n, pos = 0, hp_len;
+
+    if (kwnames != NULL || nargs != 4 || !PyBytes_CheckExact(args[1])
+            || as_i64(args[2], I64_MIN, I64_MAX, &max_bytes) < 0
+            || as_i64(args[3], I64_MIN, I64_MAX, &max_entries) < 0)
+        return fallback("decode_batch", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return fallback("decode_batch", args, nargs, kwnames);
+    hp = args[1];
+    hp_len = PyBytes_GET_SIZE(hp);
+    b = view.buf;
+    n = view.len;
+    if (n > max_bytes || n == 0)
+        goto slow;
+    mv = PyMemoryView_FromObject(args[0]);
+    out = mv ? PyList_New(0) : NULL;
+    if (out == NULL)
+        goto fail;
+    while (pos < n) {
+        int32_t total, flag, body_len, props_len;
+        Py_ssize_t end, b_start, b_end, p_len, extra;
+        PyObject *body, *props, *item;
+        char *dst;
+        if (PyList_GET_SIZE(out) == max_entries || n - pos < 22)
+            goto slow;
+        total = get32(b + pos);
+        flag = get32(b + pos + 12);
+        body_len = get32(b + pos + 16);
+        end = pos + total;
+        b_start = pos + 20;
+        b_end = b_start + body_len;
+        if (total < 22 || end > n || body_len < 0 || b_end + 2 > end)
+            goto slow;
+        props_len = get16(b + b_end);
+        if (props_len < 0 || b_end + 2 + props_len != end)
+            goto slow;
+        p_len = props_len;
+        extra = hp_len ? hp_len + (p_len && b[end - 1] != 2 ? 1 : 0) : 0;
+        props = PyBytes_FromStringAndSize(NULL, p_len + extra);
+        if (props == NULL)
+            goto fail;
+        dst = PyBytes_AS_STRING(props);
+        memcpy(dst, b + b_end + 2, (size_t)p_len);
+        if (hp_len) {
+            if (p_len && b[end - 1] != 2)
+                dst[p_len++] = 2;
+            memcpy(dst + p_len, PyBytes_AS_STRING(hp), (size_t)hp_len);
+        }
+        body = PySequence_GetSlice(mv, b_start, b_end);
+        item = body ? Py_BuildValue("(iNN)", (int)flag, body, props) : NULL;
+        if (item == NULL) {
+            if (body == NULL)
+                Py_DECREF(props);
+            goto fail;
+        }
+        if (PyList_Append(out, item) < 0) {
+            Py_DECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        pos = end;
+    }
+    Py_DECREF(mv);
+    PyBuffer_Release(&view);
+    return out;
+slow:
+    Py_XDECREF(out);
+    Py_XDECREF(mv);
+    PyBuffer_Release(&view);
+    return fallback("decode_batch", args, nargs, kwnames);
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(mv);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *
+encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *seq, *out;
+    Py_ssize_t count, size = 0;
+    char *dst;
+    if (kwnames != NULL || nargs != 1 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0])))
+        return fallback("encode_batch_body", args, nargs, kwnames);  /* iterators: not consumed here */
+    seq = args[0];
+    count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 1: check and size */
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *body, *props;
+        long long flag;
+        Py_ssize_t raw_len, entry;
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 3)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        body = PyTuple_GET_ITEM(e, 1);
+        props = PyTuple_GET_ITEM(e, 2);
+        if (as_i64(PyTuple_GET_ITEM(e, 0), I32_MIN, I32_MAX, &flag) < 0 || !PyBytes_CheckExact(body)
+                || !PyUnicode_CheckExact(props) || PyUnicode_AsUTF8AndSize(props, &raw_len) == NULL)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        entry = 22 + PyBytes_GET_SIZE(body) + raw_len;
+        if (raw_len > 32767 || entry > I32_MAX)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        size += entry;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    dst = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 2: write */
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *body = PyTuple_GET_ITEM(e, 1);
+        Py_ssize_t raw_len, body_len = PyBytes_GET_SIZE(body);
+        const char *raw = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(e, 2), &raw_len);
+        unsigned char *p = (unsigned char *)dst;
+        put32(p, (uint32_t)(22 + body_len + raw_len));
+        put32(p + 4, 0);
+        put32(p + 8, 0);
+        put32(p + 12, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(e, 0)));
+        put32(p + 16, (uint32_t)body_len);
+        memcpy(p + 20, PyBytes_AS_STRING(body), (size_t)body_len);
+        put16(p + 20 + body_len, (uint16_t)raw_len);
+        memcpy(p + 22 + body_len, raw, (size_t)raw_len);
+        dst += 22 + body_len + raw_len;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ remoting headers */
+
+static PyObject *
+decode_binary_ext(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long pos, end;
+    const unsigned char *raw;
+    PyObject *ext;
+    if (kwnames != NULL || nargs != 3 || !PyBytes_CheckExact(args[0])
+            || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0
+            || as_i64(args[2], 0, PyBytes_GET_SIZE(args[0]), &end) < 0)
+        return fallback("decode_binary_ext", args, nargs, kwnames);
+    raw = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    while (pos < end) {
+        long long key_len, val_len, key_end, val_start, val_end;
+        PyObject *key, *value;
+        if (pos + 2 > end)
+            goto slow;
+        key_len = get16(raw + pos);
+        pos += 2;
+        key_end = pos + key_len;
+        if (key_len < 0 || key_end + 4 > end)
+            goto slow;
+        val_len = get32(raw + key_end);
+        val_start = key_end + 4;
+        val_end = val_start + val_len;
+        if (val_len < 0 || val_end > end)
+            goto slow;
+        key = decode_replace((const char *)raw + pos, key_len);
+        value = key ? decode_replace((const char *)raw + val_start, val_len) : NULL;
+        if (value == NULL || PyDict_SetItem(ext, key, value) < 0) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            Py_DECREF(ext);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+        pos = val_end;
+    }
+    return ext;
+slow:
+    Py_DECREF(ext);
+    return fallback("decode_binary_ext", args, nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------ module */
+
+static PyMethodDef methods[] = {
+    {"set_fallback", set_fallback, METH_VARARGS, "set_fallback(name, fn): register a pure twin"},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, "zlib.crc32(data, value=0)"},
+    {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL | METH_KEYWORDS,
+     "client.protocol.record.encode_into"},
+    {"decode_properties", (PyCFunction)(void (*)(void))decode_properties, METH_FASTCALL | METH_KEYWORDS,
+     "client.protocol.record.decode_properties"},
+    {"prop_fields", (PyCFunction)(void (*)(void))prop_fields, METH_FASTCALL | METH_KEYWORDS,
+     "client.protocol.record.prop_fields"},
+    {"decode_batch", (PyCFunction)(void (*)(void))decode_batch, METH_FASTCALL | METH_KEYWORDS,
+     "node.processors.send.decode_batch"},
+    {"encode_batch_body", (PyCFunction)(void (*)(void))encode_batch_body, METH_FASTCALL | METH_KEYWORDS,
+     "client.send_codec.encode_batch_body"},
+    {"decode_binary_ext", (PyCFunction)(void (*)(void))decode_binary_ext, METH_FASTCALL | METH_KEYWORDS,
+     "client.protocol.remoting.decode_binary_ext"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups",
+    "Compiled twins of TideMQ codec functions; see client/protocol/accel.py.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m;
+    crc_init();
+    fallbacks = PyDict_New();
+    if (fallbacks == NULL)
+        return NULL;
+    m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "_fallbacks", fallbacks) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
