@@ -612,6 +612,190 @@ slow:
     return fallback("decode_binary_ext", args, nargs, kwnames);
 }
 
+/* ------------------------------------------------------------------ key index entries */
+
+#define IDX_HEADER_BYTES 40
+#define IDX_ENTRY_BYTES 20
+
+typedef struct {
+    long long slots, base, cap, n, used, begin_ts, begin_phys, index_from, last_ts, last_phys;
+    Py_ssize_t at, at_key;
+    int wrote_any;
+} idx_state;
+
+/* One request's fields: 0, or -1 when the twin skips it, -2 when only the twin may decide. */
+static int
+idx_request(PyObject *r, long long index_from, PyObject **topic, PyObject **keys, PyObject **uniq,
+            long long *phys, long long *ts)
+{
+    if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) < 9)
+        return -2;
+    *keys = PyTuple_GET_ITEM(r, 7);
+    *uniq = PyTuple_GET_ITEM(r, 8);
+    if ((*keys != Py_None && !PyUnicode_CheckExact(*keys)) || (*uniq != Py_None && !PyUnicode_CheckExact(*uniq))
+            || as_i64(PyTuple_GET_ITEM(r, 3), I64_MIN, I64_MAX, phys) < 0)
+        return -2;
+    if (((*keys == Py_None || PyUnicode_GET_LENGTH(*keys) == 0)
+            && (*uniq == Py_None || PyUnicode_GET_LENGTH(*uniq) == 0)) || *phys < index_from)
+        return -1;
+    *topic = PyTuple_GET_ITEM(r, 0);
+    if (!PyUnicode_CheckExact(*topic) || as_i64(PyTuple_GET_ITEM(r, 6), I64_MIN, I64_MAX, ts) < 0)
+        return -2;
+    return 0;
+}
+
+/* crc32(f"{topic}#") through the caller's cache dict, as the twin keeps it; -1: twin decides. */
+static long long
+idx_seed(PyObject *seeds, PyObject *topic)
+{
+    PyObject *cached = PyDict_GetItemWithError(seeds, topic), *v;
+    long long seed;
+    Py_ssize_t tn;
+    const char *tb;
+    if (cached != NULL)
+        return as_i64(cached, 0, 0xFFFFFFFFLL, &seed) < 0 ? -1 : seed;
+    if (PyErr_Occurred() || (tb = PyUnicode_AsUTF8AndSize(topic, &tn)) == NULL)
+        return -1;
+    seed = crc32_update(crc32_update(0, (const unsigned char *)tb, (size_t)tn), (const unsigned char *)"#", 1);
+    v = PyLong_FromLongLong(seed);
+    if (v == NULL || PyDict_SetItem(seeds, topic, v) < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    return seed;
+}
+
+/* One name: 1 when the file is full (stop here), -2 when the twin would raise, else 0. With
+   buf == NULL only the state advances (the checking pass). */
+static int
+idx_put_name(idx_state *st, unsigned char *buf, uint32_t seed, const char *name, Py_ssize_t len,
+             long long phys, long long ts)
+{
+    long long d, diff;
+    if (st->n >= st->cap)
+        return 1;
+    if (st->n == 1) {
+        st->begin_ts = ts;
+        st->begin_phys = phys;
+    }
+    if (__builtin_sub_overflow(ts, st->begin_ts, &d))
+        return -2;
+    diff = d / 1000 - (d % 1000 < 0 ? 1 : 0);  /* Python's floor division */
+    if (diff < I32_MIN || diff > I32_MAX)
+        return -2;
+    if (buf != NULL) {
+        uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
+        unsigned char *slot = buf + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4;
+        unsigned char *e = buf + st->base + st->n * IDX_ENTRY_BYTES;
+        int32_t prev = get32(slot);
+        if (prev <= 0 || prev >= st->n) {
+            prev = 0;
+            st->used++;
+        }
+        put32(e, h);
+        put64(e + 4, (uint64_t)phys);
+        put32(e + 12, (uint32_t)diff);
+        put32(e + 16, (uint32_t)prev);
+        put32(slot, (uint32_t)st->n);
+    }
+    st->n++;
+    st->last_ts = ts;
+    st->last_phys = phys;
+    st->wrote_any = 1;
+    return 0;
+}
+
+/* The twin's walk over requests[at:]: names = keys.split(" ") (when keys) + [uniq] (when
+   uniq), empty names skipped. 0 when done or the file is full (st->at, st->at_key say where
+   to resume), -2 when the twin must decide. */
+static int
+idx_walk(PyObject *requests, idx_state *st, PyObject *seeds, unsigned char *buf)
+{
+    Py_ssize_t count = PyList_GET_SIZE(requests);
+    for (Py_ssize_t i = st->at; i < count; i++) {
+        PyObject *topic, *keys, *uniq;
+        long long phys, ts, seed;
+        const char *kb = NULL, *ub = NULL;
+        Py_ssize_t kn = 0, un = 0, piece = 0, first = i == st->at ? st->at_key : 0;
+        int rc = idx_request(PyList_GET_ITEM(requests, i), st->index_from, &topic, &keys, &uniq, &phys, &ts);
+        if (rc != 0) {
+            if (rc == -2)
+                return -2;
+            continue;
+        }
+        if ((keys != Py_None && (kb = PyUnicode_AsUTF8AndSize(keys, &kn)) == NULL)
+                || (uniq != Py_None && (ub = PyUnicode_AsUTF8AndSize(uniq, &un)) == NULL)
+                || (seed = idx_seed(seeds, topic)) < 0)
+            return -2;
+        if (kn > 0) {
+            const char *p = kb, *end = kb + kn;
+            for (;; piece++) {  /* a space is ASCII: splitting the UTF-8 splits the text */
+                const char *sp = memchr(p, ' ', (size_t)(end - p)), *stop = sp ? sp : end;
+                if (piece >= first && stop > p
+                        && (rc = idx_put_name(st, buf, (uint32_t)seed, p, stop - p, phys, ts)) != 0)
+                    goto stopped;
+                if (sp == NULL)
+                    break;
+                p = sp + 1;
+            }
+            piece++;  /* the UNIQ_KEY's index among the names */
+        }
+        if (un > 0 && piece >= first && (rc = idx_put_name(st, buf, (uint32_t)seed, ub, un, phys, ts)) != 0)
+            goto stopped;
+        continue;
+stopped:
+        if (rc == -2)
+            return -2;
+        st->at = i;
+        st->at_key = piece;
+        return 0;
+    }
+    st->at = count;
+    st->at_key = 0;
+    return 0;
+}
+
+static PyObject *
+index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (buf, slots, base, cap, n, used, begin_ts, begin_phys, requests, at, at_key, index_from,
+       seeds) -> (at, at_key, n, used, begin_ts, begin_phys, last) */
+    idx_state st, check;
+    long long at, at_key;
+    Py_buffer view;
+    PyObject *last;
+    memset(&st, 0, sizeof st);
+    if (kwnames != NULL || nargs != 13 || !PyList_CheckExact(args[8]) || !PyDict_CheckExact(args[12])
+            || as_i64(args[1], 1, I32_MAX, &st.slots) < 0 || as_i64(args[2], 0, I32_MAX, &st.base) < 0
+            || as_i64(args[3], 0, I32_MAX, &st.cap) < 0 || as_i64(args[4], 0, I32_MAX, &st.n) < 0
+            || as_i64(args[5], I32_MIN, I32_MAX, &st.used) < 0
+            || as_i64(args[6], I64_MIN, I64_MAX, &st.begin_ts) < 0
+            || as_i64(args[7], I64_MIN, I64_MAX, &st.begin_phys) < 0
+            || as_i64(args[9], 0, PyList_GET_SIZE(args[8]), &at) < 0
+            || as_i64(args[10], 0, PY_SSIZE_T_MAX, &at_key) < 0
+            || as_i64(args[11], I64_MIN, I64_MAX, &st.index_from) < 0)
+        return fallback("index_entries", args, nargs, kwnames);
+    st.at = (Py_ssize_t)at;
+    st.at_key = (Py_ssize_t)at_key;
+    check = st;
+    if (idx_walk(args[8], &check, args[12], NULL) < 0)
+        return fallback("index_entries", args, nargs, kwnames);  /* the twin would raise: let it */
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        return fallback("index_entries", args, nargs, kwnames);
+    if (IDX_HEADER_BYTES + st.slots * 4 > view.len || st.base + st.cap * IDX_ENTRY_BYTES > view.len
+            || st.base < IDX_HEADER_BYTES + st.slots * 4) {
+        PyBuffer_Release(&view);
+        return fallback("index_entries", args, nargs, kwnames);
+    }
+    idx_walk(args[8], &st, args[12], view.buf);  /* cannot fail: the same walk just passed */
+    PyBuffer_Release(&view);
+    last = st.wrote_any ? Py_BuildValue("(LL)", st.last_ts, st.last_phys) : Py_NewRef(Py_None);
+    if (last == NULL)
+        return NULL;
+    return Py_BuildValue("(nnLLLLN)", st.at, st.at_key, st.n, st.used, st.begin_ts, st.begin_phys, last);
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -629,6 +813,8 @@ static PyMethodDef methods[] = {
      "client.send_codec.encode_batch_body"},
     {"decode_binary_ext", (PyCFunction)(void (*)(void))decode_binary_ext, METH_FASTCALL | METH_KEYWORDS,
      "client.protocol.remoting.decode_binary_ext"},
+    {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL | METH_KEYWORDS,
+     "node.store.index_file.index_entries"},
     {NULL, NULL, 0, NULL},
 };
 

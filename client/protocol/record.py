@@ -154,7 +154,7 @@ def decode_properties(raw) -> dict[str, str]:
 decode_properties = accel.pick(decode_properties)
 
 
-def _first_prop(framed: bytes, name: bytes) -> str | None:
+def first_prop(framed: bytes, name: bytes) -> str | None:
     """Value of property `name` in b"\x02" + serialized properties, first match (values never
     contain the separators, so the framed search cannot match inside another pair)."""
     i = framed.find(name)
@@ -169,8 +169,8 @@ def prop_fields(raw: bytes) -> tuple:
     """(TAGS, KEYS, UNIQ_KEY, tag code) of serialized properties, without building a dict;
     the tag code is Java's hashCode of TAGS (0 without tags)."""
     framed = b"\x02" + raw
-    tags = _first_prop(framed, b"\x02TAGS\x01")
-    return (tags, _first_prop(framed, b"\x02KEYS\x01"), _first_prop(framed, b"\x02UNIQ_KEY\x01"),
+    tags = first_prop(framed, b"\x02TAGS\x01")
+    return (tags, first_prop(framed, b"\x02KEYS\x01"), first_prop(framed, b"\x02UNIQ_KEY\x01"),
             java_string_hash(tags) if tags else 0)
 
 

@@ -111,15 +111,7 @@ _FIXED = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
 _I64 = struct.Struct(">q")
 
 
-def _prop(props: bytes, name: bytes) -> str | None:
-    """Value of property `name` in b"\x02" + serialized properties (values never contain
-    the separators, so the framed search cannot match inside another pair)."""
-    i = props.find(name)
-    if i < 0:
-        return None
-    i += len(name)
-    j = props.find(b"\x02", i)
-    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace") or None
+_prop = rec.first_prop
 
 
 def parse_dispatch(buf, pos: int, limit: int):

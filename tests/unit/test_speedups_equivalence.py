@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from client import send_codec
 from client.protocol import accel, record, remoting
 from node.processors import send
+from node.store import index_file
 from node.store.message import StoreMessage
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -37,6 +38,7 @@ def test_extension_built():
     assert send.decode_batch is _mod.decode_batch
     assert send_codec.encode_batch_body is _mod.encode_batch_body
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
+    assert index_file.index_entries is _mod.index_entries
 
 
 def _outcome(fn, *args):
@@ -302,3 +304,59 @@ def test_binary_frame_decodes_same_on_both_paths():
     raw = frame[8:8 + struct.unpack(">I", frame[4:8])[0] & 0xFFFFFF]
     ext_at = 17 + 4
     assert _both("decode_binary_ext", raw, ext_at, len(raw))[1] == cmd.ext
+
+
+# ------------------------------------------------------------------------------ key index entries
+
+key_text = st.sampled_from(["", " ", "k1", "k1 k2", " a  b ", "é ü", "\ud800", "x" * 9])
+
+
+@st.composite
+def index_case(draw):
+    """A small index file (header, slots, entries) with some history, and dispatch requests."""
+    slots, cap = draw(st.integers(1, 7)), draw(st.integers(1, 12))
+    base = index_file.HEADER_BYTES + slots * 4
+    buf = bytearray(draw(st.binary(min_size=base + cap * 20, max_size=base + cap * 20)))
+    n = draw(st.integers(0, cap + 1))
+    ts0 = draw(st.integers(0, 2**41))
+    reqs = []
+    for i in range(draw(st.integers(0, 6))):
+        ts = draw(st.one_of(st.integers(ts0 - 10_000, ts0 + 10**7), st.just(ts0 + 2**45)))
+        reqs.append((draw(st.sampled_from(["T", "Tö", "\udc00"])), 0, i, draw(st.integers(0, 10**6)),
+                     100, 0, ts, draw(st.one_of(st.none(), key_text)),
+                     draw(st.one_of(st.none(), key_text)), 0))
+    if draw(st.integers(0, 9)) == 0:
+        reqs.append(("T", 0, 0, "not an int", 100, 0, ts0, "k", None, 0))
+    seeds = draw(st.sampled_from([{}, {"T": zlib.crc32(b"T#")}]))
+    at = draw(st.integers(0, len(reqs)))
+    args = (slots, base, cap, n, draw(st.integers(0, 5)), ts0, draw(st.integers(0, 10)), reqs, at,
+            draw(st.integers(0, 3)) if at < len(reqs) else 0, draw(st.sampled_from([0, 5000])))
+    return buf, args, seeds
+
+
+@needs_compiled
+@SETTINGS
+@given(index_case())
+def test_index_entries(case):
+    buf, args, seeds = case
+    _register_fallbacks()
+    pure_buf, fast_buf = bytearray(buf), bytearray(buf)
+    pure_seeds, fast_seeds = dict(seeds), dict(seeds)
+    want = _outcome(accel.PURE["index_entries"], pure_buf, *args, pure_seeds)
+    assert _outcome(_mod.index_entries, fast_buf, *args, fast_seeds) == want
+    assert fast_buf == pure_buf
+    assert fast_seeds == pure_seeds
+
+
+@needs_compiled
+def test_index_entries_resume_across_a_full_file():
+    """Two names, room for one: the walk stops at the second name and resumes there."""
+    reqs = [("T", 0, 0, 7, 100, 0, 5000, "a b", None, 0)]
+    for fn in (accel.PURE["index_entries"], _mod.index_entries):
+        buf = bytearray(index_file.HEADER_BYTES + 4 + 2 * 20)
+        first = fn(buf, 1, 44, 2, 1, 0, 0, 0, reqs, 0, 0, 0, {})
+        assert first == (0, 1, 2, 1, 5000, 7, (5000, 7))
+        buf2 = bytearray(index_file.HEADER_BYTES + 4 + 2 * 20)
+        assert fn(buf2, 1, 44, 2, 1, 0, 0, 0, reqs, 0, 1, 0, {}) == (1, 0, 2, 1, 5000, 7, (5000, 7))
+        h_b = struct.unpack_from(">i", buf2, 44 + 20)[0]
+        assert h_b == index_file.key_hash("T#b")
