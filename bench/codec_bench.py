@@ -25,6 +25,7 @@ from client.protocol import accel, record  # noqa: E402
 from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 from node.processors import send  # noqa: E402,F401  (registers its pure twin)
+from node.store import index_file  # noqa: E402,F401  (registers its pure twin)
 
 SEND_EXT = {
     "producerGroup": "please_rename_unique_group_name",
@@ -89,6 +90,11 @@ def _function_cases():
         "decode_batch": (batch, b"CLUSTER\x01c", 4 << 20, 1024),
         "encode_batch_body": (entries,),
         "decode_binary_ext": (header, 21, len(header)),
+        # one dispatch slice of 32 requests, 3 names each, into a fresh index file
+        "index_entries": (bytearray(40 + 1024 * 4 + 4096 * 20), 1024, 40 + 1024 * 4, 4096, 1, 0,
+                          0, 0, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123,
+                                  f"order-{i} k", f"UNIQ{i:028d}", 0) for i in range(32)],
+                          0, 0, 0, {}),
     }
 
 

@@ -36,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields  # noqa: E402
 from client.admin import Admin  # noqa: E402
 from client.consumer import PushConsumer  # noqa: E402
 from client.message import Message  # noqa: E402
@@ -251,6 +252,7 @@ def main():
         result.update(security_phases.measure_all(d, args.header, args.seconds, async_send,
                                                   batch_send, CpuMeter))
     result["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    result.update(build_fields())
     print(json.dumps(result, sort_keys=True))
 
 

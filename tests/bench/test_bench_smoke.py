@@ -49,6 +49,7 @@ def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path)
     out = tmp_path / "store-bench"
     result = run_bench("store_bench.py", "--quick", "--dir", str(out))
     assert_positive(result, STORE_KEYS + ("calibration_loop_records_s",))
+    assert isinstance(result["compiled"], bool)  # which codec path the figures are for
     written = [name for _, _, files in os.walk(out) for name in files]
     assert any(len(name) == 20 and name.isdigit() for name in written), written[:20]
 
@@ -80,3 +81,15 @@ def test_raw_bench_frames_never_repeat_a_uniq_key(batch, serialize_type):
     assert len(keys) == 5 * max(1, batch)
     assert len(set(keys)) == len(keys)
     assert all(len(k) == len(keys[0]) for k in keys)
+
+
+def test_codec_bench_times_both_paths_and_says_which_it_used():
+    result = run_bench("codec_bench.py", "--quick", timeout=120)
+    assert isinstance(result["compiled"], bool)
+    functions = result["functions"]
+    assert set(functions) == {"encode_into", "decode_properties", "prop_fields", "decode_batch",
+                              "encode_batch_body", "decode_binary_ext", "index_entries"}
+    for name, row in functions.items():
+        assert row["pure_us"] > 0, name
+        if result["compiled"]:
+            assert row["compiled_us"] > 0 and row["speedup"] > 0, name
