@@ -6,10 +6,10 @@ succeeds and TideMQ runs its pure-Python twins (client/protocol/accel.py).
 from setuptools import Extension, setup
 
 
-def speedup_extensions() -> list[Extension]:
-    """The compiled hot paths (one module; sources next to the Python code they accelerate)."""
-    return [Extension("client.protocol._speedups", ["client/protocol/_speedups.c"],
-                      optional=True)]
+def speedup_extensions(package: str = "client.protocol") -> list[Extension]:
+    """The compiled hot paths: one module, `<package>._speedups`, built from
+    client/protocol/_speedups.c (`package`: the import name client/protocol/ installs as)."""
+    return [Extension(f"{package}._speedups", ["client/protocol/_speedups.c"], optional=True)]
 
 
 setup(ext_modules=speedup_extensions())

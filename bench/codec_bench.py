@@ -103,11 +103,11 @@ def _functions(iterations, repeats):
     out = {}
     for name, args in _function_cases().items():
         pure = accel.PURE[name]
-        row = {"pure_us": _best_us_per_op(lambda: pure(*args), iterations // 4, repeats)}
+        row = {"pure_us": _best_us_per_op(lambda f=pure, a=args: f(*a), iterations // 4, repeats)}
         if mod is not None:
             mod.set_fallback(name, pure)
             fast = getattr(mod, name)
-            row["compiled_us"] = _best_us_per_op(lambda: fast(*args), iterations // 4, repeats)
+            row["compiled_us"] = _best_us_per_op(lambda f=fast, a=args: f(*a), iterations // 4, repeats)
             row["speedup"] = round(row["pure_us"] / row["compiled_us"], 1)
         out[name] = row
     return out

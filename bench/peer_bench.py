@@ -61,7 +61,7 @@ class RedisServer:
         self.port = _free_port()
         self.proc = None
 
-    def start(self, timeout_s: float = 15.0) -> "RedisServer":
+    def start(self, timeout_s: float = 15.0) -> RedisServer:
         exe = shutil.which("redis-server")
         if exe is None:
             raise SystemExit("peer_bench: install redis-server (Debian: apt-get install -y redis-server)")
@@ -80,7 +80,7 @@ class RedisServer:
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     self.stop()
-                    raise SystemExit("peer_bench: redis-server did not start")
+                    raise SystemExit("peer_bench: redis-server did not start") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:

@@ -23,7 +23,7 @@ PURE_FORCED = os.environ.get("TIDEMQ_PURE_PYTHON", "") not in ("", "0")
 _speedups = None
 if not PURE_FORCED:
     try:
-        from client.protocol import _speedups
+        from . import _speedups
     except ImportError:  # not built here: the pure twins serve (rule 2)
         _speedups = None
 
@@ -46,7 +46,7 @@ def compiled_module():
     if _speedups is not None:
         return _speedups
     try:
-        from client.protocol import _speedups as mod
+        from . import _speedups as mod
     except ImportError:
         return None
     return mod

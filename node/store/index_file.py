@@ -74,7 +74,7 @@ def index_entries(buf, slots: int, base: int, cap: int, n: int, used: int, begin
         topic, ts = r[0], r[6]
         seed = seeds.get(topic)
         if seed is None:
-            seed = seeds[topic] = crc32(f"{topic}#".encode("utf-8"))
+            seed = seeds[topic] = crc32(f"{topic}#".encode())
         names = keys.split(" ") if keys else []
         if uniq:
             names.append(uniq)

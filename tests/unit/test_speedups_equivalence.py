@@ -11,7 +11,7 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from client import send_codec
