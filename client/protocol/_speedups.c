@@ -796,6 +796,191 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     return Py_BuildValue("(nnLLLLN)", st.at, st.at_key, st.n, st.used, st.begin_ts, st.begin_phys, last);
 }
 
+/* ------------------------------------------------------------------ commit-log append */
+
+static PyObject *s_size_no_crc, *s_dispatchable, *s_topic, *s_queue_id, *s_topic_bytes, *s_flag,
+    *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
+    *s_prepared_tx_offset, *s_body, *s_properties_raw, *s_tags_code, *s_keys, *s_uniq_key;
+
+static int
+intern_names(void)
+{
+#define INTERN(v, text) if ((v = PyUnicode_InternFromString(text)) == NULL) return -1
+    INTERN(s_size_no_crc, "size_no_crc"); INTERN(s_dispatchable, "dispatchable");
+    INTERN(s_topic, "topic"); INTERN(s_queue_id, "queue_id"); INTERN(s_topic_bytes, "topic_bytes");
+    INTERN(s_flag, "flag"); INTERN(s_sys_flag, "sys_flag"); INTERN(s_born_timestamp, "born_timestamp");
+    INTERN(s_born_host, "born_host"); INTERN(s_store_host, "store_host");
+    INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_tx_offset, "prepared_tx_offset");
+    INTERN(s_body, "body"); INTERN(s_properties_raw, "properties_raw"); INTERN(s_tags_code, "tags_code");
+    INTERN(s_keys, "keys"); INTERN(s_uniq_key, "uniq_key");
+#undef INTERN
+    return 0;
+}
+
+/* The attributes of one StoreMessage that append needs (new references). */
+typedef struct {
+    PyObject *v[17];
+} msg_attrs;
+
+enum { M_SIZE, M_DISP, M_TOPIC, M_QID, M_TOPIC_BYTES, M_FLAG, M_SYSFLAG, M_BORN_TS, M_BORN_HOST,
+       M_STORE_HOST, M_RECONSUME, M_PREP, M_BODY, M_PROPS, M_TAGS_CODE, M_KEYS, M_UNIQ };
+
+static void
+attrs_clear(msg_attrs *a)
+{
+    for (int k = 0; k < 17; k++)
+        Py_CLEAR(a->v[k]);
+}
+
+static int
+attrs_get(PyObject *m, msg_attrs *a)
+{
+    PyObject *names[17] = {s_size_no_crc, s_dispatchable, s_topic, s_queue_id, s_topic_bytes, s_flag,
+                           s_sys_flag, s_born_timestamp, s_born_host, s_store_host, s_reconsume_times,
+                           s_prepared_tx_offset, s_body, s_properties_raw, s_tags_code, s_keys, s_uniq_key};
+    memset(a, 0, sizeof *a);
+    for (int k = 0; k < 17; k++) {
+        if ((a->v[k] = PyObject_GetAttr(m, names[k])) == NULL) {
+            attrs_clear(a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Re-enter the twin at message i with the loop's current state. */
+static PyObject *
+append_fallback(PyObject *const *args, Py_ssize_t i, long long wrote, long long pos)
+{
+    PyObject *call[13], *result;
+    PyObject *oi = PyLong_FromSsize_t(i), *ow = PyLong_FromLongLong(wrote), *op = PyLong_FromLongLong(pos);
+    if (oi == NULL || ow == NULL || op == NULL) {
+        Py_XDECREF(oi); Py_XDECREF(ow); Py_XDECREF(op);
+        return NULL;
+    }
+    for (int k = 0; k < 13; k++)
+        call[k] = args[k];
+    call[1] = op; call[3] = oi; call[4] = ow;
+    call[12] = i == PyLong_AsSsize_t(args[3]) ? args[12] : Py_False;  /* rolled: first message only */
+    result = fallback("append_records", call, 13, NULL);
+    Py_DECREF(oi); Py_DECREF(ow); Py_DECREF(op);
+    return result;
+}
+
+/* Encodes one message (fields already fetched) at out+pos; -1 when the twin must take over
+   (nothing of this message written, queue_table untouched), 0 when done, 1 when it needs a roll. */
+static int
+append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long long fsize,
+           long long start, long long extra, PyObject *queue_table, long long store_ts, int crc,
+           int check_room, PyObject *requests)
+{
+    enc_args e;
+    Py_buffer body;
+    long long size, qoff = 0, phys, tags_code;
+    Py_ssize_t topic_len, props_len, born_len, store_len, real;
+    PyObject *key = NULL, *req;
+    int disp;
+    if (as_i64(a->v[M_SIZE], 0, I32_MAX, &size) < 0 || (size += extra) > I32_MAX || size <= 0)
+        return -1;
+    if (check_room && size + 8 > fsize - *wrote)
+        return 1;
+    disp = a->v[M_DISP] == Py_True ? 1 : a->v[M_DISP] == Py_False ? 0 : -1;
+    e.with_crc = crc;
+    if (disp < 0 || !PyBytes_CheckExact(a->v[M_TOPIC_BYTES]) || !PyBytes_CheckExact(a->v[M_BORN_HOST])
+            || !PyBytes_CheckExact(a->v[M_STORE_HOST]) || !PyBytes_CheckExact(a->v[M_PROPS])
+            || as_i64(a->v[M_QID], I32_MIN, I32_MAX, &e.qid) < 0 || as_i64(a->v[M_FLAG], I32_MIN, I32_MAX, &e.flag) < 0
+            || as_i64(a->v[M_SYSFLAG], I32_MIN, I32_MAX, &e.sysflag) < 0
+            || as_i64(a->v[M_BORN_TS], I64_MIN, I64_MAX, &e.born_ts) < 0
+            || as_i64(a->v[M_RECONSUME], I32_MIN, I32_MAX, &e.reconsume) < 0
+            || as_i64(a->v[M_PREP], I64_MIN, I64_MAX, &e.prep) < 0
+            || as_i64(a->v[M_TAGS_CODE], I64_MIN, I64_MAX, &tags_code) < 0)
+        return -1;
+    topic_len = PyBytes_GET_SIZE(a->v[M_TOPIC_BYTES]); props_len = PyBytes_GET_SIZE(a->v[M_PROPS]);
+    born_len = PyBytes_GET_SIZE(a->v[M_BORN_HOST]); store_len = PyBytes_GET_SIZE(a->v[M_STORE_HOST]);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20) || topic_len > 32767
+            || props_len + (crc ? 20 : 0) > 32767 || PyObject_GetBuffer(a->v[M_BODY], &body, PyBUF_SIMPLE) < 0)
+        return -1;
+    real = 91 + body.len + topic_len + props_len + born_len + store_len - 16 + (crc ? 20 : 0) + (topic_len > 127);
+    if (body.len > I32_MAX || real > out->len - *pos) {
+        PyBuffer_Release(&body);
+        return -1;
+    }
+    if (disp) {  /* queue_table[(topic, queue_id)] += 1, from 0 */
+        PyObject *cur, *next;
+        key = PyTuple_Pack(2, a->v[M_TOPIC], a->v[M_QID]);
+        cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
+        if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
+            Py_XDECREF(key);
+            PyBuffer_Release(&body);
+            return -1;
+        }
+        next = PyLong_FromLongLong(qoff + 1);
+        if (next == NULL || PyDict_SetItem(queue_table, key, next) < 0) {
+            Py_XDECREF(next); Py_DECREF(key); PyBuffer_Release(&body);
+            return -2;
+        }
+        Py_DECREF(next);
+        Py_DECREF(key);
+    }
+    phys = start + *wrote;
+    e.qoff = qoff; e.phys = phys; e.store_ts = store_ts;
+    write_record((unsigned char *)out->buf + *pos, &e, (const unsigned char *)PyBytes_AS_STRING(a->v[M_TOPIC_BYTES]),
+                 topic_len, (const unsigned char *)PyBytes_AS_STRING(a->v[M_BORN_HOST]), born_len,
+                 (const unsigned char *)PyBytes_AS_STRING(a->v[M_STORE_HOST]), store_len, body.buf, body.len,
+                 (const unsigned char *)PyBytes_AS_STRING(a->v[M_PROPS]), props_len, size);
+    PyBuffer_Release(&body);
+    *wrote += size;
+    *pos += size;
+    req = Py_BuildValue("(OOLLLOLOOO)", a->v[M_TOPIC], a->v[M_QID], qoff, phys, size, a->v[M_TAGS_CODE],
+                        store_ts, a->v[M_KEYS], a->v[M_UNIQ], a->v[M_SYSFLAG]);
+    if (req == NULL || PyList_Append(requests, req) < 0) {
+        Py_XDECREF(req);
+        return -2;
+    }
+    Py_DECREF(req);
+    return 0;
+}
+
+static PyObject *
+append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (out, pos, msgs, i, wrote, fsize, start, extra, queue_table, store_ts, crc, requests,
+       rolled) -> (i, wrote, pos) */
+    long long pos, i, wrote, fsize, start, extra, store_ts;
+    Py_buffer out;
+    Py_ssize_t count;
+    if (kwnames != NULL || nargs != 13 || !PyList_CheckExact(args[2]) || !PyDict_CheckExact(args[8])
+            || !PyList_CheckExact(args[11]) || !PyBool_Check(args[10]) || !PyBool_Check(args[12])
+            || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || as_i64(args[3], 0, PY_SSIZE_T_MAX, &i) < 0
+            || as_i64(args[4], 0, I32_MAX * 1024LL, &wrote) < 0 || as_i64(args[5], 0, I32_MAX * 1024LL, &fsize) < 0
+            || as_i64(args[6], 0, I64_MAX / 2, &start) < 0 || as_i64(args[7], 0, 1024, &extra) < 0
+            || as_i64(args[9], I64_MIN, I64_MAX, &store_ts) < 0
+            || PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0)
+        return fallback("append_records", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[2]);
+    for (Py_ssize_t k = (Py_ssize_t)i; k < count; k++) {
+        msg_attrs a;
+        int rc;
+        if (attrs_get(PyList_GET_ITEM(args[2], k), &a) < 0) {
+            PyBuffer_Release(&out);
+            return append_fallback(args, k, wrote, pos);
+        }
+        rc = append_one(&a, &out, &wrote, &pos, fsize, start, extra, args[8], store_ts,
+                        args[10] == Py_True, !(k == i && args[12] == Py_True), args[11]);
+        attrs_clear(&a);
+        if (rc == 1) {
+            PyBuffer_Release(&out);
+            return Py_BuildValue("(nLL)", k, wrote, pos);
+        }
+        if (rc < 0) {
+            PyBuffer_Release(&out);
+            return rc == -1 ? append_fallback(args, k, wrote, pos) : NULL;
+        }
+    }
+    PyBuffer_Release(&out);
+    return Py_BuildValue("(nLL)", count, wrote, pos);
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -815,6 +1000,8 @@ static PyMethodDef methods[] = {
      "client.protocol.remoting.decode_binary_ext"},
     {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL | METH_KEYWORDS,
      "node.store.index_file.index_entries"},
+    {"append_records", (PyCFunction)(void (*)(void))append_records, METH_FASTCALL | METH_KEYWORDS,
+     "node.store.commit_log.append_records"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -828,6 +1015,8 @@ PyInit__speedups(void)
 {
     PyObject *m;
     crc_init();
+    if (intern_names() < 0)
+        return NULL;
     fallbacks = PyDict_New();
     if (fallbacks == NULL)
         return NULL;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import struct
 
+from client.protocol import accel
 from client.protocol import record as rec
 
 from .errors import OffsetMismatch
@@ -20,6 +21,42 @@ from .mapped_file_queue import MappedFileQueue
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
+
+
+def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int, start: int,
+                   extra: int, queue_table: dict, store_ts: int, crc: bool, requests: list,
+                   rolled: bool):
+    """Encode msgs[first:] at out[pos:], the byte `wrote` of a `fsize`-byte file that starts at log
+    offset `start`, until a record does not fit before the file's end with room for the BLANK
+    filler (rule 1); `rolled` (a new file was just started for msgs[first]) skips that check
+    for it. Advances queue_table and appends each dispatch request (message.py) to `requests`.
+    Returns (next i, wrote, pos). The append hot path: a compiled twin when built
+    (client/protocol/accel.py)."""
+    encode = rec.encode_into
+    for i in range(first, len(msgs)):
+        m = msgs[i]
+        size = m.size_no_crc + extra
+        if size + rec.BLANK_SIZE > fsize - wrote and not rolled:
+            return i, wrote, pos
+        rolled = False
+        if m.dispatchable:
+            key = (m.topic, m.queue_id)
+            qoff = queue_table.get(key, 0)
+            queue_table[key] = qoff + 1
+        else:
+            qoff = 0  # RocketMQ writes 0 for PREPARED/ROLLBACK records
+        phys = start + wrote
+        encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
+               m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
+               m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
+        wrote += size
+        pos += size
+        requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
+                         m.keys, m.uniq_key, m.sys_flag))
+    return len(msgs), wrote, pos
+
+
+append_records = accel.pick(append_records)
 
 
 class CommitLog:
@@ -53,7 +90,6 @@ class CommitLog:
         when fsyncs are rare."""
         crc = self.whole_record_crc
         extra = rec.CRC_RESERVED_BYTES if crc else 0
-        encode = rec.encode_into
         mf = self.queue.writable_file(self.start_offset)
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         end, nbytes = self._prepare_rolls(msgs, extra, wrote, fsize, start)
@@ -69,34 +105,24 @@ class CommitLog:
             out, pos = mf.buf, wrote
         seg, seg_at = pos, wrote  # stage[seg:pos] goes to this file at position seg_at
         requests = []
-        for m in msgs:
-            size = m.size_no_crc + extra
-            if size + rec.BLANK_SIZE > fsize - wrote:
-                rec.encode_blank(out, pos, fsize - wrote)
-                if through:
-                    pos += rec.BLANK_SIZE
-                    mf.write(memoryview(stage)[seg:pos], seg_at)
-                mf.wrote = fsize
-                mf = self.queue.writable_file()
-                wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
-                if through:
-                    seg, seg_at = pos, wrote
-                else:
-                    out, pos = mf.buf, wrote
-            if m.dispatchable:
-                key = (m.topic, m.queue_id)
-                qoff = queue_table.get(key, 0)
-                queue_table[key] = qoff + 1
+        i, rolled = 0, False
+        while True:  # one append_records call per file the batch lands in
+            i, wrote, pos = append_records(out, pos, msgs, i, wrote, fsize, start, extra,
+                                           queue_table, store_ts, crc, requests, rolled)
+            if i == len(msgs):
+                break
+            rec.encode_blank(out, pos, fsize - wrote)
+            if through:
+                pos += rec.BLANK_SIZE
+                mf.write(memoryview(stage)[seg:pos], seg_at)
+            mf.wrote = fsize
+            mf = self.queue.writable_file()
+            wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
+            if through:
+                seg, seg_at = pos, wrote
             else:
-                qoff = 0  # RocketMQ writes 0 for PREPARED/ROLLBACK records
-            phys = start + wrote
-            encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
-                   m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
-                   m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
-            wrote += size
-            pos += size
-            requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
-                             m.keys, m.uniq_key, m.sys_flag))
+                out, pos = mf.buf, wrote
+            rolled = True
         if through:
             mf.write(memoryview(stage)[seg:pos], seg_at)
         mf.wrote = wrote

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from client import send_codec
 from client.protocol import accel, record, remoting
 from node.processors import send
-from node.store import index_file
+from node.store import commit_log, index_file
 from node.store.message import StoreMessage
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -39,6 +39,7 @@ def test_extension_built():
     assert send_codec.encode_batch_body is _mod.encode_batch_body
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert index_file.index_entries is _mod.index_entries
+    assert commit_log.append_records is _mod.append_records
 
 
 def _outcome(fn, *args):
@@ -360,3 +361,52 @@ def test_index_entries_resume_across_a_full_file():
         assert fn(buf2, 1, 44, 2, 1, 0, 0, 0, reqs, 0, 1, 0, {}) == (1, 0, 2, 1, 5000, 7, (5000, 7))
         h_b = struct.unpack_from(">i", buf2, 44 + 20)[0]
         assert h_b == index_file.key_hash("T#b")
+
+
+# ------------------------------------------------------------------------------ commit-log append
+
+@st.composite
+def store_message(draw):
+    topic = draw(st.sampled_from(["T", "Topic-é", "x" * 130]))
+    props = draw(st.dictionaries(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "A"]),
+                                 st.text(min_size=1, max_size=5).filter(lambda s: "\x01" not in s and "\x02" not in s),
+                                 max_size=3))
+    m = StoreMessage(topic, draw(st.integers(0, 3)), draw(st.binary(max_size=60)), props,
+                     flag=draw(st.integers(-5, 5)), sys_flag=draw(st.sampled_from([0, 4, 8, 12, 0x10])),
+                     born_timestamp=draw(st.integers(0, 2**45)),
+                     born_host=draw(st.sampled_from([b"\x7f\0\0\x01\0\0\x2a\x9f", bytes(20)])))
+    odd = draw(st.integers(0, 11))
+    if odd == 0:
+        m.topic_bytes = m.topic  # a str: the twin's encode raises
+    elif odd == 1:
+        m.dispatchable = 1  # truthy, not a bool: the twin decides
+    elif odd == 2:
+        m.body = memoryview(bytes(m.body))
+    return m
+
+
+@st.composite
+def append_case(draw):
+    msgs = draw(st.lists(store_message(), max_size=6))
+    crc = draw(st.booleans())
+    fsize = draw(st.integers(100, 900))
+    wrote = draw(st.integers(0, fsize))
+    table = draw(st.sampled_from([{}, {("T", 0): 7, ("T", 1): 2**40}]))
+    i = draw(st.integers(0, len(msgs)))
+    return (msgs, i, wrote, fsize, draw(st.integers(0, 2**40)), 20 if crc else 0, table,
+            draw(st.integers(0, 2**45)), crc, draw(st.booleans()), draw(st.integers(0, 50)))
+
+
+@needs_compiled
+@SETTINGS
+@given(append_case())
+def test_append_records(case):
+    msgs, i, wrote, fsize, start, extra, table, store_ts, crc, rolled, pos = case
+    _register_fallbacks()
+    results = []
+    for fn in (accel.PURE["append_records"], _mod.append_records):
+        out, qt, requests = bytearray(pos + 2000), dict(table), []
+        got = _outcome(fn, out, pos, msgs, i, wrote, fsize, start, extra, qt, store_ts, crc,
+                       requests, rolled)
+        results.append((got, bytes(out), qt, requests))
+    assert results[1] == results[0]
