@@ -798,6 +798,7 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
 
 /* ------------------------------------------------------------------ commit-log append */
 
+static PyObject *s_properties, *s_tags, *empty_tuple;
 static PyObject *s_size_no_crc, *s_dispatchable, *s_topic, *s_queue_id, *s_topic_bytes, *s_flag,
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
     *s_prepared_tx_offset, *s_body, *s_properties_raw, *s_tags_code, *s_keys, *s_uniq_key;
@@ -813,7 +814,10 @@ intern_names(void)
     INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_tx_offset, "prepared_tx_offset");
     INTERN(s_body, "body"); INTERN(s_properties_raw, "properties_raw"); INTERN(s_tags_code, "tags_code");
     INTERN(s_keys, "keys"); INTERN(s_uniq_key, "uniq_key");
+    INTERN(s_properties, "properties"); INTERN(s_tags, "tags");
 #undef INTERN
+    if ((empty_tuple = PyTuple_New(0)) == NULL)
+        return -1;
     return 0;
 }
 
@@ -981,6 +985,117 @@ append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     return Py_BuildValue("(nLL)", count, wrote, pos);
 }
 
+/* ------------------------------------------------------------------ store messages from the wire */
+
+/* prop_fields' work on bytes: (tags, keys, uniq) new references and the tag code; -1 on error. */
+static int
+fields_of(PyObject *raw, PyObject **tags, PyObject **keys, PyObject **uniq, long *code)
+{
+    const char *p = PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    *tags = find_prop(p, n, "\x02TAGS\x01", 6);
+    *keys = *tags ? find_prop(p, n, "\x02KEYS\x01", 6) : NULL;
+    *uniq = *keys ? find_prop(p, n, "\x02UNIQ_KEY\x01", 10) : NULL;
+    if (*uniq == NULL) {
+        Py_XDECREF(*tags);
+        Py_XDECREF(*keys);
+        return -1;
+    }
+    *code = *tags == Py_None ? 0 : java_hash(*tags);
+    return 0;
+}
+
+static int
+set_steal(PyObject *m, PyObject *name, PyObject *value)
+{
+    int rc;
+    if (value == NULL)
+        return -1;
+    rc = PyObject_SetAttr(m, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+/* One message; NULL with an error set, or NULL without one when the twin must decide. */
+static PyObject *
+wire_message(PyTypeObject *cls, PyObject *const *args, PyObject *topic_bytes, PyObject *dispatchable,
+             long long base, PyObject *entry)
+{
+    PyObject *m, *tags, *keys, *uniq, *flag, *body, *raw;
+    Py_ssize_t body_len;
+    long code;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
+        return NULL;
+    flag = PyTuple_GET_ITEM(entry, 0); body = PyTuple_GET_ITEM(entry, 1); raw = PyTuple_GET_ITEM(entry, 2);
+    if (!PyBytes_CheckExact(raw) || (body_len = PyObject_Size(body)) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (fields_of(raw, &tags, &keys, &uniq, &code) < 0)
+        return NULL;
+    m = cls->tp_new(cls, empty_tuple, NULL);
+    if (m == NULL || PyObject_SetAttr(m, s_topic, args[1]) < 0 || PyObject_SetAttr(m, s_topic_bytes, topic_bytes) < 0
+            || PyObject_SetAttr(m, s_queue_id, args[2]) < 0 || PyObject_SetAttr(m, s_body, body) < 0
+            || PyObject_SetAttr(m, s_properties, Py_None) < 0 || PyObject_SetAttr(m, s_properties_raw, raw) < 0
+            || PyObject_SetAttr(m, s_flag, flag) < 0 || PyObject_SetAttr(m, s_sys_flag, args[4]) < 0
+            || PyObject_SetAttr(m, s_born_timestamp, args[5]) < 0 || PyObject_SetAttr(m, s_born_host, args[6]) < 0
+            || PyObject_SetAttr(m, s_store_host, args[7]) < 0 || PyObject_SetAttr(m, s_reconsume_times, args[8]) < 0
+            || set_steal(m, s_prepared_tx_offset, PyLong_FromLong(0)) < 0
+            || PyObject_SetAttr(m, s_tags, tags) < 0 || PyObject_SetAttr(m, s_keys, keys) < 0
+            || PyObject_SetAttr(m, s_uniq_key, uniq) < 0 || set_steal(m, s_tags_code, PyLong_FromLong(code)) < 0
+            || set_steal(m, s_size_no_crc, PyLong_FromLongLong(base + body_len + PyBytes_GET_SIZE(raw))) < 0
+            || PyObject_SetAttr(m, s_dispatchable, dispatchable) < 0) {
+        Py_XDECREF(m);
+        m = NULL;
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "wire_messages: could not build a message");
+    }
+    Py_DECREF(tags); Py_DECREF(keys); Py_DECREF(uniq);
+    return m;
+}
+
+static PyObject *
+wire_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (cls, topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host,
+       reconsume_times) -> [cls, ...] */
+    PyObject *entries, *topic_bytes, *out, *dispatchable;
+    long long sys_flag, base;
+    Py_ssize_t count, topic_len;
+    const char *tb;
+    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || !PyUnicode_CheckExact(args[1])
+            || !(PyList_CheckExact(args[3]) || PyTuple_CheckExact(args[3]))
+            || as_i64(args[4], I64_MIN, I64_MAX, &sys_flag) < 0
+            || !PyBytes_CheckExact(args[6]) || !PyBytes_CheckExact(args[7])
+            || (tb = PyUnicode_AsUTF8AndSize(args[1], &topic_len)) == NULL)
+        return fallback("wire_messages", args, nargs, kwnames);
+    entries = args[3];
+    count = PySequence_Fast_GET_SIZE(entries);
+    base = 91 + topic_len + (topic_len > 127) + (PyBytes_GET_SIZE(args[6]) == 20 ? 12 : 0)
+        + (PyBytes_GET_SIZE(args[7]) == 20 ? 12 : 0);
+    dispatchable = (sys_flag & 0xC) != 4 && (sys_flag & 0xC) != 0xC ? Py_True : Py_False;
+    topic_bytes = PyBytes_FromStringAndSize(tb, topic_len);
+    out = topic_bytes ? PyList_New(count) : NULL;
+    if (out == NULL) {
+        Py_XDECREF(topic_bytes);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *m = wire_message((PyTypeObject *)args[0], args, topic_bytes, dispatchable, base,
+                                   PySequence_Fast_GET_ITEM(entries, k));
+        if (m == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(topic_bytes);
+            if (PyErr_Occurred())
+                return NULL;
+            return fallback("wire_messages", args, nargs, kwnames);
+        }
+        PyList_SET_ITEM(out, k, m);
+    }
+    Py_DECREF(topic_bytes);
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1002,6 +1117,8 @@ static PyMethodDef methods[] = {
      "node.store.index_file.index_entries"},
     {"append_records", (PyCFunction)(void (*)(void))append_records, METH_FASTCALL | METH_KEYWORDS,
      "node.store.commit_log.append_records"},
+    {"wire_messages", (PyCFunction)(void (*)(void))wire_messages, METH_FASTCALL | METH_KEYWORDS,
+     "node.store.message.wire_messages"},
     {NULL, NULL, 0, NULL},
 };
 

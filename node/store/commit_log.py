@@ -90,6 +90,8 @@ class CommitLog:
         when fsyncs are rare."""
         crc = self.whole_record_crc
         extra = rec.CRC_RESERVED_BYTES if crc else 0
+        if msgs.__class__ is not list:
+            msgs = list(msgs)  # append_records' compiled twin takes a list
         mf = self.queue.writable_file(self.start_offset)
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         end, nbytes = self._prepare_rolls(msgs, extra, wrote, fsize, start)

@@ -14,11 +14,11 @@ CHECK = """
 from client import send_codec
 from client.protocol import accel, record, remoting
 from node.processors import send
-from node.store import commit_log, index_file
+from node.store import commit_log, index_file, message
 assert accel.PURE_FORCED and not accel.COMPILED
 for fn in (record.encode_into, record.decode_properties, record.prop_fields, send.decode_batch,
            send_codec.encode_batch_body, remoting.decode_binary_ext, index_file.index_entries,
-           commit_log.append_records):
+           commit_log.append_records, message.wire_messages):
     assert fn is accel.PURE[fn.__name__], fn
 print(len(accel.PURE))
 """
