@@ -1096,6 +1096,328 @@ wire_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     return out;
 }
 
+/* ------------------------------------------------------------------ JSON remoting headers */
+
+/* The usual shape only: {"code":int,"language":"NAME","version":int,"opaque":int,"flag":int,
+   "remark":str|null,"extFields":{str:str}|null} plus other keys with scalar values (skipped).
+   Anything else (floats, nested values, surrogate escapes, duplicate top-level keys, invalid
+   UTF-8, numbers beyond 10 digits) is left to the twin. */
+
+typedef struct {
+    const unsigned char *p, *end;
+} jcur;
+
+static void
+jws(jcur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int
+hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A string at c->p (a quote): new str, or NULL (an error set only for a real failure). */
+static PyObject *
+jstring(jcur *c)
+{
+    const unsigned char *start = ++c->p;
+    unsigned char *buf, *w;
+    PyObject *s;
+    while (c->p < c->end && *c->p != '"' && *c->p != '\\' && *c->p >= 0x20)
+        c->p++;
+    if (c->p >= c->end || *c->p < 0x20)
+        return NULL;
+    if (*c->p == '"') {
+        s = PyUnicode_DecodeUTF8((const char *)start, c->p - start, NULL);
+        c->p++;
+        if (s == NULL)
+            PyErr_Clear();
+        return s;
+    }
+    buf = PyMem_Malloc((size_t)(c->end - start) + 1);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, start, (size_t)(c->p - start));
+    w = buf + (c->p - start);
+    while (c->p < c->end && *c->p != '"') {
+        unsigned char ch = *c->p++;
+        if (ch < 0x20)
+            goto unsupported;
+        if (ch != '\\') {
+            *w++ = ch;
+            continue;
+        }
+        if (c->p >= c->end)
+            goto unsupported;
+        ch = *c->p++;
+        switch (ch) {
+        case '"': case '\\': case '/': *w++ = ch; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'u': {
+            int cp = 0;
+            if (c->end - c->p < 4)
+                goto unsupported;
+            for (int k = 0; k < 4; k++) {
+                int h = hexval(c->p[k]);
+                if (h < 0)
+                    goto unsupported;
+                cp = cp * 16 + h;
+            }
+            c->p += 4;
+            if (cp >= 0xD800 && cp <= 0xDFFF)
+                goto unsupported;  /* surrogates: the twin's sanitizing rules */
+            if (cp < 0x80) {
+                *w++ = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                *w++ = (unsigned char)(0xC0 | (cp >> 6));
+                *w++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                *w++ = (unsigned char)(0xE0 | (cp >> 12));
+                *w++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *w++ = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default:
+            goto unsupported;
+        }
+    }
+    if (c->p >= c->end)
+        goto unsupported;
+    c->p++;
+    s = PyUnicode_DecodeUTF8((const char *)buf, w - buf, NULL);
+    PyMem_Free(buf);
+    if (s == NULL)
+        PyErr_Clear();
+    return s;
+unsupported:
+    PyMem_Free(buf);
+    return NULL;
+}
+
+/* An int of at most 10 digits (JSON grammar: no leading zeros): 0 and *out, else -1. */
+static int
+jint(jcur *c, long long *out)
+{
+    const unsigned char *start = c->p;
+    long long v = 0;
+    int neg = 0, digits = 0;
+    if (c->p < c->end && *c->p == '-') {
+        neg = 1;
+        c->p++;
+    }
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && digits <= 10) {
+        v = v * 10 + (*c->p++ - '0');
+        digits++;
+    }
+    if (digits == 0 || digits > 10 || (digits > 1 && start[neg] == '0'))
+        return -1;
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E' || (*c->p >= '0' && *c->p <= '9')))
+        return -1;
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int
+jliteral(jcur *c, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0)
+        return -1;
+    c->p += n;
+    return 0;
+}
+
+/* extFields' object of string values: new dict, or NULL (error set only for real failures). */
+static PyObject *
+jext(jcur *c)
+{
+    PyObject *ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    c->p++;
+    jws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return ext;
+    }
+    for (;;) {
+        PyObject *k, *v;
+        jws(c);
+        if (c->p >= c->end || *c->p != '"' || (k = jstring(c)) == NULL)
+            goto fail;
+        jws(c);
+        if (c->p >= c->end || *c->p++ != ':') {
+            Py_DECREF(k);
+            goto fail;
+        }
+        jws(c);
+        if (c->p >= c->end || *c->p != '"' || (v = jstring(c)) == NULL) {
+            Py_DECREF(k);
+            goto fail;
+        }
+        if (PyDict_SetItem(ext, k, v) < 0) {
+            Py_DECREF(k); Py_DECREF(v);
+            goto fail;
+        }
+        Py_DECREF(k); Py_DECREF(v);
+        jws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return ext;
+        }
+        goto fail;
+    }
+fail:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+enum { J_CODE, J_LANG, J_VERSION, J_OPAQUE, J_FLAG, J_REMARK, J_EXT, J_FIELDS };
+
+/* A scalar value of an unknown key: skipped. -1: not a scalar (the twin decides). */
+static int
+jskip(jcur *c)
+{
+    long long ignored;
+    if (c->p < c->end && *c->p == '"') {
+        PyObject *s = jstring(c);
+        if (s == NULL)
+            return -1;
+        Py_DECREF(s);
+        return 0;
+    }
+    if (jliteral(c, "true") == 0 || jliteral(c, "false") == 0 || jliteral(c, "null") == 0)
+        return 0;
+    return jint(c, &ignored);
+}
+
+/* One "key": value of the top level into vals; -1: the twin decides. */
+static int
+jmember(jcur *c, PyObject **vals, int *seen)
+{
+    static const char *names[J_FIELDS] = {"code", "language", "version", "opaque", "flag", "remark", "extFields"};
+    const unsigned char *key;
+    size_t key_len;
+    int which = -1;
+    long long v;
+    if (c->p >= c->end || *c->p != '"')
+        return -1;
+    key = ++c->p;
+    while (c->p < c->end && *c->p != '"' && *c->p != '\\' && *c->p >= 0x20)
+        c->p++;
+    if (c->p >= c->end || *c->p != '"')
+        return -1;  /* escaped or odd key */
+    key_len = (size_t)(c->p++ - key);
+    for (int k = 0; k < J_FIELDS; k++)
+        if (strlen(names[k]) == key_len && memcmp(names[k], key, key_len) == 0)
+            which = k;
+    jws(c);
+    if (c->p >= c->end || *c->p++ != ':')
+        return -1;
+    jws(c);
+    if (which < 0)
+        return jskip(c);
+    if (seen[which]++)
+        return -1;  /* duplicate top-level key */
+    if (jliteral(c, "null") == 0) {
+        if (which == J_CODE)
+            return -1;
+        vals[which] = which == J_REMARK || which == J_LANG ? Py_NewRef(Py_None)
+            : which == J_EXT ? PyDict_New() : PyLong_FromLong(0);
+        return vals[which] ? 0 : -1;
+    }
+    if (which == J_LANG || which == J_REMARK) {
+        if (c->p >= c->end || *c->p != '"')
+            return -1;
+        vals[which] = jstring(c);
+    } else if (which == J_EXT) {
+        if (c->p >= c->end || *c->p != '{')
+            return -1;
+        vals[which] = jext(c);
+    } else {
+        if (jint(c, &v) < 0 || v < I32_MIN || v > I32_MAX)
+            return -1;
+        vals[which] = PyLong_FromLongLong(v);
+    }
+    return vals[which] ? 0 : -1;
+}
+
+static PyObject *
+json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[J_FIELDS] = {NULL}, *result = NULL;
+    int seen[J_FIELDS] = {0};
+    jcur c;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_header_fields", args, nargs, kwnames);
+    c.p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    c.end = c.p + PyBytes_GET_SIZE(args[0]);
+    jws(&c);
+    if (c.p >= c.end || *c.p++ != '{')
+        goto slow;
+    jws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        c.p++;
+    } else {
+        for (;;) {
+            jws(&c);
+            if (jmember(&c, vals, seen) < 0)
+                goto slow;
+            jws(&c);
+            if (c.p < c.end && *c.p == ',') {
+                c.p++;
+                continue;
+            }
+            if (c.p < c.end && *c.p++ == '}')
+                break;
+            goto slow;
+        }
+    }
+    jws(&c);
+    if (c.p != c.end || vals[J_CODE] == NULL)
+        goto slow;
+    for (int k = J_VERSION; k <= J_FLAG; k++)
+        if (vals[k] == NULL && (vals[k] = PyLong_FromLong(0)) == NULL)
+            goto done;
+    if (vals[J_LANG] == NULL)
+        vals[J_LANG] = Py_NewRef(Py_None);
+    if (vals[J_REMARK] == NULL)
+        vals[J_REMARK] = Py_NewRef(Py_None);
+    if (vals[J_EXT] == NULL && (vals[J_EXT] = PyDict_New()) == NULL)
+        goto done;
+    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
+                          vals[J_REMARK], vals[J_EXT]);
+    goto done;
+slow:
+    for (int k = 0; k < J_FIELDS; k++)
+        Py_CLEAR(vals[k]);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+        PyErr_Clear();
+    if (PyErr_Occurred())
+        return NULL;
+    return fallback("json_header_fields", args, nargs, kwnames);
+done:
+    for (int k = 0; k < J_FIELDS; k++)
+        Py_XDECREF(vals[k]);
+    return result;
+}
+
 /* ------------------------------------------------------------------ module */
 
 static PyMethodDef methods[] = {
@@ -1119,6 +1441,8 @@ static PyMethodDef methods[] = {
      "node.store.commit_log.append_records"},
     {"wire_messages", (PyCFunction)(void (*)(void))wire_messages, METH_FASTCALL | METH_KEYWORDS,
      "node.store.message.wire_messages"},
+    {"json_header_fields", (PyCFunction)(void (*)(void))json_header_fields, METH_FASTCALL | METH_KEYWORDS,
+     "client.protocol.remoting.json_header_fields"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -333,7 +333,9 @@ def _fast_json(raw):
     return obj if obj.__class__ is dict else None
 
 
-def _decode_json_header(raw, body, serialize_type):
+def json_header_fields(raw):
+    """(code, language as sent, version, opaque, flag, remark, ext) of a JSON header, checked;
+    ProtocolError otherwise. A compiled twin when built (client/protocol/accel.py)."""
     obj = _fast_json(raw) if _orjson_loads is not None else None
     text = None
     if obj is None:
@@ -354,7 +356,14 @@ def _decode_json_header(raw, body, serialize_type):
         ext = {_sanitize(k): _sanitize(v) for k, v in ext.items()}
     # Java's defaults for absent fields: language JAVA, version/opaque/flag 0; code is required.
     code, version, opaque, flag = _json_ints(obj)
-    wire_language = obj.get("language")
+    return code, obj.get("language"), version, opaque, flag, remark, ext
+
+
+json_header_fields = accel.pick(json_header_fields)
+
+
+def _decode_json_header(raw, body, serialize_type):
+    code, wire_language, version, opaque, flag, remark, ext = json_header_fields(raw)
     language = _LANG_BY_NAME.get(wire_language) if wire_language.__class__ is str else None
     if language is None:  # not a known name: the slow path decides
         language = _json_language(wire_language)

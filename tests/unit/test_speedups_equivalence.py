@@ -7,6 +7,7 @@ tests call both directly either way (they load the extension for the comparison)
 """
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -39,6 +40,7 @@ def test_extension_built():
     assert send.decode_batch is _mod.decode_batch
     assert send_codec.encode_batch_body is _mod.encode_batch_body
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
+    assert remoting.json_header_fields is _mod.json_header_fields
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
     assert store_message_mod.wire_messages is _mod.wire_messages
@@ -453,3 +455,55 @@ def test_wire_messages(case):
         assert got == want
         return
     _both("wire_messages", *case, normalize=_slots)
+
+
+# ------------------------------------------------------------------------------ JSON headers
+
+json_text = rarely(st.text(st.characters(blacklist_categories=("Cs",), max_codepoint=0xFFFF), max_size=8),
+                   st.text(st.characters(blacklist_categories=("Cs",)), max_size=8))
+json_scalar = st.one_of(json_text, st.integers(-2**33, 2**33), st.booleans(), st.none(),
+                        st.floats(allow_nan=False, allow_infinity=False, width=32))
+
+
+@st.composite
+def json_header(draw):
+    obj = {}
+    usual = draw(st.integers(0, 3)) != 0
+    for key, value in (("code", st.integers(-2**31, 2**31 - 1)),
+                       ("language", st.sampled_from(["JAVA", "CPP", "PYTHON", "RUST", "GO"])),
+                       ("version", st.integers(0, 500)), ("opaque", st.integers(-2**31, 2**31 - 1)),
+                       ("flag", st.integers(0, 3)), ("remark", st.one_of(st.none(), json_text)),
+                       ("extFields", st.dictionaries(json_text, json_text, max_size=5)),
+                       ("serializeTypeCurrentRPC", st.just("JSON"))):
+        if draw(st.integers(0, 9)) == 0:
+            continue  # absent
+        obj[key] = draw(value if usual else st.one_of(value, json_scalar))
+    if not usual and draw(st.booleans()):
+        obj[draw(json_text)] = draw(st.one_of(json_scalar, st.dictionaries(json_text, json_scalar, max_size=2)))
+    text = json.dumps(obj, ensure_ascii=draw(st.booleans()),
+                      separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])),
+                      indent=draw(st.sampled_from([None, 1])))
+    raw = bytearray((text + draw(rarely(st.sampled_from(["", "\n"]), st.just(" x")))).encode())
+    if raw and draw(st.integers(0, 9)) == 0:  # damage
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    return bytes(raw)
+
+
+@needs_compiled
+@SETTINGS
+@given(json_header())
+def test_json_header_fields(raw):
+    _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
+
+
+@needs_compiled
+@pytest.mark.parametrize("raw", [
+    b'{"code":1,"code":2}', b'{"code":01}', b'{"code":1.0}', b'{"code":null}', b'{}', b'[]',
+    b'{"code":1,"remark":"\\ud800"}', b'{"code":1,"remark":"\\ud83d\\ude00"}',
+    b'{"code":1,"extFields":{"a":1,"b":true,"c":null}}', b'{"code":1,"extFields":{"a":"x","a":"y"}}',
+    b'{"code":12345678901}', b'{"code":1,"language":7}', b'{"code":1,"x":{"y":[1]}}',
+    b'{"code":1,"remark":"\xff"}', b'{"code":-0,"flag":null,"version":null,"opaque":null}',
+    b' {"code":1} \n', b'{"code":1,"remark":"a\\u00e9\\n\\"b"}', b'{"code":1,"remark":"tab\there"}',
+])
+def test_json_header_fields_edges(raw):
+    _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
