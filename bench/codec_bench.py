@@ -25,7 +25,8 @@ from client.protocol import accel, record  # noqa: E402
 from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 from node.processors import send  # noqa: E402,F401  (registers its pure twin)
-from node.store import index_file  # noqa: E402,F401  (registers its pure twin)
+from node.store import commit_log, index_file  # noqa: E402,F401  (register their pure twins)
+from node.store.message import StoreMessage  # noqa: E402
 
 SEND_EXT = {
     "producerGroup": "please_rename_unique_group_name",
@@ -90,6 +91,10 @@ def _function_cases():
         "decode_batch": (batch, b"CLUSTER\x01c", 4 << 20, 1024),
         "encode_batch_body": (entries,),
         "decode_binary_ext": (header, 21, len(header)),
+        "json_header_fields": (encode_frame(RemotingCommand.request(
+            RequestCode.SEND_MESSAGE, ext=dict(SEND_EXT)))[8:],),
+        "wire_messages": (StoreMessage, "TopicTest", 3, [(0, BODY, props)] * 32, 0, 1700000000123,
+                          host, host, 0),
         # one dispatch slice of 32 requests, 3 names each, into a fresh index file
         "index_entries": (bytearray(40 + 1024 * 4 + 4096 * 20), 1024, 40 + 1024 * 4, 4096, 1, 0,
                           0, 0, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123,

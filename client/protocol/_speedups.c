@@ -9,7 +9,7 @@ construction, and the compiled code never needs its own error texts.
 Rules:
 1. Nothing is written to a caller's buffer before every check has passed: a call that falls
    back leaves the buffer as it found it.
-2. Only the stable CPython C API; no library beyond libc (the CRC-32 is our own table code,
+2. The public CPython C API only; no library beyond libc (the CRC-32 is our own table code,
    bit-identical to zlib.crc32), so building needs a C compiler and the Python headers only.
 */
 #define PY_SSIZE_T_CLEAN
@@ -19,6 +19,7 @@ Rules:
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>  /* T_OBJECT_EX, READONLY: slot descriptors */
 
 static PyObject *fallbacks; /* name -> pure-Python twin */
 
@@ -1005,15 +1006,47 @@ fields_of(PyObject *raw, PyObject **tags, PyObject **keys, PyObject **uniq, long
     return 0;
 }
 
+/* Slot offsets of the message class (T_OBJECT_EX member descriptors), looked up once per
+   class: a fresh instance's slots are filled directly, as STORE_ATTR on a slot does. */
+enum { W_TOPIC, W_TOPIC_BYTES, W_QID, W_BODY, W_PROPS, W_PROPS_RAW, W_FLAG, W_SYSFLAG, W_BORN_TS,
+       W_BORN_HOST, W_STORE_HOST, W_RECONSUME, W_PREP, W_TAGS, W_KEYS, W_UNIQ, W_TAGS_CODE, W_SIZE,
+       W_DISP, W_SLOTS };
+static PyTypeObject *slots_type;
+static Py_ssize_t slot_offset[W_SLOTS];
+
 static int
-set_steal(PyObject *m, PyObject *name, PyObject *value)
+slot_offsets(PyTypeObject *cls)
 {
-    int rc;
-    if (value == NULL)
-        return -1;
-    rc = PyObject_SetAttr(m, name, value);
-    Py_DECREF(value);
-    return rc;
+    PyObject *names[W_SLOTS] = {s_topic, s_topic_bytes, s_queue_id, s_body, s_properties, s_properties_raw,
+                                s_flag, s_sys_flag, s_born_timestamp, s_born_host, s_store_host,
+                                s_reconsume_times, s_prepared_tx_offset, s_tags, s_keys, s_uniq_key,
+                                s_tags_code, s_size_no_crc, s_dispatchable};
+    if (cls == slots_type)
+        return 0;
+    for (int k = 0; k < W_SLOTS; k++) {
+        PyObject *d = PyObject_GetAttr((PyObject *)cls, names[k]);  /* the descriptor itself */
+        PyMemberDef *def;
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            Py_XDECREF(d);
+            PyErr_Clear();
+            return -1;
+        }
+        def = ((PyMemberDescrObject *)d)->d_member;
+        Py_DECREF(d);  /* the class keeps it */
+        if (def->type != T_OBJECT_EX || (def->flags & READONLY))
+            return -1;
+        slot_offset[k] = def->offset;
+    }
+    Py_INCREF(cls);  /* held, so the cached offsets can never describe another class */
+    Py_XSETREF(slots_type, cls);
+    return 0;
+}
+
+static inline void
+slot_set(PyObject *m, int k, PyObject *value)  /* steals value; the slot is empty (fresh object) */
+{
+    PyObject **at = (PyObject **)((char *)m + slot_offset[k]);
+    Py_XSETREF(*at, value);
 }
 
 /* One message; NULL with an error set, or NULL without one when the twin must decide. */
@@ -1021,36 +1054,45 @@ static PyObject *
 wire_message(PyTypeObject *cls, PyObject *const *args, PyObject *topic_bytes, PyObject *dispatchable,
              long long base, PyObject *entry)
 {
-    PyObject *m, *tags, *keys, *uniq, *flag, *body, *raw;
+    PyObject *m, *tags, *keys, *uniq, *raw, *body, *code_obj, *size_obj;
     Py_ssize_t body_len;
     long code;
     if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
         return NULL;
-    flag = PyTuple_GET_ITEM(entry, 0); body = PyTuple_GET_ITEM(entry, 1); raw = PyTuple_GET_ITEM(entry, 2);
+    body = PyTuple_GET_ITEM(entry, 1);
+    raw = PyTuple_GET_ITEM(entry, 2);
     if (!PyBytes_CheckExact(raw) || (body_len = PyObject_Size(body)) < 0) {
         PyErr_Clear();
         return NULL;
     }
     if (fields_of(raw, &tags, &keys, &uniq, &code) < 0)
         return NULL;
-    m = cls->tp_new(cls, empty_tuple, NULL);
-    if (m == NULL || PyObject_SetAttr(m, s_topic, args[1]) < 0 || PyObject_SetAttr(m, s_topic_bytes, topic_bytes) < 0
-            || PyObject_SetAttr(m, s_queue_id, args[2]) < 0 || PyObject_SetAttr(m, s_body, body) < 0
-            || PyObject_SetAttr(m, s_properties, Py_None) < 0 || PyObject_SetAttr(m, s_properties_raw, raw) < 0
-            || PyObject_SetAttr(m, s_flag, flag) < 0 || PyObject_SetAttr(m, s_sys_flag, args[4]) < 0
-            || PyObject_SetAttr(m, s_born_timestamp, args[5]) < 0 || PyObject_SetAttr(m, s_born_host, args[6]) < 0
-            || PyObject_SetAttr(m, s_store_host, args[7]) < 0 || PyObject_SetAttr(m, s_reconsume_times, args[8]) < 0
-            || set_steal(m, s_prepared_tx_offset, PyLong_FromLong(0)) < 0
-            || PyObject_SetAttr(m, s_tags, tags) < 0 || PyObject_SetAttr(m, s_keys, keys) < 0
-            || PyObject_SetAttr(m, s_uniq_key, uniq) < 0 || set_steal(m, s_tags_code, PyLong_FromLong(code)) < 0
-            || set_steal(m, s_size_no_crc, PyLong_FromLongLong(base + body_len + PyBytes_GET_SIZE(raw))) < 0
-            || PyObject_SetAttr(m, s_dispatchable, dispatchable) < 0) {
-        Py_XDECREF(m);
-        m = NULL;
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "wire_messages: could not build a message");
+    code_obj = PyLong_FromLong(code);
+    size_obj = code_obj ? PyLong_FromLongLong(base + body_len + PyBytes_GET_SIZE(raw)) : NULL;
+    m = size_obj ? cls->tp_new(cls, empty_tuple, NULL) : NULL;
+    if (m == NULL) {
+        Py_DECREF(tags); Py_DECREF(keys); Py_DECREF(uniq); Py_XDECREF(code_obj); Py_XDECREF(size_obj);
+        return NULL;
     }
-    Py_DECREF(tags); Py_DECREF(keys); Py_DECREF(uniq);
+    slot_set(m, W_TOPIC, Py_NewRef(args[1]));
+    slot_set(m, W_TOPIC_BYTES, Py_NewRef(topic_bytes));
+    slot_set(m, W_QID, Py_NewRef(args[2]));
+    slot_set(m, W_BODY, Py_NewRef(body));
+    slot_set(m, W_PROPS, Py_NewRef(Py_None));
+    slot_set(m, W_PROPS_RAW, Py_NewRef(raw));
+    slot_set(m, W_FLAG, Py_NewRef(PyTuple_GET_ITEM(entry, 0)));
+    slot_set(m, W_SYSFLAG, Py_NewRef(args[4]));
+    slot_set(m, W_BORN_TS, Py_NewRef(args[5]));
+    slot_set(m, W_BORN_HOST, Py_NewRef(args[6]));
+    slot_set(m, W_STORE_HOST, Py_NewRef(args[7]));
+    slot_set(m, W_RECONSUME, Py_NewRef(args[8]));
+    slot_set(m, W_PREP, PyLong_FromLong(0));  /* a cached small int: cannot fail */
+    slot_set(m, W_TAGS, tags);
+    slot_set(m, W_KEYS, keys);
+    slot_set(m, W_UNIQ, uniq);
+    slot_set(m, W_TAGS_CODE, code_obj);
+    slot_set(m, W_SIZE, size_obj);
+    slot_set(m, W_DISP, Py_NewRef(dispatchable));
     return m;
 }
 
@@ -1063,7 +1105,8 @@ wire_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     long long sys_flag, base;
     Py_ssize_t count, topic_len;
     const char *tb;
-    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || !PyUnicode_CheckExact(args[1])
+    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || slot_offsets((PyTypeObject *)args[0]) < 0
+            || !PyUnicode_CheckExact(args[1])
             || !(PyList_CheckExact(args[3]) || PyTuple_CheckExact(args[3]))
             || as_i64(args[4], I64_MIN, I64_MAX, &sys_flag) < 0
             || !PyBytes_CheckExact(args[6]) || !PyBytes_CheckExact(args[7])
