@@ -1463,29 +1463,22 @@ done:
 
 /* ------------------------------------------------------------------ module */
 
+/* A compiled twin: fast call with keywords (they always go to the pure twin), doc = twin's home. */
+#define TWIN(name, home) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL | METH_KEYWORDS, home "." #name}
+
 static PyMethodDef methods[] = {
     {"set_fallback", set_fallback, METH_VARARGS, "set_fallback(name, fn): register a pure twin"},
     {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, "zlib.crc32(data, value=0)"},
-    {"encode_into", (PyCFunction)(void (*)(void))encode_into, METH_FASTCALL | METH_KEYWORDS,
-     "client.protocol.record.encode_into"},
-    {"decode_properties", (PyCFunction)(void (*)(void))decode_properties, METH_FASTCALL | METH_KEYWORDS,
-     "client.protocol.record.decode_properties"},
-    {"prop_fields", (PyCFunction)(void (*)(void))prop_fields, METH_FASTCALL | METH_KEYWORDS,
-     "client.protocol.record.prop_fields"},
-    {"decode_batch", (PyCFunction)(void (*)(void))decode_batch, METH_FASTCALL | METH_KEYWORDS,
-     "node.processors.send.decode_batch"},
-    {"encode_batch_body", (PyCFunction)(void (*)(void))encode_batch_body, METH_FASTCALL | METH_KEYWORDS,
-     "client.send_codec.encode_batch_body"},
-    {"decode_binary_ext", (PyCFunction)(void (*)(void))decode_binary_ext, METH_FASTCALL | METH_KEYWORDS,
-     "client.protocol.remoting.decode_binary_ext"},
-    {"index_entries", (PyCFunction)(void (*)(void))index_entries, METH_FASTCALL | METH_KEYWORDS,
-     "node.store.index_file.index_entries"},
-    {"append_records", (PyCFunction)(void (*)(void))append_records, METH_FASTCALL | METH_KEYWORDS,
-     "node.store.commit_log.append_records"},
-    {"wire_messages", (PyCFunction)(void (*)(void))wire_messages, METH_FASTCALL | METH_KEYWORDS,
-     "node.store.message.wire_messages"},
-    {"json_header_fields", (PyCFunction)(void (*)(void))json_header_fields, METH_FASTCALL | METH_KEYWORDS,
-     "client.protocol.remoting.json_header_fields"},
+    TWIN(encode_into, "client.protocol.record"),
+    TWIN(decode_properties, "client.protocol.record"),
+    TWIN(prop_fields, "client.protocol.record"),
+    TWIN(decode_batch, "node.processors.send"),
+    TWIN(encode_batch_body, "client.send_codec"),
+    TWIN(decode_binary_ext, "client.protocol.remoting"),
+    TWIN(json_header_fields, "client.protocol.remoting"),
+    TWIN(index_entries, "node.store.index_file"),
+    TWIN(append_records, "node.store.commit_log"),
+    TWIN(wire_messages, "node.store.message"),
     {NULL, NULL, 0, NULL},
 };
 
