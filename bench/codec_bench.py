@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from bench.build_info import build_fields  # noqa: E402
 from client import send_codec  # noqa: E402,F401  (registers its pure twin)
+from client.message import MessageExt  # noqa: E402
 from client.protocol import accel, record  # noqa: E402
 from client.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from client.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
@@ -74,6 +75,17 @@ def _measure(serialize_type, iterations, repeats):
     }
 
 
+def _pull_body() -> bytes:
+    """32 stored 1 KiB records: a typical pull reply body."""
+    host = record.encode_host("127.0.0.1", 10911)
+    size = record.record_size(len(BODY), 9, 0)
+    buf = bytearray(size * 32)
+    for i in range(32):
+        record.encode_into(buf, i * size, b"TopicTest", 0, 0, i, i * size, 0, 0, host, 0, host, 0,
+                           0, BODY, b"")
+    return bytes(buf)
+
+
 def _function_cases():
     """name -> arguments: one typical hot-path call of each accelerated function."""
     props = SEND_EXT["properties"].encode()
@@ -95,6 +107,7 @@ def _function_cases():
             RequestCode.SEND_MESSAGE, ext=dict(SEND_EXT)))[8:],),
         "wire_messages": (StoreMessage, "TopicTest", 3, [(0, BODY, props)] * 32, 0, 1700000000123,
                           host, host, 0),
+        "record_views": (MessageExt, _pull_body(), "broker-a"),
         # one dispatch slice of 32 requests, 3 names each, into a fresh index file
         "index_entries": (bytearray(40 + 1024 * 4 + 4096 * 20), 1024, 40 + 1024 * 4, 4096, 1, 0,
                           0, 0, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123,

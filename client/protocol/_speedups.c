@@ -1011,19 +1011,19 @@ fields_of(PyObject *raw, PyObject **tags, PyObject **keys, PyObject **uniq, long
 enum { W_TOPIC, W_TOPIC_BYTES, W_QID, W_BODY, W_PROPS, W_PROPS_RAW, W_FLAG, W_SYSFLAG, W_BORN_TS,
        W_BORN_HOST, W_STORE_HOST, W_RECONSUME, W_PREP, W_TAGS, W_KEYS, W_UNIQ, W_TAGS_CODE, W_SIZE,
        W_DISP, W_SLOTS };
-static PyTypeObject *slots_type;
-static Py_ssize_t slot_offset[W_SLOTS];
+typedef struct {
+    PyTypeObject *type;  /* held, so the offsets can never describe another class */
+    Py_ssize_t offset[W_SLOTS];
+} slot_cache;
+
+static slot_cache store_message_slots, record_view_slots;
 
 static int
-slot_offsets(PyTypeObject *cls)
+slot_offsets(slot_cache *cache, PyTypeObject *cls, PyObject *const *names, int count)
 {
-    PyObject *names[W_SLOTS] = {s_topic, s_topic_bytes, s_queue_id, s_body, s_properties, s_properties_raw,
-                                s_flag, s_sys_flag, s_born_timestamp, s_born_host, s_store_host,
-                                s_reconsume_times, s_prepared_tx_offset, s_tags, s_keys, s_uniq_key,
-                                s_tags_code, s_size_no_crc, s_dispatchable};
-    if (cls == slots_type)
+    if (cls == cache->type)
         return 0;
-    for (int k = 0; k < W_SLOTS; k++) {
+    for (int k = 0; k < count; k++) {
         PyObject *d = PyObject_GetAttr((PyObject *)cls, names[k]);  /* the descriptor itself */
         PyMemberDef *def;
         if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
@@ -1035,19 +1035,31 @@ slot_offsets(PyTypeObject *cls)
         Py_DECREF(d);  /* the class keeps it */
         if (def->type != T_OBJECT_EX || (def->flags & READONLY))
             return -1;
-        slot_offset[k] = def->offset;
+        cache->offset[k] = def->offset;
     }
-    Py_INCREF(cls);  /* held, so the cached offsets can never describe another class */
-    Py_XSETREF(slots_type, cls);
+    Py_INCREF(cls);
+    Py_XSETREF(cache->type, cls);
     return 0;
 }
 
-static inline void
-slot_set(PyObject *m, int k, PyObject *value)  /* steals value; the slot is empty (fresh object) */
+static int
+store_message_offsets(PyTypeObject *cls)
 {
-    PyObject **at = (PyObject **)((char *)m + slot_offset[k]);
+    PyObject *names[W_SLOTS] = {s_topic, s_topic_bytes, s_queue_id, s_body, s_properties, s_properties_raw,
+                                s_flag, s_sys_flag, s_born_timestamp, s_born_host, s_store_host,
+                                s_reconsume_times, s_prepared_tx_offset, s_tags, s_keys, s_uniq_key,
+                                s_tags_code, s_size_no_crc, s_dispatchable};
+    return slot_offsets(&store_message_slots, cls, names, W_SLOTS);
+}
+
+static inline void
+slot_put(const slot_cache *cache, PyObject *m, int k, PyObject *value)  /* steals value */
+{
+    PyObject **at = (PyObject **)((char *)m + cache->offset[k]);
     Py_XSETREF(*at, value);
 }
+
+#define slot_set(m, k, value) slot_put(&store_message_slots, m, k, value)
 
 /* One message; NULL with an error set, or NULL without one when the twin must decide. */
 static PyObject *
@@ -1105,7 +1117,7 @@ wire_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     long long sys_flag, base;
     Py_ssize_t count, topic_len;
     const char *tb;
-    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || slot_offsets((PyTypeObject *)args[0]) < 0
+    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || store_message_offsets((PyTypeObject *)args[0]) < 0
             || !PyUnicode_CheckExact(args[1])
             || !(PyList_CheckExact(args[3]) || PyTuple_CheckExact(args[3]))
             || as_i64(args[4], I64_MIN, I64_MAX, &sys_flag) < 0
@@ -1461,6 +1473,61 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ pull bodies */
+
+enum { V_BUF, V_POS, V_QOFF, V_BROKER, V_REC, V_BODY, V_TOPIC_OVERRIDE, V_SLOTS };
+
+static PyObject *
+record_views(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (cls, body, broker_name) -> [cls(body, pos, queue_offset, broker_name), ...] */
+    static PyObject *names[V_SLOTS];
+    const unsigned char *b;
+    Py_ssize_t size, pos = 0;
+    PyObject *out;
+    if (names[0] == NULL) {
+        const char *text[V_SLOTS] = {"_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body", "topic_override"};
+        for (int k = 0; k < V_SLOTS; k++)
+            if ((names[k] = PyUnicode_InternFromString(text[k])) == NULL)
+                return NULL;
+    }
+    if (kwnames != NULL || nargs != 3 || !PyType_Check(args[0]) || !PyBytes_CheckExact(args[1])
+            || slot_offsets(&record_view_slots, (PyTypeObject *)args[0], names, V_SLOTS) < 0)
+        return fallback("record_views", args, nargs, kwnames);
+    b = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    size = PyBytes_GET_SIZE(args[1]);
+    for (Py_ssize_t at = 0; at < size;) {  /* check every size first: a bad body is the twin's */
+        int32_t total;
+        if (size - at < 91 || (total = get32(b + at)) < 91 || at + total > size)
+            return fallback("record_views", args, nargs, kwnames);
+        at += total;
+    }
+    if ((out = PyList_New(0)) == NULL)
+        return NULL;
+    while (pos < size) {
+        int32_t total = get32(b + pos);
+        PyObject *v = ((PyTypeObject *)args[0])->tp_new((PyTypeObject *)args[0], empty_tuple, NULL);
+        PyObject *p = v ? PyLong_FromSsize_t(pos) : NULL;
+        PyObject *q = p ? PyLong_FromLongLong((long long)(((uint64_t)(uint32_t)get32(b + pos + 20) << 32)
+                                                          | (uint32_t)get32(b + pos + 24))) : NULL;
+        if (q == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v); Py_XDECREF(p); Py_XDECREF(q);
+            Py_DECREF(out);
+            return NULL;
+        }
+        slot_put(&record_view_slots, v, V_BUF, Py_NewRef(args[1]));
+        slot_put(&record_view_slots, v, V_POS, p);
+        slot_put(&record_view_slots, v, V_QOFF, q);
+        slot_put(&record_view_slots, v, V_BROKER, Py_NewRef(args[2]));
+        slot_put(&record_view_slots, v, V_REC, Py_NewRef(Py_None));
+        slot_put(&record_view_slots, v, V_BODY, Py_NewRef(Py_None));
+        slot_put(&record_view_slots, v, V_TOPIC_OVERRIDE, Py_NewRef(Py_None));
+        Py_DECREF(v);
+        pos += total;
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ module */
 
 /* A compiled twin: fast call with keywords (they always go to the pure twin), doc = twin's home. */
@@ -1479,6 +1546,7 @@ static PyMethodDef methods[] = {
     TWIN(index_entries, "node.store.index_file"),
     TWIN(append_records, "node.store.commit_log"),
     TWIN(wire_messages, "node.store.message"),
+    TWIN(record_views, "client.message"),
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from client import message as client_message
 from client import send_codec
 from client.protocol import accel, record, remoting
 from node.processors import send
@@ -44,6 +45,7 @@ def test_extension_built():
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
     assert store_message_mod.wire_messages is _mod.wire_messages
+    assert client_message.record_views is _mod.record_views
 
 
 def _outcome(fn, *args):
@@ -507,3 +509,37 @@ def test_json_header_fields(raw):
 ])
 def test_json_header_fields_edges(raw):
     _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
+
+
+# ------------------------------------------------------------------------------ pull bodies
+
+@st.composite
+def pull_body(draw):
+    parts = []
+    for i in range(draw(st.integers(0, 4))):
+        body, topic = draw(st.binary(max_size=30)), draw(st.sampled_from([b"T", b"x" * 130]))
+        size = record.record_size(len(body), len(topic), 0)
+        buf = bytearray(size)
+        accel.PURE["encode_into"](buf, 0, topic, 0, 0, draw(st.integers(-2**63, 2**63 - 1)), i,
+                                  0, 0, bytes(8), 0, bytes(8), 0, 0, body, b"")
+        parts.append(bytes(buf))
+    raw = bytearray(b"".join(parts))
+    if raw and draw(st.integers(0, 4)) == 0:
+        at = draw(st.integers(0, len(raw) - 1))
+        raw[at:at + 4] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(raw)
+
+
+def _views(views):
+    from client.message import MessageExt
+    assert all(type(v) is MessageExt for v in views)
+    return [tuple(getattr(v, s) for s in MessageExt.__slots__) for v in views]
+
+
+@needs_compiled
+@SETTINGS
+@given(pull_body(), st.sampled_from([None, "broker-a"]), st.booleans())
+def test_record_views(body, broker, as_bytearray):
+    from client.message import MessageExt
+    arg = bytearray(body) if as_bytearray else body
+    _both("record_views", MessageExt, arg, broker, normalize=_views)

@@ -11,6 +11,7 @@ pytestmark = pytest.mark.process
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECK = """
+from client import message as client_message
 from client import send_codec
 from client.protocol import accel, record, remoting
 from node.processors import send
@@ -18,7 +19,7 @@ from node.store import commit_log, index_file, message
 assert accel.PURE_FORCED and not accel.COMPILED
 for fn in (record.encode_into, record.decode_properties, record.prop_fields, send.decode_batch,
            send_codec.encode_batch_body, remoting.decode_binary_ext, index_file.index_entries,
-           commit_log.append_records, message.wire_messages):
+           commit_log.append_records, message.wire_messages, client_message.record_views):
     assert fn is accel.PURE[fn.__name__], fn
 print(len(accel.PURE))
 """
