@@ -1,12 +1,14 @@
-"""Package mapping: the repository's top-level folders install under ONE import name, `tidemq`.
+"""Package mapping and compiled accelerators; everything else is in pyproject.toml.
 
-client/ is the SDK (`from tidemq import Producer`); node/, ha/, coordinator/ and pipeline/
-become tidemq.node, tidemq.ha, tidemq.coordinator and tidemq.pipeline. Everything else is in
-pyproject.toml.
+1. The repository's top-level folders install under ONE import name, `tidemq`: client/ is the
+   SDK (`from tidemq import Producer`); node/, ha/, coordinator/ and pipeline/ become
+   tidemq.node, tidemq.ha, tidemq.coordinator and tidemq.pipeline.
+2. The C accelerators are `optional`: without a C compiler or the Python headers the install
+   still succeeds and TideMQ runs their pure-Python twins (client/protocol/accel.py).
 """
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 ROOTS = {"tidemq": "client", "tidemq.node": "node", "tidemq.ha": "ha",
          "tidemq.coordinator": "coordinator", "tidemq.pipeline": "pipeline"}
@@ -20,5 +22,12 @@ def packages():
                 yield name if rel == "." else name + "." + rel.replace(os.sep, ".")
 
 
+def speedup_extensions(package: str = "tidemq.protocol") -> list[Extension]:
+    """The compiled hot paths: one module, `<package>._speedups`, built from
+    client/protocol/_speedups.c."""
+    return [Extension(f"{package}._speedups", ["client/protocol/_speedups.c"], optional=True)]
+
+
 setup(package_dir=ROOTS, packages=sorted(set(packages())),
-      package_data={"tidemq": ["py.typed"], "tidemq.pipeline": ["conf/*.properties"]})
+      package_data={"tidemq": ["py.typed"], "tidemq.pipeline": ["conf/*.properties"]},
+      ext_modules=speedup_extensions())

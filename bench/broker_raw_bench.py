@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields  # noqa: E402
 from bench.ha_bench import scrape  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tests.support.raw_client import batch_body, properties, send_ext, send_ext_v2  # noqa: E402
@@ -153,7 +154,8 @@ def main():
                       "broker_cpu_us_per_request": round(cpu_us, 1),
                       "fsyncs_s": round(fsyncs_s),
                       "requests_per_fsync": round(rps / fsyncs_s, 1) if fsyncs_s else None,
-                      "sync_send_p50_ms": round(p50, 3), "sync_send_p99_ms": round(p99, 3)}))
+                      "sync_send_p50_ms": round(p50, 3), "sync_send_p99_ms": round(p99, 3),
+                      **build_fields()}))
 
 
 if __name__ == "__main__":

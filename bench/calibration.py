@@ -149,8 +149,9 @@ def main() -> None:
     if sys.argv[1:] == ["serve"]:
         asyncio.run(_serve())
         return
+    from bench.build_info import build_fields  # the loops use no TideMQ code; printed for uniformity
     print(json.dumps({"calibration_loop_records_s": round(loop_records_s()),
-                      "calibration_echo_msgs_s": round(echo_msgs_s())}))
+                      "calibration_echo_msgs_s": round(echo_msgs_s()), **build_fields()}))
 
 
 if __name__ == "__main__":

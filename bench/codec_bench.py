@@ -5,6 +5,8 @@ The frame is a typical SEND_MESSAGE request: 13 ext fields as cpp 1.2.4 / Go sen
 header.
 Prints ONE JSON line. `--quick` runs in well under 10 s; the default takes about 4x longer.
 Figures are best-of-N per-frame means: the least noisy estimate of the code's own cost.
+`functions` times each accelerated function on its compiled and its pure-Python path
+(µs per call, and the ratio); `compiled` says which path the frame figures used.
 
     .venv/bin/python bench/codec_bench.py [--quick]
 """
@@ -18,6 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere without install
 
+from bench.build_info import build_fields  # noqa: E402
+from tidemq.message import MessageExt  # noqa: E402
+from tidemq.node.processors import send  # noqa: E402,F401  (registers its pure twin)
+from tidemq.node.store import commit_log, index_file  # noqa: E402,F401  (register their pure twins)
+from tidemq.node.store.message import StoreMessage  # noqa: E402
+from tidemq.producer import send_codec  # noqa: E402,F401  (registers its pure twin)
+from tidemq.protocol import accel, record  # noqa: E402
 from tidemq.protocol.codes import RequestCode, SerializeType  # noqa: E402
 from tidemq.protocol.remoting import FrameDecoder, RemotingCommand, encode_frame  # noqa: E402
 
@@ -67,6 +76,62 @@ def _measure(serialize_type, iterations, repeats):
     }
 
 
+def _pull_body() -> bytes:
+    """32 stored 1 KiB records: a typical pull reply body."""
+    host = record.encode_host("127.0.0.1", 10911)
+    size = record.record_size(len(BODY), 9, 0)
+    buf = bytearray(size * 32)
+    for i in range(32):
+        record.encode_into(buf, i * size, b"TopicTest", 0, 0, i, i * size, 0, 0, host, 0, host, 0,
+                           0, BODY, b"")
+    return bytes(buf)
+
+
+def _function_cases():
+    """name -> arguments: one typical hot-path call of each accelerated function."""
+    props = SEND_EXT["properties"].encode()
+    entries = [(0, BODY, SEND_EXT["properties"])] * 32
+    batch = accel.PURE["encode_batch_body"](entries)
+    binary = encode_frame(RemotingCommand.request(RequestCode.SEND_MESSAGE, ext=dict(SEND_EXT),
+                                                  serialize_type=SerializeType.ROCKETMQ))
+    header = binary[8:]
+    host = record.encode_host("127.0.0.1", 10911)
+    return {
+        "encode_into": (bytearray(4096), 0, b"TopicTest", 3, 0, 7, 4096, 0, 1700000000123, host,
+                        1700000000124, host, 0, 0, BODY, props, True, 0),
+        "decode_properties": (props,),
+        "prop_fields": (props,),
+        "decode_batch": (batch, b"CLUSTER\x01c", 4 << 20, 1024),
+        "encode_batch_body": (entries,),
+        "decode_binary_ext": (header, 21, len(header)),
+        "json_header_fields": (encode_frame(RemotingCommand.request(
+            RequestCode.SEND_MESSAGE, ext=dict(SEND_EXT)))[8:],),
+        "wire_messages": (StoreMessage, "TopicTest", 3, [(0, BODY, props)] * 32, 0, 1700000000123,
+                          host, host, 0),
+        "record_views": (MessageExt, _pull_body(), "broker-a"),
+        # one dispatch slice of 32 requests, 3 names each, into a fresh index file
+        "index_entries": (bytearray(40 + 1024 * 4 + 4096 * 20), 1024, 40 + 1024 * 4, 4096, 1, 0,
+                          0, 0, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123,
+                                  f"order-{i} k", f"UNIQ{i:028d}", 0) for i in range(32)],
+                          0, 0, 0, {}),
+    }
+
+
+def _functions(iterations, repeats):
+    mod = accel.compiled_module()
+    out = {}
+    for name, args in _function_cases().items():
+        pure = accel.PURE[name]
+        row = {"pure_us": _best_us_per_op(lambda f=pure, a=args: f(*a), iterations // 4, repeats)}
+        if mod is not None:
+            mod.set_fallback(name, pure)
+            fast = getattr(mod, name)
+            row["compiled_us"] = _best_us_per_op(lambda f=fast, a=args: f(*a), iterations // 4, repeats)
+            row["speedup"] = round(row["pure_us"] / row["compiled_us"], 1)
+        out[name] = row
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (< 10 s)")
@@ -79,6 +144,8 @@ def main(argv=None):
         "body_bytes": len(BODY),
         "json": _measure(SerializeType.JSON, iterations, repeats),
         "rocketmq": _measure(SerializeType.ROCKETMQ, iterations, repeats),
+        "functions": _functions(iterations, repeats),
+        **build_fields(),
     }
     print(json.dumps(result, separators=(",", ":")))
 

@@ -41,6 +41,7 @@ from bench import (
     messaging_phases,  # noqa: E402
     security_phases,  # noqa: E402
 )
+from bench.build_info import build_fields  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tidemq.admin import Admin  # noqa: E402
 from tidemq.consumer.pull import PullConsumer  # noqa: E402
@@ -253,6 +254,7 @@ def main():
         result.update(security_phases.measure_all(d, args.header, args.seconds, async_send,
                                                   batch_send, CpuMeter))
     result["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    result.update(build_fields())
     print(json.dumps(result, sort_keys=True))
 
 

@@ -41,6 +41,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields  # noqa: E402
 from tests.support.cluster import (  # noqa: E402
     ClusterHarness,
     create_topic,
@@ -187,6 +188,7 @@ def main() -> int:
         zk.stop()
         shutil.rmtree(base, ignore_errors=True)  # three brokers' preallocated files
     result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result.update(build_fields())
     print(json.dumps(result, sort_keys=True))
     return 0 if result["acked_lost"] == 0 else 1
 

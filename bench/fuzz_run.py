@@ -25,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields  # noqa: E402
 from tidemq.acl_signing import Credentials, sign_ext  # noqa: E402
 from tidemq.ha import protocol as hp  # noqa: E402
 from tidemq.protocol import record as rec  # noqa: E402
@@ -222,6 +223,7 @@ def main():
                 b.kill()
     out["unexpected_total"] = sum(v for k, v in out.items() if k.endswith("_unexpected"))
     out["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    out.update(build_fields())
     print(json.dumps(out, sort_keys=True))
     return 1 if out["unexpected_total"] or out.get("live_broker_alive") is False else 0
 

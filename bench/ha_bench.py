@@ -30,6 +30,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields
 from tests.support.broker_proc import (
     BrokerProcess,
     ha_master_settings,
@@ -191,6 +192,7 @@ def main():
                     b.kill()
     out["sync_vs_async_ratio"] = round(out["sync_master_msgs_s"] / out["async_master_msgs_s"], 3)
     out["bench_seconds"] = round(time.perf_counter() - t_all, 1)
+    out.update(build_fields())
     print(json.dumps(out, sort_keys=True))
 
 

@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tidemq.admin import Admin  # noqa: E402
 from tidemq.message import Message  # noqa: E402
@@ -161,6 +162,7 @@ def main() -> None:
             # commit-log file in the background meanwhile)
             "produce_cpu_us_per_msg": round(produce_cpu_us, 1),
             "session_start_s": round(session_s, 1),
+            **build_fields(),
         }))
     finally:
         broker.stop()

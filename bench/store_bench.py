@@ -32,6 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import calibration  # noqa: E402
+from bench.build_info import build_fields  # noqa: E402
 from tidemq.node.remoting.loop_bridge import LoopBridge  # noqa: E402
 from tidemq.node.store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig  # noqa: E402
 from tidemq.node.store.message import StoreMessage  # noqa: E402
@@ -197,6 +198,7 @@ def main() -> None:
         for key in [k for k in out if k.endswith("_msgs_s") and not k.startswith("read")]:
             out[key.replace("_msgs_s", "_mb_s")] = out[key] * record_mb
         out["quick"] = args.quick
+        out.update(build_fields())
         print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in out.items()}))
     finally:
         if not args.dir:

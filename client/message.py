@@ -30,6 +30,7 @@ import time
 import zlib
 
 from tidemq import errors
+from tidemq.protocol import accel
 from tidemq.protocol.record import (
     PROP_DELAY,
     PROP_KEYS,
@@ -256,6 +257,12 @@ class MessageExt:
 
 def split_records(body, broker_name=None) -> list[MessageExt]:
     """Cut a pull/query body into lazy views; checks sizes only (rule 1)."""
+    return record_views(MessageExt, body, broker_name)
+
+
+def record_views(cls, body, broker_name) -> list:
+    """split_records' work for a view class `cls`; a compiled twin when built
+    (client/protocol/accel.py)."""
     out = []
     size = len(body)
     pos = 0
@@ -266,9 +273,12 @@ def split_records(body, broker_name=None) -> list[MessageExt]:
         total, queue_offset = unpack(body, pos)
         if total < _RECORD_MIN_BYTES or pos + total > size:
             raise errors.ProtocolViolation(f"bad record size {total} at byte {pos} of {size}")
-        out.append(MessageExt(body, pos, queue_offset, broker_name))
+        out.append(cls(body, pos, queue_offset, broker_name))
         pos += total
     return out
+
+
+record_views = accel.pick(record_views)
 
 
 __all__ = ["Message", "MessageExt", "split_records", "compress_body", "uniq_keys",

@@ -43,6 +43,12 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)  # `tidemq certs` (TLS
 # deployment checks (tests/ops): promtool + a real Prometheus, docker-compose 1.29 (`config -q`)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+# a C compiler and the Python headers build the optional accelerators (setup.py); without
+# them the install still works, in pure Python
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+"${PYTHON:-python3}" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ] && [ "${TIDEMQ_SKIP_APT:-0}" != 1 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]}" >&2

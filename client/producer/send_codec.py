@@ -27,6 +27,7 @@ import json
 import struct
 from json.encoder import encode_basestring_ascii as json_escape  # C-accelerated
 
+from tidemq.protocol import accel
 from tidemq.protocol.codes import LanguageCode, RequestCode, SerializeType
 from tidemq.protocol.remoting import LOCAL_LANGUAGE, LOCAL_VERSION
 
@@ -149,6 +150,9 @@ def encode_batch_body(entries) -> bytes:
         parts.append(_I16.pack(len(raw)))
         parts.append(raw)
     return b"".join(parts)
+
+
+encode_batch_body = accel.pick(encode_batch_body)  # a compiled twin when built
 
 
 def decode_batch_body(body) -> list[tuple[int, bytes, str]]:

@@ -35,12 +35,17 @@ the next file.
 Rules:
 1. Decoders raise only RecordError, whatever the bytes.
 2. encode_into writes exactly `record_size(...)` bytes and never touches bytes outside them.
+3. encode_into, decode_properties and prop_fields have compiled twins (accel.pick): same bytes,
+   same errors.
 """
 from __future__ import annotations
 
 import socket
 import struct
 import zlib
+
+from tidemq.protocol import accel
+from tidemq.protocol.jhash import java_string_hash
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -147,6 +152,32 @@ def decode_properties(raw) -> dict[str, str]:
     return out
 
 
+decode_properties = accel.pick(decode_properties)
+
+
+def first_prop(framed: bytes, name: bytes) -> str | None:
+    """Value of property `name` in b"\x02" + serialized properties, first match (values never
+    contain the separators, so the framed search cannot match inside another pair)."""
+    i = framed.find(name)
+    if i < 0:
+        return None
+    i += len(name)
+    j = framed.find(b"\x02", i)
+    return framed[i:j if j >= 0 else len(framed)].decode("utf-8", "replace") or None
+
+
+def prop_fields(raw: bytes) -> tuple:
+    """(TAGS, KEYS, UNIQ_KEY, tag code) of serialized properties, without building a dict;
+    the tag code is Java's hashCode of TAGS (0 without tags)."""
+    framed = b"\x02" + raw
+    tags = first_prop(framed, b"\x02TAGS\x01")
+    return (tags, first_prop(framed, b"\x02KEYS\x01"), first_prop(framed, b"\x02UNIQ_KEY\x01"),
+            java_string_hash(tags) if tags else 0)
+
+
+prop_fields = accel.pick(prop_fields)
+
+
 def crc_digits(crc: int) -> bytes:
     """Ten ASCII digits, least-significant first, zero padded (MessageDecoder.createCrc32)."""
     return (b"%010d" % crc)[::-1]  # left zero padding, reversed: LSB first, zeros last
@@ -208,6 +239,9 @@ def encode_into(buf, pos: int, topic: bytes, queue_id: int, flag: int, queue_off
         buf[q + 9:q + 19] = (b"%010d" % whole)[::-1]  # == crc_digits(whole)
         buf[q + 19] = 2
     return total
+
+
+encode_into = accel.pick(encode_into)
 
 
 def _encode_head_v6(buf, pos, total, magic, bcrc, queue_id, flag, queue_offset,

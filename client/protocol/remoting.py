@@ -38,6 +38,7 @@ except ImportError:  # optional speed-up
 import re
 import struct
 
+from tidemq.protocol import accel
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION_V4_9_8, LanguageCode, SerializeType
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024  # Java's frameMaxLength default (NettyDecoder.java)
@@ -336,7 +337,9 @@ def _fast_json(raw):
     return obj if obj.__class__ is dict else None
 
 
-def _decode_json_header(raw, body, serialize_type):
+def json_header_fields(raw):
+    """(code, language as sent, version, opaque, flag, remark, ext) of a JSON header, checked;
+    ProtocolError otherwise. A compiled twin when built (client/protocol/accel.py)."""
     obj = _fast_json(raw) if _orjson_loads is not None else None
     text = None
     if obj is None:
@@ -357,16 +360,25 @@ def _decode_json_header(raw, body, serialize_type):
         ext = {_sanitize(k): _sanitize(v) for k, v in ext.items()}
     # Java's defaults for absent fields: language JAVA, version/opaque/flag 0; code is required.
     code, version, opaque, flag = _json_ints(obj)
-    wire_language = obj.get("language")
+    return code, obj.get("language"), version, opaque, flag, remark, ext
+
+
+json_header_fields = accel.pick(json_header_fields)
+
+
+def _decode_json_header(raw, body, serialize_type):
+    code, wire_language, version, opaque, flag, remark, ext = json_header_fields(raw)
     language = _LANG_BY_NAME.get(wire_language) if wire_language.__class__ is str else None
     if language is None:  # not a known name: the slow path decides
         language = _json_language(wire_language)
     return RemotingCommand(code, language, version, opaque, flag, remark, ext, body, serialize_type)
 
 
-def _decode_binary_ext(raw, latin, pos, end):
-    """The pairs in raw[pos:end]. `latin` is raw decoded as Latin-1: char i is byte i, so its
-    slices are the exact text when ASCII (an O(1) check), and only non-ASCII is decoded as UTF-8."""
+def decode_binary_ext(raw, pos, end):
+    """The pairs in raw[pos:end] (a compiled twin when built: client/protocol/accel.py). Text is
+    sliced from raw decoded as Latin-1: char i is byte i, so a slice is the exact text when
+    ASCII (an O(1) check), and only non-ASCII is decoded as UTF-8."""
+    latin = raw.decode("latin-1")
     ext = {}
     unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
     while pos < end:
@@ -393,6 +405,9 @@ def _decode_binary_ext(raw, latin, pos, end):
     return ext
 
 
+decode_binary_ext = accel.pick(decode_binary_ext)
+
+
 def _decode_binary_header(raw, body, serialize_type):
     size = len(raw)
     if size < _BIN_FIXED.size + 4:
@@ -408,7 +423,7 @@ def _decode_binary_header(raw, body, serialize_type):
     if ext_len < 0 or pos + ext_len > size:
         raise ProtocolError(f"ROCKETMQ header: ext length {ext_len} overruns {size} bytes")
     # Bytes after the map are ignored, as Java does.
-    ext = _decode_binary_ext(raw, raw.decode("latin-1"), pos, pos + ext_len) if ext_len else {}
+    ext = decode_binary_ext(raw, pos, pos + ext_len) if ext_len else {}
     return RemotingCommand(code, _LANG_BY_INT.get(language, LanguageCode.OTHER), version, opaque,
                            flag, remark, ext, body, serialize_type)
 

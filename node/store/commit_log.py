@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import struct
 
+from tidemq.protocol import accel
 from tidemq.protocol import record as rec
 
 from .errors import OffsetMismatch
@@ -27,6 +28,40 @@ from .message import is_dispatched_to_queue
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
+
+
+def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int, start: int,
+                   extra: int, queue_table: dict, store_ts: int, crc: bool, requests: list,
+                   rolled: bool):
+    """Encode msgs[first:] at out[pos:], the byte `wrote` of a `fsize`-byte file that starts at log
+    offset `start`, until a record does not fit before the file's end with room for the BLANK
+    filler (rule 1); `rolled` (a new file was just started for msgs[first]) skips that check
+    for it. Advances queue_table and appends each dispatch request (message.py) to `requests`.
+    Returns (next i, wrote, pos). The append hot path: a compiled twin when built
+    (client/protocol/accel.py)."""
+    encode = rec.encode_into
+    for i in range(first, len(msgs)):
+        m = msgs[i]
+        size = m.size_no_crc + extra
+        if size + rec.BLANK_SIZE > fsize - wrote and not rolled:
+            return i, wrote, pos
+        rolled = False
+        # RocketMQ writes queue offset 0 for PREPARED/ROLLBACK records
+        qoff = queue_table.get((m.topic, m.queue_id), 0) if m.dispatchable else 0
+        phys = start + wrote
+        encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
+               m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
+               m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
+        if m.dispatchable:  # after the encode: CommitLog._undo restores from `requests` alone
+            queue_table[(m.topic, m.queue_id)] = qoff + 1
+        wrote += size
+        pos += size
+        requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
+                         m.keys, m.uniq_key, m.sys_flag))
+    return len(msgs), wrote, pos
+
+
+append_records = accel.pick(append_records)
 
 
 class CommitLog:
@@ -58,7 +93,10 @@ class CommitLog:
         encoded into a staging buffer and written with one pwrite per file they land in
         (MappedFile.write says why); otherwise straight into the mapping, which saves a copy
         when fsyncs are rare."""
-        extra = rec.CRC_RESERVED_BYTES if self.whole_record_crc else 0
+        crc = self.whole_record_crc
+        extra = rec.CRC_RESERVED_BYTES if crc else 0
+        if msgs.__class__ is not list:
+            msgs = list(msgs)  # append_records' compiled twin takes a list
         mf = self.queue.writable_file(self.start_offset)
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         end, nbytes = self._prepare_rolls(msgs, extra, wrote, fsize, start)
@@ -75,7 +113,6 @@ class CommitLog:
                           requests: list):
         crc = self.whole_record_crc
         extra = rec.CRC_RESERVED_BYTES if crc else 0
-        encode = rec.encode_into
         wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
         through = self.write_through
         if through:
@@ -87,32 +124,24 @@ class CommitLog:
             out, pos = mf.buf, wrote
         seg, seg_at = pos, wrote  # stage[seg:pos] goes to this file at position seg_at
         filled = []  # files rolled out of: their `wrote` moves once the whole batch is written
-        for m in msgs:
-            size = m.size_no_crc + extra
-            if size + rec.BLANK_SIZE > fsize - wrote:
-                rec.encode_blank(out, pos, fsize - wrote)
-                if through:
-                    pos += rec.BLANK_SIZE
-                    mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
-                filled.append(mf)
-                mf = self.queue.next_file(mf)
-                wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
-                if through:
-                    seg, seg_at = pos, wrote
-                else:
-                    out, pos = mf.buf, wrote
-            # RocketMQ writes queue offset 0 for PREPARED/ROLLBACK records
-            qoff = queue_table.get((m.topic, m.queue_id), 0) if m.dispatchable else 0
-            phys = start + wrote
-            encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
-                   m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
-                   m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
-            if m.dispatchable:  # after the encode: _undo restores from `requests` alone
-                queue_table[(m.topic, m.queue_id)] = qoff + 1
-            wrote += size
-            pos += size
-            requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
-                             m.keys, m.uniq_key, m.sys_flag))
+        i, rolled = 0, False
+        while True:  # one append_records call per file the batch lands in
+            i, wrote, pos = append_records(out, pos, msgs, i, wrote, fsize, start, extra,
+                                           queue_table, store_ts, crc, requests, rolled)
+            if i == len(msgs):
+                break
+            rec.encode_blank(out, pos, fsize - wrote)
+            if through:
+                pos += rec.BLANK_SIZE
+                mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
+            filled.append(mf)
+            mf = self.queue.next_file(mf)
+            wrote, fsize, start = mf.wrote, mf.size, mf.start_offset
+            if through:
+                seg, seg_at = pos, wrote
+            else:
+                out, pos = mf.buf, wrote
+            rolled = True
         if through:
             mf.write(memoryview(stage)[seg:pos], seg_at, publish=False)
         for f in filled:

@@ -30,6 +30,8 @@ import sys
 import time
 import zlib
 
+from tidemq.protocol import accel
+
 from .mapped_file import MappedFile
 
 HEADER = struct.Struct(">qqqqii")
@@ -51,6 +53,53 @@ def key_hash(key: str) -> int:
 def _name_for(ms: int) -> str:
     t = time.localtime(ms // 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def index_entries(buf, slots: int, base: int, cap: int, n: int, used: int, begin_ts: int,
+                  begin_phys: int, requests: list, at: int, at_key: int, index_from: int,
+                  seeds: dict):
+    """Write the entries for the names of requests[at:] (from name at_key of requests[at]) into
+    one file's slots and entries until it holds `cap` entries. A request's names are its KEYS
+    split on spaces, then its UNIQ_KEY; requests below index_from are skipped. `seeds` caches
+    crc32(f"{topic}#"). Returns (at, at_key, n, used, begin_ts, begin_phys, last): where to
+    resume (at == len(requests): all done), the file's new counters, and (store_ts, phys) of
+    the last entry written or None. A compiled twin when built (client/protocol/accel.py)."""
+    crc32 = zlib.crc32
+    last = None
+    for i in range(at, len(requests)):
+        r = requests[i]
+        keys, uniq, phys = r[7], r[8], r[3]
+        if (not keys and not uniq) or phys < index_from:
+            continue
+        topic, ts = r[0], r[6]
+        seed = seeds.get(topic)
+        if seed is None:
+            seed = seeds[topic] = crc32(f"{topic}#".encode())
+        names = keys.split(" ") if keys else []
+        if uniq:
+            names.append(uniq)
+        for j in range(at_key if i == at else 0, len(names)):
+            k = names[j]
+            if not k:
+                continue
+            if n >= cap:
+                return i, j, n, used, begin_ts, begin_phys, last
+            if n == 1:
+                begin_ts, begin_phys = ts, phys
+            h = crc32(k.encode(), seed) & 0x7FFFFFFF  # == key_hash(f"{topic}#{k}")
+            slot_pos = HEADER_BYTES + (h % slots) * 4
+            prev = _unpack_slot(buf, slot_pos)[0]
+            if prev <= 0 or prev >= n:
+                prev = 0
+                used += 1
+            _pack_entry(buf, base + n * ENTRY_BYTES, h, phys, (ts - begin_ts) // 1000, prev)
+            _pack_slot(buf, slot_pos, n)
+            n += 1
+            last = (ts, phys)
+    return len(requests), 0, n, used, begin_ts, begin_phys, last
+
+
+index_entries = accel.pick(index_entries)
 
 
 class IndexFile:
@@ -250,50 +299,21 @@ class IndexService:
 
     def put_requests(self, requests, index_from: int = 0) -> None:
         """Index the KEYS and UNIQ_KEY of dispatch requests (see message.py) at or after
-        index_from. This is the dispatch hot path, so IndexFile.put is inlined with the
-        file's state in locals (written back on roll and at the end)."""
-        seeds = self._topic_seed
-        crc32 = zlib.crc32
+        index_from: the dispatch hot path, one index_entries() call per file written."""
+        if requests.__class__ is not list:
+            requests = list(requests)
         f = self.files[-1] if self.files and not self.files[-1].is_full else self._writable(0)
-        buf, slots, base, cap = f.buf, f.slots, f._entries_at, f.entries
-        n, used, begin_ts = f.count, f.used_slots, f.begin_ts
-        last = None
-        for r in requests:
-            keys, uniq, phys = r[7], r[8], r[3]
-            if (not keys and not uniq) or phys < index_from:
-                continue
-            topic, ts = r[0], r[6]
-            seed = seeds.get(topic)
-            if seed is None:
-                seed = seeds[topic] = crc32(f"{topic}#".encode())
-            names = keys.split(" ") if keys else []
-            if uniq:
-                names.append(uniq)
-            for k in names:
-                if not k:
-                    continue
-                if n >= cap:
-                    f.count, f.used_slots = n, used
-                    f.end_ts, f.end_phys = last
-                    f = self._writable(ts)
-                    buf, slots, base, cap = f.buf, f.slots, f._entries_at, f.entries
-                    n, used, begin_ts = f.count, f.used_slots, f.begin_ts
-                if n == 1:
-                    f.begin_ts = begin_ts = ts
-                    f.begin_phys = phys
-                h = crc32(k.encode(), seed) & 0x7FFFFFFF  # == key_hash(f"{topic}#{k}")
-                slot_pos = HEADER_BYTES + (h % slots) * 4
-                prev = _unpack_slot(buf, slot_pos)[0]
-                if prev <= 0 or prev >= n:
-                    prev = 0
-                    used += 1
-                _pack_entry(buf, base + n * ENTRY_BYTES, h, phys, (ts - begin_ts) // 1000, prev)
-                _pack_slot(buf, slot_pos, n)
-                n += 1
-                last = (ts, phys)
-        if last is not None:
-            f.count, f.used_slots = n, used
-            f.end_ts, f.end_phys = last
+        at = at_key = 0
+        while True:
+            at, at_key, n, used, f.begin_ts, f.begin_phys, last = index_entries(
+                f.buf, f.slots, f._entries_at, f.entries, f.count, f.used_slots, f.begin_ts,
+                f.begin_phys, requests, at, at_key, index_from, self._topic_seed)
+            if last is not None:
+                f.count, f.used_slots = n, used
+                f.end_ts, f.end_phys = last
+            if at == len(requests):
+                return
+            f = self._writable(requests[at][6])  # this file is full: roll
 
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         h = key_hash(f"{topic}#{key}")

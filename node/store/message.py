@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+from tidemq.protocol import accel
 from tidemq.protocol import record as rec
 from tidemq.protocol.jhash import java_string_hash
 
@@ -88,42 +89,42 @@ class StoreMessage:
                         flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp,
                         born_host=born_host, store_host=store_host,
                         reconsume_times=reconsume_times) for flag, body, raw in entries]
-        topic_bytes = topic.encode("utf-8")
-        base = rec.record_size(0, len(topic_bytes), 0, len(born_host) == 20,
-                               len(store_host) == 20, with_crc=False)
-        dispatchable = is_dispatched_to_queue(sys_flag)
-        new = cls.__new__
-        out = []
-        for flag, body, raw in entries:
-            framed = b"\x02" + raw
-            tags = _prop(framed, b"\x02TAGS\x01")
-            m = new(cls)
-            m.topic, m.topic_bytes, m.queue_id, m.body = topic, topic_bytes, queue_id, body
-            m.properties, m.properties_raw, m.flag, m.sys_flag = None, raw, flag, sys_flag
-            m.born_timestamp, m.born_host, m.store_host = born_timestamp, born_host, store_host
-            m.reconsume_times, m.prepared_tx_offset = reconsume_times, 0
-            m.tags, m.keys = tags, _prop(framed, b"\x02KEYS\x01")
-            m.uniq_key = _prop(framed, b"\x02UNIQ_KEY\x01")
-            m.tags_code = java_string_hash(tags) if tags else 0
-            m.size_no_crc = base + len(body) + len(raw)
-            m.dispatchable = dispatchable
-            out.append(m)
-        return out
+        return wire_messages(cls, topic, queue_id, entries, sys_flag, born_timestamp, born_host,
+                             store_host, reconsume_times)
+
+
+def wire_messages(cls, topic: str, queue_id: int, entries, sys_flag: int, born_timestamp: int,
+                  born_host: bytes, store_host: bytes, reconsume_times: int) -> list:
+    """many_from_wire's messages of any topic but SCHEDULE_TOPIC, built without __init__; a
+    compiled twin when built (client/protocol/accel.py)."""
+    topic_bytes = topic.encode("utf-8")
+    base = rec.record_size(0, len(topic_bytes), 0, len(born_host) == 20,
+                           len(store_host) == 20, with_crc=False)
+    dispatchable = is_dispatched_to_queue(sys_flag)
+    new = cls.__new__
+    out = []
+    fields = rec.prop_fields
+    for flag, body, raw in entries:
+        m = new(cls)
+        m.topic, m.topic_bytes, m.queue_id, m.body = topic, topic_bytes, queue_id, body
+        m.properties, m.properties_raw, m.flag, m.sys_flag = None, raw, flag, sys_flag
+        m.born_timestamp, m.born_host, m.store_host = born_timestamp, born_host, store_host
+        m.reconsume_times, m.prepared_tx_offset = reconsume_times, 0
+        m.tags, m.keys, m.uniq_key, m.tags_code = fields(raw)
+        m.size_no_crc = base + len(body) + len(raw)
+        m.dispatchable = dispatchable
+        out.append(m)
+    return out
+
+
+wire_messages = accel.pick(wire_messages)
 
 
 _FIXED = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP
 _I64 = struct.Struct(">q")
 
 
-def _prop(props: bytes, name: bytes) -> str | None:
-    """Value of property `name` in b"\x02" + serialized properties (values never contain
-    the separators, so the framed search cannot match inside another pair)."""
-    i = props.find(name)
-    if i < 0:
-        return None
-    i += len(name)
-    j = props.find(b"\x02", i)
-    return props[i:j if j >= 0 else len(props)].decode("utf-8", "replace") or None
+_prop = rec.first_prop
 
 
 def parse_dispatch(buf, pos: int, limit: int):

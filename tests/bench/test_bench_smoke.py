@@ -49,6 +49,7 @@ def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path)
     out = tmp_path / "store-bench"
     result = run_bench("store_bench.py", "--quick", "--dir", str(out))
     assert_positive(result, STORE_KEYS + ("calibration_loop_records_s",))
+    assert isinstance(result["compiled"], bool)  # which codec path the figures are for
     written = [name for _, _, files in os.walk(out) for name in files]
     assert any(len(name) == 20 and name.isdigit() for name in written), written[:20]
 
@@ -95,3 +96,16 @@ def test_grpc_bench_prints_its_keys_and_receives_everything_sent():
     assert result["grpc_async_send_failed"] == 0 and result["remoting_async_send_failed"] == 0
     assert result["grpc_receive_count"] == result["grpc_sent_total"]
     assert result["grpc_receive_duplicates"] == 0
+
+
+def test_codec_bench_times_both_paths_and_says_which_it_used():
+    result = run_bench("codec_bench.py", "--quick", timeout=120)
+    assert isinstance(result["compiled"], bool)
+    functions = result["functions"]
+    assert set(functions) == {"encode_into", "decode_properties", "prop_fields", "decode_batch",
+                              "encode_batch_body", "decode_binary_ext", "index_entries",
+                              "json_header_fields", "wire_messages", "record_views"}
+    for name, row in functions.items():
+        assert row["pure_us"] > 0, name
+        if result["compiled"]:
+            assert row["compiled_us"] > 0 and row["speedup"] > 0, name

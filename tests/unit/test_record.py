@@ -35,7 +35,9 @@ def _encode(topic=b"T", body=b"hello", props=b"", born=HOST4, store=HOST4, crc=T
 @settings(max_examples=300)
 @given(body=st.one_of(st.just(b""), st.binary(max_size=4096), st.just(b"x" * 70000)),
        topic=st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=127),
-       props=st.dictionaries(prop_text, prop_text, max_size=6),
+       # __CRC32# is the trailer's reserved name (the broker strips it from clients)
+       props=st.dictionaries(prop_text.filter(lambda k: k != rec.CRC_PROPERTY_NAME), prop_text,
+                             max_size=6),
        born_v6=st.booleans(), store_v6=st.booleans(), crc=st.booleans(),
        qoff=st.integers(0, 2**63 - 1), flag=st.integers(-2**31, 2**31 - 1))
 def test_round_trip(body, topic, props, born_v6, store_v6, crc, qoff, flag):

@@ -1,0 +1,1574 @@
+/* Compiled twins of TideMQ's per-message codec functions (client/protocol/accel.py picks them).
+
+Every function here has a pure-Python twin with the same name, signature and results. A
+function handles the common, valid input itself; for anything else (an unusual argument type,
+an out-of-range integer, bytes that do not parse, keyword arguments) it calls its twin, which
+the Python side registers with set_fallback(). So errors (type and message) are the twin's by
+construction, and the compiled code never needs its own error texts.
+
+Rules:
+1. Nothing is written to a caller's buffer before every check has passed: a call that falls
+   back leaves the buffer as it found it.
+2. The public CPython C API only; no library beyond libc (the CRC-32 is our own table code,
+   bit-identical to zlib.crc32), so building needs a C compiler and the Python headers only.
+*/
+#define PY_SSIZE_T_CLEAN
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE  /* memmem */
+#endif
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>  /* T_OBJECT_EX, READONLY: slot descriptors */
+
+static PyObject *fallbacks; /* name -> pure-Python twin */
+
+/* ------------------------------------------------------------------ fallback plumbing */
+
+static PyObject *
+fallback(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *fn;
+    PyErr_Clear();
+    fn = PyDict_GetItemString(fallbacks, name);
+    if (fn == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "_speedups.%s: no pure-Python twin registered", name);
+        return NULL;
+    }
+    return PyObject_Vectorcall(fn, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *
+set_fallback(PyObject *self, PyObject *args)
+{
+    PyObject *name, *fn;
+    if (!PyArg_ParseTuple(args, "UO:set_fallback", &name, &fn))
+        return NULL;
+    if (PyDict_SetItem(fallbacks, name, fn) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* An int (or int subclass) that fits [lo, hi]; 0 on success, -1 (no error set) otherwise. */
+static int
+as_i64(PyObject *o, long long lo, long long hi, long long *out)
+{
+    int overflow = 0;
+    long long v;
+    if (!PyLong_Check(o))
+        return -1;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+#define I32_MIN (-2147483647LL - 1)
+#define I32_MAX 2147483647LL
+#define I64_MIN (-9223372036854775807LL - 1)
+#define I64_MAX 9223372036854775807LL
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24); p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8); p[3] = (unsigned char)v;
+}
+
+static inline void put64(unsigned char *p, uint64_t v)
+{
+    put32(p, (uint32_t)(v >> 32));
+    put32(p + 4, (uint32_t)v);
+}
+
+static inline void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v;
+}
+
+static inline int32_t get32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static inline int16_t get16(const unsigned char *p)
+{
+    return (int16_t)(((uint16_t)p[0] << 8) | p[1]);
+}
+
+/* ------------------------------------------------------------------ CRC-32 (zlib's) */
+
+static uint32_t crc_table[8][256];
+
+static void
+crc_init(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][n] = c;
+    }
+    for (uint32_t n = 0; n < 256; n++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xFF] ^ (crc_table[t - 1][n] >> 8);
+}
+
+/* Slicing-by-8; equals zlib.crc32(data, crc). */
+static uint32_t
+crc32_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo = crc ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
+            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+static PyObject *
+crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    long long start = 0;
+    uint32_t crc;
+    if (nargs < 1 || nargs > 2 || (nargs == 2 && as_i64(args[1], 0, 0xFFFFFFFFLL, &start) < 0)) {
+        PyErr_SetString(PyExc_TypeError, "crc32(data, value=0): value must be 0..2**32-1");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    crc = crc32_update((uint32_t)start, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+/* ------------------------------------------------------------------ record encode */
+
+#define A_BUF 0
+#define A_POS 1
+#define A_TOPIC 2
+#define A_QID 3
+#define A_FLAG 4
+#define A_QOFF 5
+#define A_PHYS 6
+#define A_SYSFLAG 7
+#define A_BORN_TS 8
+#define A_BORN_HOST 9
+#define A_STORE_TS 10
+#define A_STORE_HOST 11
+#define A_RECONSUME 12
+#define A_PREP 13
+#define A_BODY 14
+#define A_PROPS 15
+#define A_CRC 16
+#define A_TOTAL 17
+
+typedef struct {
+    long long pos, qid, flag, qoff, phys, sysflag, born_ts, store_ts, reconsume, prep, total;
+    int with_crc;
+} enc_args;
+
+static int
+parse_enc_ints(PyObject *const *args, Py_ssize_t nargs, enc_args *a)
+{
+    a->with_crc = 1;
+    a->total = 0;
+    if (nargs > A_CRC) {
+        PyObject *c = args[A_CRC];
+        if (c == Py_True || c == Py_False)
+            a->with_crc = c == Py_True;
+        else
+            return -1;
+    }
+    if (nargs > A_TOTAL && as_i64(args[A_TOTAL], I32_MIN, I32_MAX, &a->total) < 0)
+        return -1;
+    return (as_i64(args[A_POS], 0, PY_SSIZE_T_MAX, &a->pos) < 0
+            || as_i64(args[A_QID], I32_MIN, I32_MAX, &a->qid) < 0
+            || as_i64(args[A_FLAG], I32_MIN, I32_MAX, &a->flag) < 0
+            || as_i64(args[A_QOFF], I64_MIN, I64_MAX, &a->qoff) < 0
+            || as_i64(args[A_PHYS], I64_MIN, I64_MAX, &a->phys) < 0
+            || as_i64(args[A_SYSFLAG], I32_MIN, I32_MAX, &a->sysflag) < 0
+            || as_i64(args[A_BORN_TS], I64_MIN, I64_MAX, &a->born_ts) < 0
+            || as_i64(args[A_STORE_TS], I64_MIN, I64_MAX, &a->store_ts) < 0
+            || as_i64(args[A_RECONSUME], I32_MIN, I32_MAX, &a->reconsume) < 0
+            || as_i64(args[A_PREP], I64_MIN, I64_MAX, &a->prep) < 0) ? -1 : 0;
+}
+
+/* Writes the record; every length and bound was checked by the caller. Returns its size. */
+static Py_ssize_t
+write_record(unsigned char *out, const enc_args *a, const unsigned char *topic, Py_ssize_t topic_len,
+             const unsigned char *born, Py_ssize_t born_len, const unsigned char *store,
+             Py_ssize_t store_len, const unsigned char *body, Py_ssize_t body_len,
+             const unsigned char *props, Py_ssize_t props_len, long long total)
+{
+    int v2 = topic_len > 127;
+    uint32_t sysflag = ((uint32_t)a->sysflag & ~0x30u) | (born_len == 20 ? 0x10u : 0) | (store_len == 20 ? 0x20u : 0);
+    unsigned char *p = out;
+    char digits[11];
+    uint32_t whole;
+    put32(p, (uint32_t)total);
+    put32(p + 4, v2 ? 0xDAA320ABu : 0xDAA320A7u);
+    put32(p + 8, crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu);
+    put32(p + 12, (uint32_t)a->qid);
+    put32(p + 16, (uint32_t)a->flag);
+    put64(p + 20, (uint64_t)a->qoff);
+    put64(p + 28, (uint64_t)a->phys);
+    put32(p + 36, sysflag);
+    put64(p + 40, (uint64_t)a->born_ts);
+    p += 48;
+    memcpy(p, born, (size_t)born_len);
+    p += born_len;
+    put64(p, (uint64_t)a->store_ts);
+    memcpy(p + 8, store, (size_t)store_len);
+    p += 8 + store_len;
+    put32(p, (uint32_t)a->reconsume);
+    put64(p + 4, (uint64_t)a->prep);
+    put32(p + 12, (uint32_t)body_len);
+    p += 16;
+    memcpy(p, body, (size_t)body_len);
+    p += body_len;
+    if (v2) {
+        put16(p, (uint16_t)topic_len);
+        p += 2;
+    } else {
+        *p++ = (unsigned char)topic_len;
+    }
+    memcpy(p, topic, (size_t)topic_len);
+    p += topic_len;
+    put16(p, (uint16_t)(props_len + (a->with_crc ? 20 : 0)));
+    p += 2;
+    memcpy(p, props, (size_t)props_len);
+    p += props_len;
+    if (a->with_crc) {
+        memcpy(p, "__CRC32#\x01", 9);
+        whole = crc32_update(0, out, (size_t)(p - out)) & 0x7FFFFFFFu;  /* up to the trailer */
+        snprintf(digits, sizeof digits, "%010u", whole);
+        for (int i = 0; i < 10; i++)  /* least-significant digit first */
+            p[9 + i] = (unsigned char)digits[9 - i];
+        p[19] = 2;
+        p += 20;
+    }
+    return p - out;
+}
+
+static PyObject *
+encode_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    enc_args a;
+    Py_buffer buf, body;
+    PyObject *topic, *born, *store, *props, *result = NULL;
+    Py_ssize_t topic_len, born_len, store_len, props_len, size;
+    long long total;
+
+    if (kwnames != NULL || nargs < 16 || nargs > 18 || parse_enc_ints(args, nargs, &a) < 0)
+        return fallback("encode_into", args, nargs, kwnames);
+    topic = args[A_TOPIC]; born = args[A_BORN_HOST]; store = args[A_STORE_HOST]; props = args[A_PROPS];
+    if (!PyBytes_CheckExact(topic) || !PyBytes_CheckExact(born) || !PyBytes_CheckExact(store)
+            || !PyBytes_CheckExact(props))
+        return fallback("encode_into", args, nargs, kwnames);
+    topic_len = PyBytes_GET_SIZE(topic); born_len = PyBytes_GET_SIZE(born);
+    store_len = PyBytes_GET_SIZE(store); props_len = PyBytes_GET_SIZE(props);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20) || topic_len > 32767
+            || props_len + (a.with_crc ? 20 : 0) > 32767)
+        return fallback("encode_into", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[A_BODY], &body, PyBUF_SIMPLE) < 0)
+        return fallback("encode_into", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[A_BUF], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&body);
+        return fallback("encode_into", args, nargs, kwnames);
+    }
+    size = 91 + body.len + topic_len + props_len + born_len + store_len - 16
+        + (a.with_crc ? 20 : 0) + (topic_len > 127 ? 1 : 0);
+    total = a.total ? a.total : size;
+    if (body.len > I32_MAX || total > I32_MAX || a.pos > buf.len || size > buf.len - a.pos) {
+        PyBuffer_Release(&buf);
+        PyBuffer_Release(&body);
+        return fallback("encode_into", args, nargs, kwnames);
+    }
+    write_record((unsigned char *)buf.buf + a.pos, &a, (const unsigned char *)PyBytes_AS_STRING(topic),
+                 topic_len, (const unsigned char *)PyBytes_AS_STRING(born), born_len,
+                 (const unsigned char *)PyBytes_AS_STRING(store), store_len, body.buf, body.len,
+                 (const unsigned char *)PyBytes_AS_STRING(props), props_len, total);
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&body);
+    result = a.total ? Py_NewRef(args[A_TOTAL]) : PyLong_FromSsize_t(size);
+    return result;
+}
+
+/* ------------------------------------------------------------------ properties */
+
+static PyObject *
+decode_replace(const char *p, Py_ssize_t n)
+{
+    return PyUnicode_DecodeUTF8(p, n, "replace");
+}
+
+static PyObject *
+decode_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    const char *p, *end;
+    PyObject *out;
+    if (kwnames != NULL || nargs != 1 || !(PyBytes_CheckExact(args[0]) || PyByteArray_CheckExact(args[0])))
+        return fallback("decode_properties", args, nargs, kwnames);
+    if (PyBytes_CheckExact(args[0])) {
+        p = PyBytes_AS_STRING(args[0]);
+        end = p + PyBytes_GET_SIZE(args[0]);
+    } else {
+        p = PyByteArray_AS_STRING(args[0]);
+        end = p + PyByteArray_GET_SIZE(args[0]);
+    }
+    out = PyDict_New();
+    if (out == NULL)
+        return NULL;
+    /* Split on 0x02, partition on the first 0x01; a pair needs a non-empty name and value
+       (which also makes the segment at least 3 characters). ASCII separators end any invalid
+       UTF-8 run, so decoding the pieces equals decoding the whole and then splitting. */
+    while (p < end) {
+        const char *seg_end = memchr(p, 2, (size_t)(end - p));
+        const char *sep;
+        if (seg_end == NULL)
+            seg_end = end;
+        sep = memchr(p, 1, (size_t)(seg_end - p));
+        if (sep != NULL && sep > p && sep + 1 < seg_end) {
+            PyObject *name = decode_replace(p, sep - p);
+            PyObject *value = name ? decode_replace(sep + 1, seg_end - sep - 1) : NULL;
+            if (value == NULL || PyDict_SetItem(out, name, value) < 0) {
+                Py_XDECREF(name);
+                Py_XDECREF(value);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(name);
+            Py_DECREF(value);
+        }
+        p = seg_end + 1;
+    }
+    return out;
+}
+
+/* The value of `name` (which starts with 0x02 and ends with 0x01) in 0x02 + raw, first match;
+   None when absent or empty. */
+static PyObject *
+find_prop(const char *raw, Py_ssize_t n, const char *name, Py_ssize_t name_len)
+{
+    const char *at = NULL, *end = raw + n, *v, *v_end;
+    if (n >= name_len - 1 && memcmp(raw, name + 1, (size_t)(name_len - 1)) == 0)
+        at = raw + name_len - 1;
+    else if (n >= name_len) {
+        const char *hit = memmem(raw, (size_t)n, name, (size_t)name_len);
+        if (hit != NULL)
+            at = hit + name_len;
+    }
+    if (at == NULL)
+        Py_RETURN_NONE;
+    v = at;
+    v_end = memchr(v, 2, (size_t)(end - v));
+    if (v_end == NULL)
+        v_end = end;
+    if (v_end == v)
+        Py_RETURN_NONE;
+    return decode_replace(v, v_end - v);
+}
+
+/* Java's String.hashCode over the UTF-16 code units of s, as a signed int32. */
+static long
+java_hash(PyObject *s)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    int kind = PyUnicode_KIND(s);
+    const void *data = PyUnicode_DATA(s);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c > 0xFFFF) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            h = 31 * h + (0xDC00 + (c & 0x3FF));
+        } else {
+            h = 31 * h + c;
+        }
+    }
+    return (long)(int32_t)h;
+}
+
+static PyObject *
+prop_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *tags, *keys, *uniq;
+    const char *raw;
+    Py_ssize_t n;
+    long code;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("prop_fields", args, nargs, kwnames);
+    raw = PyBytes_AS_STRING(args[0]);
+    n = PyBytes_GET_SIZE(args[0]);
+    tags = find_prop(raw, n, "\x02TAGS\x01", 6);
+    keys = tags ? find_prop(raw, n, "\x02KEYS\x01", 6) : NULL;
+    uniq = keys ? find_prop(raw, n, "\x02UNIQ_KEY\x01", 10) : NULL;
+    if (uniq == NULL) {
+        Py_XDECREF(tags);
+        Py_XDECREF(keys);
+        return NULL;
+    }
+    code = tags == Py_None ? 0 : java_hash(tags);
+    return Py_BuildValue("(NNNl)", tags, keys, uniq, code);
+}
+
+/* ------------------------------------------------------------------ batch bodies */
+
+static PyObject *
+decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_buffer view;
+    long long max_bytes, max_entries;
+    PyObject *mv = NULL, *out = NULL, *hp;
+    const unsigned char *b;
+    Py_ssize_t n, pos = 0, hp_len;
+
+    if (kwnames != NULL || nargs != 4 || !PyBytes_CheckExact(args[1])
+            || as_i64(args[2], I64_MIN, I64_MAX, &max_bytes) < 0
+            || as_i64(args[3], I64_MIN, I64_MAX, &max_entries) < 0)
+        return fallback("decode_batch", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return fallback("decode_batch", args, nargs, kwnames);
+    hp = args[1];
+    hp_len = PyBytes_GET_SIZE(hp);
+    b = view.buf;
+    n = view.len;
+    if (n > max_bytes || n == 0)
+        goto slow;
+    mv = PyMemoryView_FromObject(args[0]);
+    out = mv ? PyList_New(0) : NULL;
+    if (out == NULL)
+        goto fail;
+    while (pos < n) {
+        int32_t total, flag, body_len, props_len;
+        Py_ssize_t end, b_start, b_end, p_len, extra;
+        PyObject *body, *props, *item;
+        char *dst;
+        if (PyList_GET_SIZE(out) == max_entries || n - pos < 22)
+            goto slow;
+        total = get32(b + pos);
+        flag = get32(b + pos + 12);
+        body_len = get32(b + pos + 16);
+        end = pos + total;
+        b_start = pos + 20;
+        b_end = b_start + body_len;
+        if (total < 22 || end > n || body_len < 0 || b_end + 2 > end)
+            goto slow;
+        props_len = get16(b + b_end);
+        if (props_len < 0 || b_end + 2 + props_len != end)
+            goto slow;
+        p_len = props_len;
+        extra = hp_len ? hp_len + (p_len && b[end - 1] != 2 ? 1 : 0) : 0;
+        props = PyBytes_FromStringAndSize(NULL, p_len + extra);
+        if (props == NULL)
+            goto fail;
+        dst = PyBytes_AS_STRING(props);
+        memcpy(dst, b + b_end + 2, (size_t)p_len);
+        if (hp_len) {
+            if (p_len && b[end - 1] != 2)
+                dst[p_len++] = 2;
+            memcpy(dst + p_len, PyBytes_AS_STRING(hp), (size_t)hp_len);
+        }
+        body = PySequence_GetSlice(mv, b_start, b_end);
+        item = body ? Py_BuildValue("(iNN)", (int)flag, body, props) : NULL;
+        if (item == NULL) {
+            if (body == NULL)
+                Py_DECREF(props);
+            goto fail;
+        }
+        if (PyList_Append(out, item) < 0) {
+            Py_DECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        pos = end;
+    }
+    Py_DECREF(mv);
+    PyBuffer_Release(&view);
+    return out;
+slow:
+    Py_XDECREF(out);
+    Py_XDECREF(mv);
+    PyBuffer_Release(&view);
+    return fallback("decode_batch", args, nargs, kwnames);
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(mv);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+static PyObject *
+encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *seq, *out;
+    Py_ssize_t count, size = 0;
+    char *dst;
+    if (kwnames != NULL || nargs != 1 || !(PyList_CheckExact(args[0]) || PyTuple_CheckExact(args[0])))
+        return fallback("encode_batch_body", args, nargs, kwnames);  /* iterators: not consumed here */
+    seq = args[0];
+    count = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 1: check and size */
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *body, *props;
+        long long flag;
+        Py_ssize_t raw_len, entry;
+        if (!PyTuple_CheckExact(e) || PyTuple_GET_SIZE(e) != 3)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        body = PyTuple_GET_ITEM(e, 1);
+        props = PyTuple_GET_ITEM(e, 2);
+        if (as_i64(PyTuple_GET_ITEM(e, 0), I32_MIN, I32_MAX, &flag) < 0 || !PyBytes_CheckExact(body)
+                || !PyUnicode_CheckExact(props) || PyUnicode_AsUTF8AndSize(props, &raw_len) == NULL)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        entry = 22 + PyBytes_GET_SIZE(body) + raw_len;
+        if (raw_len > 32767 || entry > I32_MAX)
+            return fallback("encode_batch_body", args, nargs, kwnames);
+        size += entry;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        return NULL;
+    dst = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 2: write */
+        PyObject *e = PySequence_Fast_GET_ITEM(seq, i), *body = PyTuple_GET_ITEM(e, 1);
+        Py_ssize_t raw_len, body_len = PyBytes_GET_SIZE(body);
+        const char *raw = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(e, 2), &raw_len);
+        unsigned char *p = (unsigned char *)dst;
+        put32(p, (uint32_t)(22 + body_len + raw_len));
+        put32(p + 4, 0);
+        put32(p + 8, 0);
+        put32(p + 12, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(e, 0)));
+        put32(p + 16, (uint32_t)body_len);
+        memcpy(p + 20, PyBytes_AS_STRING(body), (size_t)body_len);
+        put16(p + 20 + body_len, (uint16_t)raw_len);
+        memcpy(p + 22 + body_len, raw, (size_t)raw_len);
+        dst += 22 + body_len + raw_len;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ remoting headers */
+
+static PyObject *
+decode_binary_ext(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    long long pos, end;
+    const unsigned char *raw;
+    PyObject *ext;
+    if (kwnames != NULL || nargs != 3 || !PyBytes_CheckExact(args[0])
+            || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0
+            || as_i64(args[2], 0, PyBytes_GET_SIZE(args[0]), &end) < 0)
+        return fallback("decode_binary_ext", args, nargs, kwnames);
+    raw = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    while (pos < end) {
+        long long key_len, val_len, key_end, val_start, val_end;
+        PyObject *key, *value;
+        if (pos + 2 > end)
+            goto slow;
+        key_len = get16(raw + pos);
+        pos += 2;
+        key_end = pos + key_len;
+        if (key_len < 0 || key_end + 4 > end)
+            goto slow;
+        val_len = get32(raw + key_end);
+        val_start = key_end + 4;
+        val_end = val_start + val_len;
+        if (val_len < 0 || val_end > end)
+            goto slow;
+        key = decode_replace((const char *)raw + pos, key_len);
+        value = key ? decode_replace((const char *)raw + val_start, val_len) : NULL;
+        if (value == NULL || PyDict_SetItem(ext, key, value) < 0) {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+            Py_DECREF(ext);
+            return NULL;
+        }
+        Py_DECREF(key);
+        Py_DECREF(value);
+        pos = val_end;
+    }
+    return ext;
+slow:
+    Py_DECREF(ext);
+    return fallback("decode_binary_ext", args, nargs, kwnames);
+}
+
+/* ------------------------------------------------------------------ key index entries */
+
+#define IDX_HEADER_BYTES 40
+#define IDX_ENTRY_BYTES 20
+
+typedef struct {
+    long long slots, base, cap, n, used, begin_ts, begin_phys, index_from, last_ts, last_phys;
+    Py_ssize_t at, at_key;
+    int wrote_any;
+} idx_state;
+
+/* One request's fields: 0, or -1 when the twin skips it, -2 when only the twin may decide. */
+static int
+idx_request(PyObject *r, long long index_from, PyObject **topic, PyObject **keys, PyObject **uniq,
+            long long *phys, long long *ts)
+{
+    if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) < 9)
+        return -2;
+    *keys = PyTuple_GET_ITEM(r, 7);
+    *uniq = PyTuple_GET_ITEM(r, 8);
+    if ((*keys != Py_None && !PyUnicode_CheckExact(*keys)) || (*uniq != Py_None && !PyUnicode_CheckExact(*uniq))
+            || as_i64(PyTuple_GET_ITEM(r, 3), I64_MIN, I64_MAX, phys) < 0)
+        return -2;
+    if (((*keys == Py_None || PyUnicode_GET_LENGTH(*keys) == 0)
+            && (*uniq == Py_None || PyUnicode_GET_LENGTH(*uniq) == 0)) || *phys < index_from)
+        return -1;
+    *topic = PyTuple_GET_ITEM(r, 0);
+    if (!PyUnicode_CheckExact(*topic) || as_i64(PyTuple_GET_ITEM(r, 6), I64_MIN, I64_MAX, ts) < 0)
+        return -2;
+    return 0;
+}
+
+/* crc32(f"{topic}#") through the caller's cache dict, as the twin keeps it; -1: twin decides. */
+static long long
+idx_seed(PyObject *seeds, PyObject *topic)
+{
+    PyObject *cached = PyDict_GetItemWithError(seeds, topic), *v;
+    long long seed;
+    Py_ssize_t tn;
+    const char *tb;
+    if (cached != NULL)
+        return as_i64(cached, 0, 0xFFFFFFFFLL, &seed) < 0 ? -1 : seed;
+    if (PyErr_Occurred() || (tb = PyUnicode_AsUTF8AndSize(topic, &tn)) == NULL)
+        return -1;
+    seed = crc32_update(crc32_update(0, (const unsigned char *)tb, (size_t)tn), (const unsigned char *)"#", 1);
+    v = PyLong_FromLongLong(seed);
+    if (v == NULL || PyDict_SetItem(seeds, topic, v) < 0) {
+        Py_XDECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    return seed;
+}
+
+/* One name: 1 when the file is full (stop here), -2 when the twin would raise, else 0. With
+   buf == NULL only the state advances (the checking pass). */
+static int
+idx_put_name(idx_state *st, unsigned char *buf, uint32_t seed, const char *name, Py_ssize_t len,
+             long long phys, long long ts)
+{
+    long long d, diff;
+    if (st->n >= st->cap)
+        return 1;
+    if (st->n == 1) {
+        st->begin_ts = ts;
+        st->begin_phys = phys;
+    }
+    if (__builtin_sub_overflow(ts, st->begin_ts, &d))
+        return -2;
+    diff = d / 1000 - (d % 1000 < 0 ? 1 : 0);  /* Python's floor division */
+    if (diff < I32_MIN || diff > I32_MAX)
+        return -2;
+    if (buf != NULL) {
+        uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
+        unsigned char *slot = buf + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4;
+        unsigned char *e = buf + st->base + st->n * IDX_ENTRY_BYTES;
+        int32_t prev = get32(slot);
+        if (prev <= 0 || prev >= st->n) {
+            prev = 0;
+            st->used++;
+        }
+        put32(e, h);
+        put64(e + 4, (uint64_t)phys);
+        put32(e + 12, (uint32_t)diff);
+        put32(e + 16, (uint32_t)prev);
+        put32(slot, (uint32_t)st->n);
+    }
+    st->n++;
+    st->last_ts = ts;
+    st->last_phys = phys;
+    st->wrote_any = 1;
+    return 0;
+}
+
+/* The twin's walk over requests[at:]: names = keys.split(" ") (when keys) + [uniq] (when
+   uniq), empty names skipped. 0 when done or the file is full (st->at, st->at_key say where
+   to resume), -2 when the twin must decide. */
+static int
+idx_walk(PyObject *requests, idx_state *st, PyObject *seeds, unsigned char *buf)
+{
+    Py_ssize_t count = PyList_GET_SIZE(requests);
+    for (Py_ssize_t i = st->at; i < count; i++) {
+        PyObject *topic, *keys, *uniq;
+        long long phys, ts, seed;
+        const char *kb = NULL, *ub = NULL;
+        Py_ssize_t kn = 0, un = 0, piece = 0, first = i == st->at ? st->at_key : 0;
+        int rc = idx_request(PyList_GET_ITEM(requests, i), st->index_from, &topic, &keys, &uniq, &phys, &ts);
+        if (rc != 0) {
+            if (rc == -2)
+                return -2;
+            continue;
+        }
+        if ((keys != Py_None && (kb = PyUnicode_AsUTF8AndSize(keys, &kn)) == NULL)
+                || (uniq != Py_None && (ub = PyUnicode_AsUTF8AndSize(uniq, &un)) == NULL)
+                || (seed = idx_seed(seeds, topic)) < 0)
+            return -2;
+        if (kn > 0) {
+            const char *p = kb, *end = kb + kn;
+            for (;; piece++) {  /* a space is ASCII: splitting the UTF-8 splits the text */
+                const char *sp = memchr(p, ' ', (size_t)(end - p)), *stop = sp ? sp : end;
+                if (piece >= first && stop > p
+                        && (rc = idx_put_name(st, buf, (uint32_t)seed, p, stop - p, phys, ts)) != 0)
+                    goto stopped;
+                if (sp == NULL)
+                    break;
+                p = sp + 1;
+            }
+            piece++;  /* the UNIQ_KEY's index among the names */
+        }
+        if (un > 0 && piece >= first && (rc = idx_put_name(st, buf, (uint32_t)seed, ub, un, phys, ts)) != 0)
+            goto stopped;
+        continue;
+stopped:
+        if (rc == -2)
+            return -2;
+        st->at = i;
+        st->at_key = piece;
+        return 0;
+    }
+    st->at = count;
+    st->at_key = 0;
+    return 0;
+}
+
+static PyObject *
+index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (buf, slots, base, cap, n, used, begin_ts, begin_phys, requests, at, at_key, index_from,
+       seeds) -> (at, at_key, n, used, begin_ts, begin_phys, last) */
+    idx_state st, check;
+    long long at, at_key;
+    Py_buffer view;
+    PyObject *last;
+    memset(&st, 0, sizeof st);
+    if (kwnames != NULL || nargs != 13 || !PyList_CheckExact(args[8]) || !PyDict_CheckExact(args[12])
+            || as_i64(args[1], 1, I32_MAX, &st.slots) < 0 || as_i64(args[2], 0, I32_MAX, &st.base) < 0
+            || as_i64(args[3], 0, I32_MAX, &st.cap) < 0 || as_i64(args[4], 0, I32_MAX, &st.n) < 0
+            || as_i64(args[5], I32_MIN, I32_MAX, &st.used) < 0
+            || as_i64(args[6], I64_MIN, I64_MAX, &st.begin_ts) < 0
+            || as_i64(args[7], I64_MIN, I64_MAX, &st.begin_phys) < 0
+            || as_i64(args[9], 0, PyList_GET_SIZE(args[8]), &at) < 0
+            || as_i64(args[10], 0, PY_SSIZE_T_MAX, &at_key) < 0
+            || as_i64(args[11], I64_MIN, I64_MAX, &st.index_from) < 0)
+        return fallback("index_entries", args, nargs, kwnames);
+    st.at = (Py_ssize_t)at;
+    st.at_key = (Py_ssize_t)at_key;
+    check = st;
+    if (idx_walk(args[8], &check, args[12], NULL) < 0)
+        return fallback("index_entries", args, nargs, kwnames);  /* the twin would raise: let it */
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0)
+        return fallback("index_entries", args, nargs, kwnames);
+    if (IDX_HEADER_BYTES + st.slots * 4 > view.len || st.base + st.cap * IDX_ENTRY_BYTES > view.len
+            || st.base < IDX_HEADER_BYTES + st.slots * 4) {
+        PyBuffer_Release(&view);
+        return fallback("index_entries", args, nargs, kwnames);
+    }
+    idx_walk(args[8], &st, args[12], view.buf);  /* cannot fail: the same walk just passed */
+    PyBuffer_Release(&view);
+    last = st.wrote_any ? Py_BuildValue("(LL)", st.last_ts, st.last_phys) : Py_NewRef(Py_None);
+    if (last == NULL)
+        return NULL;
+    return Py_BuildValue("(nnLLLLN)", st.at, st.at_key, st.n, st.used, st.begin_ts, st.begin_phys, last);
+}
+
+/* ------------------------------------------------------------------ commit-log append */
+
+static PyObject *s_properties, *s_tags, *empty_tuple;
+static PyObject *s_size_no_crc, *s_dispatchable, *s_topic, *s_queue_id, *s_topic_bytes, *s_flag,
+    *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
+    *s_prepared_tx_offset, *s_body, *s_properties_raw, *s_tags_code, *s_keys, *s_uniq_key;
+
+static int
+intern_names(void)
+{
+#define INTERN(v, text) if ((v = PyUnicode_InternFromString(text)) == NULL) return -1
+    INTERN(s_size_no_crc, "size_no_crc"); INTERN(s_dispatchable, "dispatchable");
+    INTERN(s_topic, "topic"); INTERN(s_queue_id, "queue_id"); INTERN(s_topic_bytes, "topic_bytes");
+    INTERN(s_flag, "flag"); INTERN(s_sys_flag, "sys_flag"); INTERN(s_born_timestamp, "born_timestamp");
+    INTERN(s_born_host, "born_host"); INTERN(s_store_host, "store_host");
+    INTERN(s_reconsume_times, "reconsume_times"); INTERN(s_prepared_tx_offset, "prepared_tx_offset");
+    INTERN(s_body, "body"); INTERN(s_properties_raw, "properties_raw"); INTERN(s_tags_code, "tags_code");
+    INTERN(s_keys, "keys"); INTERN(s_uniq_key, "uniq_key");
+    INTERN(s_properties, "properties"); INTERN(s_tags, "tags");
+#undef INTERN
+    if ((empty_tuple = PyTuple_New(0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* The attributes of one StoreMessage that append needs (new references). */
+typedef struct {
+    PyObject *v[17];
+} msg_attrs;
+
+enum { M_SIZE, M_DISP, M_TOPIC, M_QID, M_TOPIC_BYTES, M_FLAG, M_SYSFLAG, M_BORN_TS, M_BORN_HOST,
+       M_STORE_HOST, M_RECONSUME, M_PREP, M_BODY, M_PROPS, M_TAGS_CODE, M_KEYS, M_UNIQ };
+
+static void
+attrs_clear(msg_attrs *a)
+{
+    for (int k = 0; k < 17; k++)
+        Py_CLEAR(a->v[k]);
+}
+
+static int
+attrs_get(PyObject *m, msg_attrs *a)
+{
+    PyObject *names[17] = {s_size_no_crc, s_dispatchable, s_topic, s_queue_id, s_topic_bytes, s_flag,
+                           s_sys_flag, s_born_timestamp, s_born_host, s_store_host, s_reconsume_times,
+                           s_prepared_tx_offset, s_body, s_properties_raw, s_tags_code, s_keys, s_uniq_key};
+    memset(a, 0, sizeof *a);
+    for (int k = 0; k < 17; k++) {
+        if ((a->v[k] = PyObject_GetAttr(m, names[k])) == NULL) {
+            attrs_clear(a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Re-enter the twin at message i with the loop's current state. */
+static PyObject *
+append_fallback(PyObject *const *args, Py_ssize_t i, long long wrote, long long pos)
+{
+    PyObject *call[13], *result;
+    PyObject *oi = PyLong_FromSsize_t(i), *ow = PyLong_FromLongLong(wrote), *op = PyLong_FromLongLong(pos);
+    if (oi == NULL || ow == NULL || op == NULL) {
+        Py_XDECREF(oi); Py_XDECREF(ow); Py_XDECREF(op);
+        return NULL;
+    }
+    for (int k = 0; k < 13; k++)
+        call[k] = args[k];
+    call[1] = op; call[3] = oi; call[4] = ow;
+    call[12] = i == PyLong_AsSsize_t(args[3]) ? args[12] : Py_False;  /* rolled: first message only */
+    result = fallback("append_records", call, 13, NULL);
+    Py_DECREF(oi); Py_DECREF(ow); Py_DECREF(op);
+    return result;
+}
+
+/* Encodes one message (fields already fetched) at out+pos; -1 when the twin must take over
+   (nothing of this message written, queue_table untouched), 0 when done, 1 when it needs a roll. */
+static int
+append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long long fsize,
+           long long start, long long extra, PyObject *queue_table, long long store_ts, int crc,
+           int check_room, PyObject *requests)
+{
+    enc_args e;
+    Py_buffer body;
+    long long size, qoff = 0, phys, tags_code;
+    Py_ssize_t topic_len, props_len, born_len, store_len, real;
+    PyObject *key = NULL, *req;
+    int disp;
+    if (as_i64(a->v[M_SIZE], 0, I32_MAX, &size) < 0 || (size += extra) > I32_MAX || size <= 0)
+        return -1;
+    if (check_room && size + 8 > fsize - *wrote)
+        return 1;
+    disp = a->v[M_DISP] == Py_True ? 1 : a->v[M_DISP] == Py_False ? 0 : -1;
+    e.with_crc = crc;
+    if (disp < 0 || !PyBytes_CheckExact(a->v[M_TOPIC_BYTES]) || !PyBytes_CheckExact(a->v[M_BORN_HOST])
+            || !PyBytes_CheckExact(a->v[M_STORE_HOST]) || !PyBytes_CheckExact(a->v[M_PROPS])
+            || as_i64(a->v[M_QID], I32_MIN, I32_MAX, &e.qid) < 0 || as_i64(a->v[M_FLAG], I32_MIN, I32_MAX, &e.flag) < 0
+            || as_i64(a->v[M_SYSFLAG], I32_MIN, I32_MAX, &e.sysflag) < 0
+            || as_i64(a->v[M_BORN_TS], I64_MIN, I64_MAX, &e.born_ts) < 0
+            || as_i64(a->v[M_RECONSUME], I32_MIN, I32_MAX, &e.reconsume) < 0
+            || as_i64(a->v[M_PREP], I64_MIN, I64_MAX, &e.prep) < 0
+            || as_i64(a->v[M_TAGS_CODE], I64_MIN, I64_MAX, &tags_code) < 0)
+        return -1;
+    topic_len = PyBytes_GET_SIZE(a->v[M_TOPIC_BYTES]); props_len = PyBytes_GET_SIZE(a->v[M_PROPS]);
+    born_len = PyBytes_GET_SIZE(a->v[M_BORN_HOST]); store_len = PyBytes_GET_SIZE(a->v[M_STORE_HOST]);
+    if ((born_len != 8 && born_len != 20) || (store_len != 8 && store_len != 20) || topic_len > 32767
+            || props_len + (crc ? 20 : 0) > 32767 || PyObject_GetBuffer(a->v[M_BODY], &body, PyBUF_SIMPLE) < 0)
+        return -1;
+    real = 91 + body.len + topic_len + props_len + born_len + store_len - 16 + (crc ? 20 : 0) + (topic_len > 127);
+    if (body.len > I32_MAX || real > out->len - *pos) {
+        PyBuffer_Release(&body);
+        return -1;
+    }
+    if (disp) {  /* queue_table[(topic, queue_id)] += 1, from 0 */
+        PyObject *cur, *next;
+        key = PyTuple_Pack(2, a->v[M_TOPIC], a->v[M_QID]);
+        cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
+        if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
+            Py_XDECREF(key);
+            PyBuffer_Release(&body);
+            return -1;
+        }
+        next = PyLong_FromLongLong(qoff + 1);
+        if (next == NULL || PyDict_SetItem(queue_table, key, next) < 0) {
+            Py_XDECREF(next); Py_DECREF(key); PyBuffer_Release(&body);
+            return -2;
+        }
+        Py_DECREF(next);
+        Py_DECREF(key);
+    }
+    phys = start + *wrote;
+    e.qoff = qoff; e.phys = phys; e.store_ts = store_ts;
+    write_record((unsigned char *)out->buf + *pos, &e, (const unsigned char *)PyBytes_AS_STRING(a->v[M_TOPIC_BYTES]),
+                 topic_len, (const unsigned char *)PyBytes_AS_STRING(a->v[M_BORN_HOST]), born_len,
+                 (const unsigned char *)PyBytes_AS_STRING(a->v[M_STORE_HOST]), store_len, body.buf, body.len,
+                 (const unsigned char *)PyBytes_AS_STRING(a->v[M_PROPS]), props_len, size);
+    PyBuffer_Release(&body);
+    *wrote += size;
+    *pos += size;
+    req = Py_BuildValue("(OOLLLOLOOO)", a->v[M_TOPIC], a->v[M_QID], qoff, phys, size, a->v[M_TAGS_CODE],
+                        store_ts, a->v[M_KEYS], a->v[M_UNIQ], a->v[M_SYSFLAG]);
+    if (req == NULL || PyList_Append(requests, req) < 0) {
+        Py_XDECREF(req);
+        return -2;
+    }
+    Py_DECREF(req);
+    return 0;
+}
+
+static PyObject *
+append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (out, pos, msgs, i, wrote, fsize, start, extra, queue_table, store_ts, crc, requests,
+       rolled) -> (i, wrote, pos) */
+    long long pos, i, wrote, fsize, start, extra, store_ts;
+    Py_buffer out;
+    Py_ssize_t count;
+    if (kwnames != NULL || nargs != 13 || !PyList_CheckExact(args[2]) || !PyDict_CheckExact(args[8])
+            || !PyList_CheckExact(args[11]) || !PyBool_Check(args[10]) || !PyBool_Check(args[12])
+            || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0 || as_i64(args[3], 0, PY_SSIZE_T_MAX, &i) < 0
+            || as_i64(args[4], 0, I32_MAX * 1024LL, &wrote) < 0 || as_i64(args[5], 0, I32_MAX * 1024LL, &fsize) < 0
+            || as_i64(args[6], 0, I64_MAX / 2, &start) < 0 || as_i64(args[7], 0, 1024, &extra) < 0
+            || as_i64(args[9], I64_MIN, I64_MAX, &store_ts) < 0
+            || PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0)
+        return fallback("append_records", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[2]);
+    for (Py_ssize_t k = (Py_ssize_t)i; k < count; k++) {
+        msg_attrs a;
+        int rc;
+        if (attrs_get(PyList_GET_ITEM(args[2], k), &a) < 0) {
+            PyBuffer_Release(&out);
+            return append_fallback(args, k, wrote, pos);
+        }
+        rc = append_one(&a, &out, &wrote, &pos, fsize, start, extra, args[8], store_ts,
+                        args[10] == Py_True, !(k == i && args[12] == Py_True), args[11]);
+        attrs_clear(&a);
+        if (rc == 1) {
+            PyBuffer_Release(&out);
+            return Py_BuildValue("(nLL)", k, wrote, pos);
+        }
+        if (rc < 0) {
+            PyBuffer_Release(&out);
+            return rc == -1 ? append_fallback(args, k, wrote, pos) : NULL;
+        }
+    }
+    PyBuffer_Release(&out);
+    return Py_BuildValue("(nLL)", count, wrote, pos);
+}
+
+/* ------------------------------------------------------------------ store messages from the wire */
+
+/* prop_fields' work on bytes: (tags, keys, uniq) new references and the tag code; -1 on error. */
+static int
+fields_of(PyObject *raw, PyObject **tags, PyObject **keys, PyObject **uniq, long *code)
+{
+    const char *p = PyBytes_AS_STRING(raw);
+    Py_ssize_t n = PyBytes_GET_SIZE(raw);
+    *tags = find_prop(p, n, "\x02TAGS\x01", 6);
+    *keys = *tags ? find_prop(p, n, "\x02KEYS\x01", 6) : NULL;
+    *uniq = *keys ? find_prop(p, n, "\x02UNIQ_KEY\x01", 10) : NULL;
+    if (*uniq == NULL) {
+        Py_XDECREF(*tags);
+        Py_XDECREF(*keys);
+        return -1;
+    }
+    *code = *tags == Py_None ? 0 : java_hash(*tags);
+    return 0;
+}
+
+/* Slot offsets of the message class (T_OBJECT_EX member descriptors), looked up once per
+   class: a fresh instance's slots are filled directly, as STORE_ATTR on a slot does. */
+enum { W_TOPIC, W_TOPIC_BYTES, W_QID, W_BODY, W_PROPS, W_PROPS_RAW, W_FLAG, W_SYSFLAG, W_BORN_TS,
+       W_BORN_HOST, W_STORE_HOST, W_RECONSUME, W_PREP, W_TAGS, W_KEYS, W_UNIQ, W_TAGS_CODE, W_SIZE,
+       W_DISP, W_SLOTS };
+typedef struct {
+    PyTypeObject *type;  /* held, so the offsets can never describe another class */
+    Py_ssize_t offset[W_SLOTS];
+} slot_cache;
+
+static slot_cache store_message_slots, record_view_slots;
+
+static int
+slot_offsets(slot_cache *cache, PyTypeObject *cls, PyObject *const *names, int count)
+{
+    if (cls == cache->type)
+        return 0;
+    for (int k = 0; k < count; k++) {
+        PyObject *d = PyObject_GetAttr((PyObject *)cls, names[k]);  /* the descriptor itself */
+        PyMemberDef *def;
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+            Py_XDECREF(d);
+            PyErr_Clear();
+            return -1;
+        }
+        def = ((PyMemberDescrObject *)d)->d_member;
+        Py_DECREF(d);  /* the class keeps it */
+        if (def->type != T_OBJECT_EX || (def->flags & READONLY))
+            return -1;
+        cache->offset[k] = def->offset;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(cache->type, cls);
+    return 0;
+}
+
+static int
+store_message_offsets(PyTypeObject *cls)
+{
+    PyObject *names[W_SLOTS] = {s_topic, s_topic_bytes, s_queue_id, s_body, s_properties, s_properties_raw,
+                                s_flag, s_sys_flag, s_born_timestamp, s_born_host, s_store_host,
+                                s_reconsume_times, s_prepared_tx_offset, s_tags, s_keys, s_uniq_key,
+                                s_tags_code, s_size_no_crc, s_dispatchable};
+    return slot_offsets(&store_message_slots, cls, names, W_SLOTS);
+}
+
+static inline void
+slot_put(const slot_cache *cache, PyObject *m, int k, PyObject *value)  /* steals value */
+{
+    PyObject **at = (PyObject **)((char *)m + cache->offset[k]);
+    Py_XSETREF(*at, value);
+}
+
+#define slot_set(m, k, value) slot_put(&store_message_slots, m, k, value)
+
+/* One message; NULL with an error set, or NULL without one when the twin must decide. */
+static PyObject *
+wire_message(PyTypeObject *cls, PyObject *const *args, PyObject *topic_bytes, PyObject *dispatchable,
+             long long base, PyObject *entry)
+{
+    PyObject *m, *tags, *keys, *uniq, *raw, *body, *code_obj, *size_obj;
+    Py_ssize_t body_len;
+    long code;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3)
+        return NULL;
+    body = PyTuple_GET_ITEM(entry, 1);
+    raw = PyTuple_GET_ITEM(entry, 2);
+    if (!PyBytes_CheckExact(raw) || (body_len = PyObject_Size(body)) < 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (fields_of(raw, &tags, &keys, &uniq, &code) < 0)
+        return NULL;
+    code_obj = PyLong_FromLong(code);
+    size_obj = code_obj ? PyLong_FromLongLong(base + body_len + PyBytes_GET_SIZE(raw)) : NULL;
+    m = size_obj ? cls->tp_new(cls, empty_tuple, NULL) : NULL;
+    if (m == NULL) {
+        Py_DECREF(tags); Py_DECREF(keys); Py_DECREF(uniq); Py_XDECREF(code_obj); Py_XDECREF(size_obj);
+        return NULL;
+    }
+    slot_set(m, W_TOPIC, Py_NewRef(args[1]));
+    slot_set(m, W_TOPIC_BYTES, Py_NewRef(topic_bytes));
+    slot_set(m, W_QID, Py_NewRef(args[2]));
+    slot_set(m, W_BODY, Py_NewRef(body));
+    slot_set(m, W_PROPS, Py_NewRef(Py_None));
+    slot_set(m, W_PROPS_RAW, Py_NewRef(raw));
+    slot_set(m, W_FLAG, Py_NewRef(PyTuple_GET_ITEM(entry, 0)));
+    slot_set(m, W_SYSFLAG, Py_NewRef(args[4]));
+    slot_set(m, W_BORN_TS, Py_NewRef(args[5]));
+    slot_set(m, W_BORN_HOST, Py_NewRef(args[6]));
+    slot_set(m, W_STORE_HOST, Py_NewRef(args[7]));
+    slot_set(m, W_RECONSUME, Py_NewRef(args[8]));
+    slot_set(m, W_PREP, PyLong_FromLong(0));  /* a cached small int: cannot fail */
+    slot_set(m, W_TAGS, tags);
+    slot_set(m, W_KEYS, keys);
+    slot_set(m, W_UNIQ, uniq);
+    slot_set(m, W_TAGS_CODE, code_obj);
+    slot_set(m, W_SIZE, size_obj);
+    slot_set(m, W_DISP, Py_NewRef(dispatchable));
+    return m;
+}
+
+static PyObject *
+wire_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (cls, topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host,
+       reconsume_times) -> [cls, ...] */
+    PyObject *entries, *topic_bytes, *out, *dispatchable;
+    long long sys_flag, base;
+    Py_ssize_t count, topic_len;
+    const char *tb;
+    if (kwnames != NULL || nargs != 9 || !PyType_Check(args[0]) || store_message_offsets((PyTypeObject *)args[0]) < 0
+            || !PyUnicode_CheckExact(args[1])
+            || !(PyList_CheckExact(args[3]) || PyTuple_CheckExact(args[3]))
+            || as_i64(args[4], I64_MIN, I64_MAX, &sys_flag) < 0
+            || !PyBytes_CheckExact(args[6]) || !PyBytes_CheckExact(args[7])
+            || (tb = PyUnicode_AsUTF8AndSize(args[1], &topic_len)) == NULL)
+        return fallback("wire_messages", args, nargs, kwnames);
+    entries = args[3];
+    count = PySequence_Fast_GET_SIZE(entries);
+    base = 91 + topic_len + (topic_len > 127) + (PyBytes_GET_SIZE(args[6]) == 20 ? 12 : 0)
+        + (PyBytes_GET_SIZE(args[7]) == 20 ? 12 : 0);
+    dispatchable = (sys_flag & 0xC) != 4 && (sys_flag & 0xC) != 0xC ? Py_True : Py_False;
+    topic_bytes = PyBytes_FromStringAndSize(tb, topic_len);
+    out = topic_bytes ? PyList_New(count) : NULL;
+    if (out == NULL) {
+        Py_XDECREF(topic_bytes);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *m = wire_message((PyTypeObject *)args[0], args, topic_bytes, dispatchable, base,
+                                   PySequence_Fast_GET_ITEM(entries, k));
+        if (m == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(topic_bytes);
+            if (PyErr_Occurred())
+                return NULL;
+            return fallback("wire_messages", args, nargs, kwnames);
+        }
+        PyList_SET_ITEM(out, k, m);
+    }
+    Py_DECREF(topic_bytes);
+    return out;
+}
+
+/* ------------------------------------------------------------------ JSON remoting headers */
+
+/* The usual shape only: {"code":int,"language":"NAME","version":int,"opaque":int,"flag":int,
+   "remark":str|null,"extFields":{str:str}|null} plus other keys with scalar values (skipped).
+   Anything else (floats, nested values, surrogate escapes, duplicate top-level keys, invalid
+   UTF-8, numbers beyond 10 digits) is left to the twin. */
+
+typedef struct {
+    const unsigned char *p, *end;
+} jcur;
+
+static void
+jws(jcur *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int
+hexval(unsigned char ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A string at c->p (a quote): new str, or NULL (an error set only for a real failure). */
+static PyObject *
+jstring(jcur *c)
+{
+    const unsigned char *start = ++c->p;
+    unsigned char *buf, *w;
+    PyObject *s;
+    while (c->p < c->end && *c->p != '"' && *c->p != '\\' && *c->p >= 0x20)
+        c->p++;
+    if (c->p >= c->end || *c->p < 0x20)
+        return NULL;
+    if (*c->p == '"') {
+        s = PyUnicode_DecodeUTF8((const char *)start, c->p - start, NULL);
+        c->p++;
+        if (s == NULL)
+            PyErr_Clear();
+        return s;
+    }
+    buf = PyMem_Malloc((size_t)(c->end - start) + 1);
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    memcpy(buf, start, (size_t)(c->p - start));
+    w = buf + (c->p - start);
+    while (c->p < c->end && *c->p != '"') {
+        unsigned char ch = *c->p++;
+        if (ch < 0x20)
+            goto unsupported;
+        if (ch != '\\') {
+            *w++ = ch;
+            continue;
+        }
+        if (c->p >= c->end)
+            goto unsupported;
+        ch = *c->p++;
+        switch (ch) {
+        case '"': case '\\': case '/': *w++ = ch; break;
+        case 'b': *w++ = '\b'; break;
+        case 'f': *w++ = '\f'; break;
+        case 'n': *w++ = '\n'; break;
+        case 'r': *w++ = '\r'; break;
+        case 't': *w++ = '\t'; break;
+        case 'u': {
+            int cp = 0;
+            if (c->end - c->p < 4)
+                goto unsupported;
+            for (int k = 0; k < 4; k++) {
+                int h = hexval(c->p[k]);
+                if (h < 0)
+                    goto unsupported;
+                cp = cp * 16 + h;
+            }
+            c->p += 4;
+            if (cp >= 0xD800 && cp <= 0xDFFF)
+                goto unsupported;  /* surrogates: the twin's sanitizing rules */
+            if (cp < 0x80) {
+                *w++ = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                *w++ = (unsigned char)(0xC0 | (cp >> 6));
+                *w++ = (unsigned char)(0x80 | (cp & 0x3F));
+            } else {
+                *w++ = (unsigned char)(0xE0 | (cp >> 12));
+                *w++ = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+                *w++ = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+            break;
+        }
+        default:
+            goto unsupported;
+        }
+    }
+    if (c->p >= c->end)
+        goto unsupported;
+    c->p++;
+    s = PyUnicode_DecodeUTF8((const char *)buf, w - buf, NULL);
+    PyMem_Free(buf);
+    if (s == NULL)
+        PyErr_Clear();
+    return s;
+unsupported:
+    PyMem_Free(buf);
+    return NULL;
+}
+
+/* An int of at most 10 digits (JSON grammar: no leading zeros): 0 and *out, else -1. */
+static int
+jint(jcur *c, long long *out)
+{
+    const unsigned char *start = c->p;
+    long long v = 0;
+    int neg = 0, digits = 0;
+    if (c->p < c->end && *c->p == '-') {
+        neg = 1;
+        c->p++;
+    }
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9' && digits <= 10) {
+        v = v * 10 + (*c->p++ - '0');
+        digits++;
+    }
+    if (digits == 0 || digits > 10 || (digits > 1 && start[neg] == '0'))
+        return -1;
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E' || (*c->p >= '0' && *c->p <= '9')))
+        return -1;
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int
+jliteral(jcur *c, const char *word)
+{
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, word, n) != 0)
+        return -1;
+    c->p += n;
+    return 0;
+}
+
+/* extFields' object of string values: new dict, or NULL (error set only for real failures). */
+static PyObject *
+jext(jcur *c)
+{
+    PyObject *ext = PyDict_New();
+    if (ext == NULL)
+        return NULL;
+    c->p++;
+    jws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return ext;
+    }
+    for (;;) {
+        PyObject *k, *v;
+        jws(c);
+        if (c->p >= c->end || *c->p != '"' || (k = jstring(c)) == NULL)
+            goto fail;
+        jws(c);
+        if (c->p >= c->end || *c->p++ != ':') {
+            Py_DECREF(k);
+            goto fail;
+        }
+        jws(c);
+        if (c->p >= c->end || *c->p != '"' || (v = jstring(c)) == NULL) {
+            Py_DECREF(k);
+            goto fail;
+        }
+        if (PyDict_SetItem(ext, k, v) < 0) {
+            Py_DECREF(k); Py_DECREF(v);
+            goto fail;
+        }
+        Py_DECREF(k); Py_DECREF(v);
+        jws(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        if (c->p < c->end && *c->p == '}') {
+            c->p++;
+            return ext;
+        }
+        goto fail;
+    }
+fail:
+    Py_DECREF(ext);
+    return NULL;
+}
+
+enum { J_CODE, J_LANG, J_VERSION, J_OPAQUE, J_FLAG, J_REMARK, J_EXT, J_FIELDS };
+
+/* A scalar value of an unknown key: skipped. -1: not a scalar (the twin decides). */
+static int
+jskip(jcur *c)
+{
+    long long ignored;
+    if (c->p < c->end && *c->p == '"') {
+        PyObject *s = jstring(c);
+        if (s == NULL)
+            return -1;
+        Py_DECREF(s);
+        return 0;
+    }
+    if (jliteral(c, "true") == 0 || jliteral(c, "false") == 0 || jliteral(c, "null") == 0)
+        return 0;
+    return jint(c, &ignored);
+}
+
+/* One "key": value of the top level into vals; -1: the twin decides. */
+static int
+jmember(jcur *c, PyObject **vals, int *seen)
+{
+    static const char *names[J_FIELDS] = {"code", "language", "version", "opaque", "flag", "remark", "extFields"};
+    const unsigned char *key;
+    size_t key_len;
+    int which = -1;
+    long long v;
+    if (c->p >= c->end || *c->p != '"')
+        return -1;
+    key = ++c->p;
+    while (c->p < c->end && *c->p != '"' && *c->p != '\\' && *c->p >= 0x20)
+        c->p++;
+    if (c->p >= c->end || *c->p != '"')
+        return -1;  /* escaped or odd key */
+    key_len = (size_t)(c->p++ - key);
+    for (int k = 0; k < J_FIELDS; k++)
+        if (strlen(names[k]) == key_len && memcmp(names[k], key, key_len) == 0)
+            which = k;
+    jws(c);
+    if (c->p >= c->end || *c->p++ != ':')
+        return -1;
+    jws(c);
+    if (which < 0)
+        return jskip(c);
+    if (seen[which]++)
+        return -1;  /* duplicate top-level key */
+    if (jliteral(c, "null") == 0) {
+        if (which == J_CODE)
+            return -1;
+        vals[which] = which == J_REMARK || which == J_LANG ? Py_NewRef(Py_None)
+            : which == J_EXT ? PyDict_New() : PyLong_FromLong(0);
+        return vals[which] ? 0 : -1;
+    }
+    if (which == J_LANG || which == J_REMARK) {
+        if (c->p >= c->end || *c->p != '"')
+            return -1;
+        vals[which] = jstring(c);
+    } else if (which == J_EXT) {
+        if (c->p >= c->end || *c->p != '{')
+            return -1;
+        vals[which] = jext(c);
+    } else {
+        if (jint(c, &v) < 0 || v < I32_MIN || v > I32_MAX)
+            return -1;
+        vals[which] = PyLong_FromLongLong(v);
+    }
+    return vals[which] ? 0 : -1;
+}
+
+static PyObject *
+json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[J_FIELDS] = {NULL}, *result = NULL;
+    int seen[J_FIELDS] = {0};
+    jcur c;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_header_fields", args, nargs, kwnames);
+    c.p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    c.end = c.p + PyBytes_GET_SIZE(args[0]);
+    jws(&c);
+    if (c.p >= c.end || *c.p++ != '{')
+        goto slow;
+    jws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        c.p++;
+    } else {
+        for (;;) {
+            jws(&c);
+            if (jmember(&c, vals, seen) < 0)
+                goto slow;
+            jws(&c);
+            if (c.p < c.end && *c.p == ',') {
+                c.p++;
+                continue;
+            }
+            if (c.p < c.end && *c.p++ == '}')
+                break;
+            goto slow;
+        }
+    }
+    jws(&c);
+    if (c.p != c.end || vals[J_CODE] == NULL)
+        goto slow;
+    for (int k = J_VERSION; k <= J_FLAG; k++)
+        if (vals[k] == NULL && (vals[k] = PyLong_FromLong(0)) == NULL)
+            goto done;
+    if (vals[J_LANG] == NULL)
+        vals[J_LANG] = Py_NewRef(Py_None);
+    if (vals[J_REMARK] == NULL)
+        vals[J_REMARK] = Py_NewRef(Py_None);
+    if (vals[J_EXT] == NULL && (vals[J_EXT] = PyDict_New()) == NULL)
+        goto done;
+    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
+                          vals[J_REMARK], vals[J_EXT]);
+    goto done;
+slow:
+    for (int k = 0; k < J_FIELDS; k++)
+        Py_CLEAR(vals[k]);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
+        PyErr_Clear();
+    if (PyErr_Occurred())
+        return NULL;
+    return fallback("json_header_fields", args, nargs, kwnames);
+done:
+    for (int k = 0; k < J_FIELDS; k++)
+        Py_XDECREF(vals[k]);
+    return result;
+}
+
+/* ------------------------------------------------------------------ pull bodies */
+
+enum { V_BUF, V_POS, V_QOFF, V_BROKER, V_REC, V_BODY, V_TOPIC_OVERRIDE, V_SLOTS };
+
+static PyObject *
+record_views(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (cls, body, broker_name) -> [cls(body, pos, queue_offset, broker_name), ...] */
+    static PyObject *names[V_SLOTS];
+    const unsigned char *b;
+    Py_ssize_t size, pos = 0;
+    PyObject *out;
+    if (names[0] == NULL) {
+        const char *text[V_SLOTS] = {"_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body", "topic_override"};
+        for (int k = 0; k < V_SLOTS; k++)
+            if ((names[k] = PyUnicode_InternFromString(text[k])) == NULL)
+                return NULL;
+    }
+    if (kwnames != NULL || nargs != 3 || !PyType_Check(args[0]) || !PyBytes_CheckExact(args[1])
+            || slot_offsets(&record_view_slots, (PyTypeObject *)args[0], names, V_SLOTS) < 0)
+        return fallback("record_views", args, nargs, kwnames);
+    b = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    size = PyBytes_GET_SIZE(args[1]);
+    for (Py_ssize_t at = 0; at < size;) {  /* check every size first: a bad body is the twin's */
+        int32_t total;
+        if (size - at < 91 || (total = get32(b + at)) < 91 || at + total > size)
+            return fallback("record_views", args, nargs, kwnames);
+        at += total;
+    }
+    if ((out = PyList_New(0)) == NULL)
+        return NULL;
+    while (pos < size) {
+        int32_t total = get32(b + pos);
+        PyObject *v = ((PyTypeObject *)args[0])->tp_new((PyTypeObject *)args[0], empty_tuple, NULL);
+        PyObject *p = v ? PyLong_FromSsize_t(pos) : NULL;
+        PyObject *q = p ? PyLong_FromLongLong((long long)(((uint64_t)(uint32_t)get32(b + pos + 20) << 32)
+                                                          | (uint32_t)get32(b + pos + 24))) : NULL;
+        if (q == NULL || PyList_Append(out, v) < 0) {
+            Py_XDECREF(v); Py_XDECREF(p); Py_XDECREF(q);
+            Py_DECREF(out);
+            return NULL;
+        }
+        slot_put(&record_view_slots, v, V_BUF, Py_NewRef(args[1]));
+        slot_put(&record_view_slots, v, V_POS, p);
+        slot_put(&record_view_slots, v, V_QOFF, q);
+        slot_put(&record_view_slots, v, V_BROKER, Py_NewRef(args[2]));
+        slot_put(&record_view_slots, v, V_REC, Py_NewRef(Py_None));
+        slot_put(&record_view_slots, v, V_BODY, Py_NewRef(Py_None));
+        slot_put(&record_view_slots, v, V_TOPIC_OVERRIDE, Py_NewRef(Py_None));
+        Py_DECREF(v);
+        pos += total;
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ module */
+
+/* A compiled twin: fast call with keywords (they always go to the pure twin), doc = twin's home. */
+#define TWIN(name, home) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL | METH_KEYWORDS, home "." #name}
+
+static PyMethodDef methods[] = {
+    {"set_fallback", set_fallback, METH_VARARGS, "set_fallback(name, fn): register a pure twin"},
+    {"crc32", (PyCFunction)(void (*)(void))crc32_py, METH_FASTCALL, "zlib.crc32(data, value=0)"},
+    TWIN(encode_into, "tidemq.protocol.record"),
+    TWIN(decode_properties, "tidemq.protocol.record"),
+    TWIN(prop_fields, "tidemq.protocol.record"),
+    TWIN(decode_batch, "tidemq.node.processors.send"),
+    TWIN(encode_batch_body, "tidemq.producer.send_codec"),
+    TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
+    TWIN(json_header_fields, "tidemq.protocol.remoting"),
+    TWIN(index_entries, "tidemq.node.store.index_file"),
+    TWIN(append_records, "tidemq.node.store.commit_log"),
+    TWIN(wire_messages, "tidemq.node.store.message"),
+    TWIN(record_views, "tidemq.message"),
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups",
+    "Compiled twins of TideMQ codec functions; see client/protocol/accel.py.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    PyObject *m;
+    crc_init();
+    if (intern_names() < 0)
+        return NULL;
+    fallbacks = PyDict_New();
+    if (fallbacks == NULL)
+        return NULL;
+    m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "_fallbacks", fallbacks) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,52 @@
+"""Chooses, once at import, between the compiled codec functions (client/protocol/_speedups.c)
+and their pure-Python twins.
+
+A module defines the pure function and publishes `accel.pick(pure)`: the compiled function of
+the same name when the extension is built and not disabled, else `pure` itself. Every pure
+twin stays registered in PURE, so tests can run both on the same input.
+
+Rules:
+1. TIDEMQ_PURE_PYTHON=1 (any value but "" or "0") forces the pure functions; it is read once,
+   when this module is first imported.
+2. A missing or unloadable extension (no C compiler at install time) silently means pure
+   Python: the results are the same, only slower.
+3. The compiled function handles the common valid input and calls its registered twin for
+   anything else, so both give byte-identical output and the same exceptions
+   (tests/protocol/test_speedups_equivalence.py).
+"""
+from __future__ import annotations
+
+import os
+
+PURE_FORCED = os.environ.get("TIDEMQ_PURE_PYTHON", "") not in ("", "0")
+
+_speedups = None
+if not PURE_FORCED:
+    try:
+        from . import _speedups
+    except ImportError:  # not built here: the pure twins serve (rule 2)
+        _speedups = None
+
+COMPILED = _speedups is not None
+PURE: dict = {}  # name -> pure-Python twin, whichever path is in use
+
+
+def pick(pure):
+    """The compiled twin of `pure` when in use (registering `pure` as its fallback), else pure."""
+    name = pure.__name__
+    PURE[name] = pure
+    if _speedups is None:
+        return pure
+    _speedups.set_fallback(name, pure)
+    return getattr(_speedups, name)
+
+
+def compiled_module():
+    """The extension module, or None; importable for tests even when pure is forced."""
+    if _speedups is not None:
+        return _speedups
+    try:
+        from . import _speedups as mod
+    except ImportError:
+        return None
+    return mod
