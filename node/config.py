@@ -40,7 +40,8 @@ _f = config_field
 STORE_DOCS = {
     "root_dir": "Store directory: commitlog/, consumequeue/, index/, config/ (topics, offsets).",
     "commitlog_file_bytes": "Size of one commit-log file.",
-    "consume_queue_file_units": "20-byte units per consume-queue file.",
+    "consume_queue_file_units": "Not used: consume queues share one database (kept so older "
+                                "configuration files load).",
     "index_enable": "Build the key index (QUERY_MESSAGE by key).",
     "index_slots": "Hash slots per index file.",
     "index_entries": "Entries per index file.",
@@ -54,9 +55,9 @@ STORE_DOCS = {
     "verify_crc_on_recover": "Check CRCs while recovering after a crash.",
     "max_message_bytes": "Largest message body; larger sends get MESSAGE_ILLEGAL (13).",
     "max_queues_per_topic": "Largest queue count of a topic.",
-    "min_free_fds": "File descriptors kept free for connections and the store's own files: a "
-                    "send that needs a new consume-queue file past it is refused with "
-                    "SERVICE_NOT_AVAILABLE (14). Each consume-queue file holds one descriptor.",
+    "min_free_fds": "File descriptors counted for the store's own files when the start-up "
+                    "warning about a low open-file limit estimates the connections that fit "
+                    "(consume queues take none of their own).",
     "file_reserved_hours": "Retention: commit-log files older than this may be deleted.",
     "delete_when": "Retention: hours (00-23, ';'-separated) when old files are deleted.",
     "disk_max_used_ratio": "Retention: delete old files above this disk use.",

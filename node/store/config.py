@@ -29,7 +29,7 @@ class StoreConfig:
     root_dir: str
     # Commit log: fixed-size mapped files named by their 20-digit start offset.
     commitlog_file_bytes: int = 1 * GIB
-    # Consume queue files hold this many 20-byte units (300,000 -> 6,000,000-byte files).
+    # Not used: consume queues share one database (unit_db.py); kept so old configs load.
     consume_queue_file_units: int = 300_000
     # Key index: one file holds index_slots hash slots and index_entries entries.
     index_enable: bool = True
@@ -49,9 +49,7 @@ class StoreConfig:
     # Limits (RocketMQ: maxMessageSize 4 MiB, body only).
     max_message_bytes: int = 4 * MIB
     max_queues_per_topic: int = 1024
-    # Descriptors of the soft RLIMIT_NOFILE a new consume-queue file may not take (kept for
-    # connections and the store's own files): past it, sends to a queue that needs a new file
-    # are refused (fd_budget.py).
+    # Descriptors the low open-file-limit warning keeps for the store's own files.
     min_free_fds: int = 128
     # Retention.
     file_reserved_hours: float = 72.0

@@ -58,9 +58,9 @@ def test_expired_files_deleted_only_in_the_delete_hour(world_store):
         assert r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset > 0
         first = store.get_messages("T", qid, r.next_begin_offset, 1).messages[0]
         assert rec.decode_record(first).physical_offset >= lo
-    # Consume-queue files that only pointed into deleted log files are gone too.
+    # Consume-queue units that only pointed into deleted log files are gone too.
     cq = store.queues.get("T", 0)
-    assert cq.queue.files[0].start_offset > 0
+    assert cq.min_queue_offset > 0 and cq.db.get(cq.qkey, cq.min_queue_offset - 1) is None
     assert store.query_by_key("T", "U000000000000") == []
 
 
