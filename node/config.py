@@ -51,6 +51,8 @@ STORE_DOCS = {
     "flush_thorough_interval_ms": "ASYNC_FLUSH: flush everything at least this often.",
     "sync_flush_timeout_ms": "SYNC_FLUSH: past this a send is answered FLUSH_DISK_TIMEOUT (stored).",
     "derived_flush_interval_ms": "Consume queues, index and checkpoint flush period.",
+    "max_recovery_scan_bytes": "Most commit log a crash recovery scans: the checkpoint is saved "
+                               "early once the log grows a quarter of this past the last one.",
     "whole_record_crc": "Write the __CRC32# whole-record checksum (fixed at store creation).",
     "verify_crc_on_recover": "Check CRCs while recovering after a crash.",
     "max_message_bytes": "Largest message body; larger sends get MESSAGE_ILLEGAL (13).",

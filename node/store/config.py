@@ -43,6 +43,9 @@ class StoreConfig:
     sync_flush_timeout_ms: int = 5_000
     # Consume queues and index are flushed (and the checkpoint advanced) on this interval.
     derived_flush_interval_ms: int = 1_000
+    # A crash scans at most about this much log: the checkpoint is saved early whenever the
+    # log grows a quarter of it past the last one.
+    max_recovery_scan_bytes: int = 256 * MIB
     # TideMQ writes RocketMQ's optional __CRC32# whole-record checksum by default (issue 2.3).
     whole_record_crc: bool = True
     verify_crc_on_recover: bool = True
@@ -98,6 +101,8 @@ class StoreConfig:
             problems.append("confirm_mode must be 'local' or 'external'")
         if not 0 < self.preallocate_at_ratio <= 1:
             problems.append("preallocate_at_ratio must be in (0, 1]")
+        if self.max_recovery_scan_bytes < MIB:
+            problems.append("max_recovery_scan_bytes must be >= 1048576")
         if self.max_queues_per_topic < 1:
             problems.append("max_queues_per_topic must be >= 1")
         if not 0 <= self.min_free_fds <= 1 << 20:
