@@ -8,7 +8,13 @@ import os
 
 from client.protocol.codes import RequestCode as R
 from tests.broker.conftest import run
-from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
+from tests.support.raw_client import (
+    RawClient,
+    decode_records,
+    properties,
+    pull_ext,
+    send_ext,
+)
 
 TOPICS, QUEUES = 2500, 8
 ROUNDS = 2
