@@ -174,10 +174,11 @@ class BrokerConfig:
                                                        "frames together; a connection whose "
                                                        "data would pass this is cut off.")
     max_inflight_per_connection: int = _f(1024, "Requests awaiting a reply per connection "
-                                                "(held pulls, sends awaiting fsync); past it "
-                                                "SYSTEM_BUSY.")
-    max_held_pulls: int = _f(10_000, "Held long-poll pulls in the whole broker; past it "
-                                     "SYSTEM_BUSY.")
+                                                "(sends awaiting fsync; held pulls are not "
+                                                "counted); past it SYSTEM_BUSY.")
+    max_held_pulls: int = _f(100_000, "Held long-poll pulls in the whole broker (a push "
+                                      "consumer holds one per queue; about 2 KiB each); past "
+                                      "it SYSTEM_BUSY.")
     write_buffer_high_bytes: int = _f(1 * MIB, "Stop reading a connection while this much reply "
                                                "data waits to be sent.")
     max_write_buffer_bytes: int = _f(64 * MIB, "A connection whose unsent replies exceed this "
