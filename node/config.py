@@ -177,8 +177,8 @@ class BrokerConfig:
                                                 "(sends awaiting fsync; held pulls are not "
                                                 "counted); past it SYSTEM_BUSY.")
     max_held_pulls: int = _f(100_000, "Held long-poll pulls in the whole broker (a push "
-                                      "consumer holds one per queue; about 2 KiB each); past "
-                                      "it SYSTEM_BUSY.")
+                                      "consumer holds one per queue it consumes); past it "
+                                      "SYSTEM_BUSY.")
     write_buffer_high_bytes: int = _f(1 * MIB, "Stop reading a connection while this much reply "
                                                "data waits to be sent.")
     max_write_buffer_bytes: int = _f(64 * MIB, "A connection whose unsent replies exceed this "

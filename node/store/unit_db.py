@@ -186,10 +186,14 @@ class UnitDb:
 
     def get(self, qkey: int, qoff: int):
         with self.lock:
+            if self._conn is None:  # closed: a read racing shutdown finds nothing
+                return None
             return self._conn.execute(_ONE, (qkey, qoff)).fetchone()
 
     def range(self, qkey: int, first: int, end: int) -> list:
         with self.lock:
+            if self._conn is None:
+                return []
             return self._conn.execute(_RANGE, (qkey, first, end)).fetchall()
 
     def first_at_or_above(self, qkey: int, phys: int, below_qoff: int):
