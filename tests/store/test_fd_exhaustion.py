@@ -86,3 +86,24 @@ def test_replica_and_restart_with_more_queues_than_descriptors(tmp_path, crashed
     finally:
         master.close()
         slave.close()
+
+
+def test_a_queue_first_message_creates_no_file(tmp_path):
+    """The put path of a new queue's first message makes no file (nor warms or fsyncs one):
+    the store's files are the same before and after 100 new queues."""
+    # files large enough that no commit-log or index file is due during the test
+    store = MessageStore(small_config(tmp_path, max_queues_per_topic=100,
+                                      commitlog_file_bytes=4 << 20, index_entries=4000)).open()
+    try:
+        store.put([StoreMessage("Warm", 0, b"w")])
+        store.save_checkpoint()
+
+        def files():
+            return {os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs}
+        before = files()
+        for m in _many(100):
+            store.put([m])
+        assert files() == before
+        _all_readable(store, 100)
+    finally:
+        store.close()
