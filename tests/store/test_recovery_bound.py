@@ -4,6 +4,7 @@ however long the checkpoint interval, because the flusher wakes the checkpoint e
 import time
 
 from client.protocol import record as rec
+from node.store import unit_db
 from node.store.message import StoreMessage
 from node.store.message_store import MessageStore
 
@@ -59,5 +60,26 @@ def test_crash_scan_is_bounded_whatever_the_checkpoint_interval(tmp_path):
         assert report.crashed and report.scanned_bytes <= MIB, report
         _readable(store, placed)
         assert store.max_offset > 9 * MIB
+    finally:
+        store.close()
+
+
+def test_unit_database_wal_stays_bounded_under_steady_writes(tmp_path, monkeypatch):
+    """Puts never pause, so the WAL never finds a quiet moment to start over on its own: it
+    must still be emptied once it passes WAL_RESET_BYTES (here 256 KiB)."""
+    monkeypatch.setattr(unit_db, "WAL_RESET_BYTES", 256 * 1024)
+    cfg = small_config(tmp_path, commitlog_file_bytes=64 * MIB, max_queues_per_topic=64,
+                       derived_flush_interval_ms=20, index_enable=False)
+    store = MessageStore(cfg).open()
+    wal = tmp_path / "consumequeue" / (unit_db.DB_NAME + "-wal")
+    biggest, seq = 0, 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            store.put([StoreMessage(f"Wal{seq % 97}", seq % 64, b"w" * 64)])
+            seq += 1
+            if seq % 2000 == 0:
+                biggest = max(biggest, wal.stat().st_size)
+        assert biggest < 4 * MIB, biggest
     finally:
         store.close()
