@@ -58,7 +58,6 @@ class UnitDb:
         self.lock = threading.Lock()
         self._conn = None
         self._ckpt = None
-        self._in_tx = False
         self.commits = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -88,9 +87,8 @@ class UnitDb:
     def close(self) -> None:
         with self.lock:
             if self._conn is not None:
-                if self._in_tx:
+                if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
-                    self._in_tx = False
                 self._conn.close()
                 self._conn = None
             if self._ckpt is not None:
@@ -100,9 +98,8 @@ class UnitDb:
     def abandon(self) -> None:
         """Close as a killed process would: what was not committed is lost (tests)."""
         with self.lock:
-            if self._conn is not None and self._in_tx:
+            if self._conn is not None and self._conn.in_transaction:
                 self._conn.execute("ROLLBACK")
-                self._in_tx = False
         self.close()
 
     def remove_files(self) -> None:
@@ -114,9 +111,8 @@ class UnitDb:
 
     # -- writes (inside the open transaction, rule 1) -----------------------------------
     def _write(self, sql: str, args=()) -> sqlite3.Cursor:
-        if not self._in_tx:
+        if not self._conn.in_transaction:
             self._conn.execute("BEGIN")
-            self._in_tx = True
         return self._conn.execute(sql, args)
 
     def add_queue(self, topic: str, qid: int) -> int:
@@ -131,16 +127,14 @@ class UnitDb:
 
     def put(self, qkey: int, qoff: int, phys: int, size: int, tags: int) -> None:
         with self.lock:
-            if not self._in_tx:
+            if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
-                self._in_tx = True
             self._conn.execute(_INSERT, (qkey, qoff, phys, size, tags))
 
     def put_many(self, rows) -> None:
         with self.lock:
-            if not self._in_tx:
+            if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
-                self._in_tx = True
             self._conn.executemany(_INSERT, rows)
 
     def delete_from(self, qkey: int, qoff: int) -> None:
@@ -166,10 +160,11 @@ class UnitDb:
     def commit(self) -> bool:
         """Make every write so far durable (rule 2); False when there was none."""
         with self.lock:
-            if not self._in_tx:
+            if not self._conn.in_transaction:
                 return False
+            # A failed COMMIT (disk full) raises: the checkpoint then stays where it was, so
+            # a restart re-dispatches whatever SQLite rolled back.
             self._conn.execute("COMMIT")
-            self._in_tx = False
             self.commits += 1
             ckpt = self._ckpt
             if os.path.getsize(self.path + "-wal") > WAL_RESET_BYTES:  # rule 2
