@@ -25,15 +25,8 @@ PRE_BLANK_SIZE = 0x7FFFFFFF
 
 
 class ConsumeQueue:
-    __slots__ = (
-        "db",
-        "max_phys_end",
-        "max_queue_offset",
-        "min_queue_offset",
-        "qkey",
-        "queue_id",
-        "topic",
-    )
+    __slots__ = ("db", "head_phys", "max_phys_end", "max_queue_offset", "min_queue_offset",
+                 "qkey", "queue_id", "topic")
 
     def __init__(self, db, qkey: int, topic: str, queue_id: int, first=None, last=None,
                  last_end: int = 0):
@@ -44,6 +37,7 @@ class ConsumeQueue:
         self.min_queue_offset = first if first is not None else 0
         self.max_queue_offset = last + 1 if last is not None else self.min_queue_offset
         self.max_phys_end = last_end  # end (offset + size) of the last indexed record
+        self.head_phys = -1  # physical offset of the unit at min_queue_offset (-1: unknown)
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
@@ -58,6 +52,8 @@ class ConsumeQueue:
             else:
                 self.db.put_many([(self.qkey, q, 0, PRE_BLANK_SIZE, 0)
                                   for q in range(nxt, queue_offset)])
+        if queue_offset == self.min_queue_offset:
+            self.head_phys = phys
         self.db.put(self.qkey, queue_offset, phys, size, tags_code)
         self.max_queue_offset = queue_offset + 1
         self.max_phys_end = phys + size
@@ -107,15 +103,17 @@ class ConsumeQueue:
         """Drop units that point below `min_phys` (the log head was deleted), keeping the last
         one (rule 4); returns how many queue offsets the queue's start moved."""
         lo, hi = self.min_queue_offset, self.max_queue_offset
-        if hi <= lo:
-            return 0
+        if hi <= lo or self.head_phys >= min_phys:
+            return 0  # (the common case, without a lookup: retention visits every queue)
         first = self.db.get(self.qkey, lo)
         if first is not None and first[1] != PRE_BLANK_SIZE and first[0] >= min_phys:
+            self.head_phys = first[0]
             return 0
         at = self.db.first_at_or_above(self.qkey, min_phys, hi)
         new_min = at if at is not None else hi
         self.db.delete_below(self.qkey, min(new_min, hi - 1))
         self.min_queue_offset = new_min
+        self.head_phys = -1
         return new_min - lo
 
     def destroy(self) -> None:

@@ -56,10 +56,11 @@ class ConsumeQueueTable:
         if not existed:
             return False
         topics: dict[str, str] = {}
-        for qkey, topic, qid, first, last, last_end in self.db.load():
+        for qkey, topic, qid, first, last, last_end, head_phys in self.db.load():
             topic = topics.setdefault(topic, topic)  # one string per topic
-            self.queues[(topic, qid)] = ConsumeQueue(self.db, qkey, topic, qid, first, last,
-                                                     last_end or 0)
+            cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, last_end or 0)
+            cq.head_phys = -1 if head_phys is None else head_phys
+            self.queues[(topic, qid)] = cq
         return True
 
     def _remove_old_layout(self) -> None:

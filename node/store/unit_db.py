@@ -45,7 +45,9 @@ _LOAD = ("SELECT q.qkey, q.topic, q.qid, "
          "(SELECT min(qoff) FROM units u WHERE u.qkey = q.qkey), "
          "(SELECT max(qoff) FROM units u WHERE u.qkey = q.qkey), "
          "(SELECT CASE WHEN size = 2147483647 THEN 0 ELSE phys + size END FROM units u "
-         "WHERE u.qkey = q.qkey ORDER BY qoff DESC LIMIT 1) FROM queues q")
+         "WHERE u.qkey = q.qkey ORDER BY qoff DESC LIMIT 1), "
+         "(SELECT CASE WHEN size = 2147483647 THEN -1 ELSE phys END FROM units u "
+         "WHERE u.qkey = q.qkey ORDER BY qoff LIMIT 1) FROM queues q")
 _INSERT = "INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?, ?)"
 _RANGE = "SELECT phys, size, tags FROM units WHERE qkey = ? AND qoff >= ? AND qoff < ? ORDER BY qoff"
 _ONE = "SELECT phys, size, tags FROM units WHERE qkey = ? AND qoff = ?"
@@ -181,8 +183,9 @@ class UnitDb:
 
     # -- reads ---------------------------------------------------------------------------
     def load(self):
-        """(qkey, topic, qid, first qoff, last qoff, end of the last record) for every queue
-        (None for the three when it has no units)."""
+        """(qkey, topic, qid, first qoff, last qoff, end of the last record, physical offset
+        of the first unit or -1) for every queue (None for the last four when it has no
+        units)."""
         with self.lock:
             return self._conn.execute(_LOAD).fetchall()
 

@@ -93,3 +93,39 @@ def test_writes_refused_above_warning_ratio_and_resumed_below(world_store):
     world.disk = 0.50
     store.retention.check_disk()
     assert store.put([message(5001)]).placed[0][0] == end
+
+
+def test_retention_after_a_restart_and_of_a_queue_left_behind(tmp_path):
+    """Queues loaded at start-up (their first unit's position read from the database) lose
+    the units that point into deleted log files; a queue whose every unit is gone keeps its
+    next offset across a restart."""
+    world = World()
+
+    def open_store():
+        return MessageStore(small_config(tmp_path, file_reserved_hours=72, delete_when="04"),
+                            clock=world.clock, disk_usage=world.usage).open()
+    store = open_store()
+    for i in range(40):
+        store.put([message(i, 400, topic="Old", queues=1)])
+    for s in range(0, 1200, 4):
+        store.put([message(i, 400, queues=2) for i in range(s, s + 4)])
+    store.close()
+    store = open_store()
+    try:
+        _age_files(store, world, 3, 100)
+        assert store.retention.run_once() == 3
+        lo = store.commit_log.min_offset
+        for topic, qid in (("T", 0), ("T", 1)):
+            start = store.min_queue_offset(topic, qid)
+            assert start > 0
+            first = store.get_messages(topic, qid, start, 1).messages[0]
+            assert rec.decode_record(first).physical_offset >= lo
+        assert store.min_queue_offset("Old", 0) == store.max_queue_offset("Old", 0) == 40
+    finally:
+        store.close()
+    store = open_store()
+    try:
+        assert store.max_queue_offset("Old", 0) == 40
+        assert store.get_messages("Old", 0, 39, 1).messages == []
+    finally:
+        store.close()
