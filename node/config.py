@@ -40,7 +40,8 @@ _f = config_field
 STORE_DOCS = {
     "root_dir": "Store directory: commitlog/, consumequeue/, index/, config/ (topics, offsets).",
     "commitlog_file_bytes": "Size of one commit-log file.",
-    "consume_queue_file_units": "20-byte units per consume-queue file.",
+    "consume_queue_file_units": "Not used: consume queues share one database (kept so older "
+                                "configuration files load).",
     "index_enable": "Build the key index (QUERY_MESSAGE by key).",
     "index_slots": "Hash slots per index file.",
     "index_entries": "Entries per index file.",
@@ -50,13 +51,15 @@ STORE_DOCS = {
     "flush_thorough_interval_ms": "ASYNC_FLUSH: flush everything at least this often.",
     "sync_flush_timeout_ms": "SYNC_FLUSH: past this a send is answered FLUSH_DISK_TIMEOUT (stored).",
     "derived_flush_interval_ms": "Consume queues, index and checkpoint flush period.",
+    "max_recovery_scan_bytes": "Most commit log a crash recovery scans: the checkpoint is saved "
+                               "early once the log grows a quarter of this past the last one.",
     "whole_record_crc": "Write the __CRC32# whole-record checksum (fixed at store creation).",
     "verify_crc_on_recover": "Check CRCs while recovering after a crash.",
     "max_message_bytes": "Largest message body; larger sends get MESSAGE_ILLEGAL (13).",
     "max_queues_per_topic": "Largest queue count of a topic.",
-    "min_free_fds": "File descriptors kept free for connections and the store's own files: a "
-                    "send that needs a new consume-queue file past it is refused with "
-                    "SERVICE_NOT_AVAILABLE (14). Each consume-queue file holds one descriptor.",
+    "min_free_fds": "File descriptors counted for the store's own files when the start-up "
+                    "warning about a low open-file limit estimates the connections that fit "
+                    "(consume queues take none of their own).",
     "file_reserved_hours": "Retention: commit-log files younger than this are kept; older ones "
                            "go once every subscribed group has consumed them.",
     "delete_when": "Retention: hours (00-23, ';'-separated) when old files are deleted.",
@@ -186,10 +189,11 @@ class BrokerConfig:
                                                        "frames together; a connection whose "
                                                        "data would pass this is cut off.")
     max_inflight_per_connection: int = _f(1024, "Requests awaiting a reply per connection "
-                                                "(held pulls, sends awaiting fsync); past it "
-                                                "SYSTEM_BUSY.")
-    max_held_pulls: int = _f(10_000, "Held long-poll pulls in the whole broker; past it "
-                                     "SYSTEM_BUSY.")
+                                                "(sends awaiting fsync; held pulls are not "
+                                                "counted); past it SYSTEM_BUSY.")
+    max_held_pulls: int = _f(100_000, "Held long-poll pulls in the whole broker (a push "
+                                      "consumer holds one per queue it consumes); past it "
+                                      "SYSTEM_BUSY.")
     write_buffer_high_bytes: int = _f(1 * MIB, "Stop reading a connection while this much reply "
                                                "data waits to be sent.")
     max_write_buffer_bytes: int = _f(64 * MIB, "A connection whose unsent replies exceed this "

@@ -1,11 +1,10 @@
 """The broker's open-file limit, raised at start.
 
-Every consume-queue file holds one descriptor while it is mapped (node/store/fileio.py rule 3),
-so the number of queues a broker can serve follows RLIMIT_NOFILE. At start the soft limit is
-raised to the hard one (an unprivileged process may do so) and one INFO line says old -> new.
-When the hard limit is still low, a WARNING says about how many queue files fit: the limit less
-store.min_free_fds (kept free for connections and the store's own files; node/store/fd_budget.py)
-less BASE_FDS for the process itself.
+Consume queues share one database (node/store/unit_db.py), so the store's descriptors do not
+grow with the queue count; client connections do (one each). At start the soft limit is raised
+to the hard one (an unprivileged process may do so) and one INFO line says old -> new. When the
+hard limit is still low, a WARNING says about how many connections fit: the limit less
+store.min_free_fds (kept for the store's own files) less BASE_FDS for the process itself.
 """
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ import resource
 
 log = logging.getLogger("tidemq.limits")
 BASE_FDS = 32            # interpreter, logs, listening sockets, commit-log and index files
-LOW_LIMIT = 65536        # below this the warning names the queue count it supports
+LOW_LIMIT = 4096         # below this the warning names the connection count it supports
 _NR_OPEN = "/proc/sys/fs/nr_open"
 
 
@@ -49,9 +48,8 @@ def raise_open_file_limit(min_free_fds: int) -> int:
                         exc)
     if new != resource.RLIM_INFINITY and new < LOW_LIMIT:
         fit = max(0, new - min_free_fds - BASE_FDS)
-        log.warning("open-file limit %d is low: about %d consume-queue files fit (one per "
-                    "queue of up to store.consume_queue_file_units messages; store.min_free_fds"
-                    "=%d kept free); sends to further queues are refused with "
-                    "SERVICE_NOT_AVAILABLE. Raise the hard limit (ulimit -Hn, LimitNOFILE=, "
-                    "docker --ulimit nofile=)", new, fit, min_free_fds)
+        log.warning("open-file limit %d is low: about %d client connections fit (one "
+                    "descriptor each; store.min_free_fds=%d kept for the store's files); "
+                    "raise the hard limit (ulimit -Hn, LimitNOFILE=, docker --ulimit nofile=)",
+                    new, fit, min_free_fds)
     return new

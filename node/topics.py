@@ -1,8 +1,9 @@
 """Topic configs: the table of topics this broker serves, its rules, and where it is kept.
 
 TopicManager owns the table; a TopicConfigStore keeps it. In standalone mode that is
-FileTopicConfigStore, `<store root>/config/topics.json` written with an atomic replace; in
-cluster mode coordinator.topics.ZkTopicConfigStore implements the same two methods.
+FileTopicConfigStore, `<store root>/config/topics.json` plus a journal of changes since (one
+line per created or deleted topic); in cluster mode a ZooKeeper-backed store implements the
+same two methods (a store may add save_change() to keep one change at a time).
 
 File format = the GET_ALL_TOPIC_CONFIG (21) body (RocketMQ's TopicConfigSerializeWrapper):
     {"dataVersion":{"counter":n,"timestamp":ms},
@@ -30,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
+from tidemq.node.append_journal import AppendJournal
 from tidemq.protocol.codes import PERM_READ_WRITE, PermName
 
 log = logging.getLogger("tidemq.topics")
@@ -125,24 +127,56 @@ class TopicConfigStore(Protocol):
 
 
 class FileTopicConfigStore:
-    """<root>/config/topics.json, replaced atomically (tmp + fsync + rename + fsync dir)."""
+    """<root>/config/topics.json (a snapshot, replaced atomically: tmp + fsync + rename + fsync
+    dir) plus <root>/config/topics.journal (one JSON line per change since the snapshot,
+    node/append_journal.py): creating or deleting a topic appends one line, so its cost does
+    not grow with the table. Once the journal holds more lines than the table has topics
+    (and at least COMPACT_MIN), a new snapshot replaces both."""
+
+    COMPACT_MIN = 1024
 
     def __init__(self, root_dir: str, fs):
         self.path = os.path.join(root_dir, "config", "topics.json")
         self.fs = fs
+        self.journal = AppendJournal(os.path.join(root_dir, "config", "topics.journal"))
 
     def load(self):
         try:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
         except FileNotFoundError:
+            doc = None
+        changes = self.journal.read()
+        if doc is None and not changes:
             return None
+        doc = doc or {"topicConfigTable": {}}
         table = {name: TopicConfig.from_json(t) for name, t in doc["topicConfigTable"].items()}
-        return table, dict(doc.get("dataVersion") or {})
+        version = dict(doc.get("dataVersion") or {})
+        for change in changes:
+            if "put" in change:
+                tc = TopicConfig.from_json(change["put"])
+                table[tc.name] = tc
+            else:
+                table.pop(change.get("del"), None)
+            version = dict(change.get("v") or version)
+        return table, version
 
     def save(self, table, data_version) -> None:
+        """The whole table: a new snapshot, then an empty journal."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.fs.write_atomic(self.path, encode_table(table, data_version))
+        self.journal.reset()
+
+    def save_change(self, table, data_version, name: str) -> None:
+        """One topic changed (`name` in `table`) or was deleted (not in it)."""
+        tc = table.get(name)
+        change = {"v": data_version, "put": tc.to_json()} if tc is not None else \
+            {"v": data_version, "del": name}
+        # Appended even when a snapshot follows: a crash before the journal is emptied then
+        # replays it over a snapshot that already holds its outcome (the same table).
+        self.journal.append(change)
+        if self.journal.records > max(self.COMPACT_MIN, len(table)):
+            self.save(table, data_version)
 
 
 def encode_table(table: dict[str, TopicConfig], data_version: dict) -> bytes:
@@ -266,7 +300,7 @@ class TopicManager:
         if old is None:
             raise TopicError(17, f"topic {topic} does not exist")
         try:
-            self._persist()
+            self._persist(topic)
         except Exception:
             self.table[topic] = old
             raise
@@ -286,7 +320,7 @@ class TopicManager:
         old = self.table.get(tc.name)
         self.table[tc.name] = tc
         try:
-            self._persist()
+            self._persist(tc.name)
         except Exception:
             # Rule 1: not persisted, so not visible.
             if old is None:
@@ -297,10 +331,15 @@ class TopicManager:
         for fn in self.listeners:
             fn(tc)
 
-    def _persist(self) -> None:
+    def _persist(self, name: str | None = None) -> None:
+        """The table (or, when the store can keep single changes, just topic `name`)."""
         self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
                              "timestamp": int(time.time() * 1000)}
-        self._store.save(self.table, self.data_version)
+        save_change = getattr(self._store, "save_change", None)
+        if name is not None and save_change is not None:
+            save_change(self.table, self.data_version, name)
+        else:
+            self._store.save(self.table, self.data_version)
 
     def all_json(self) -> bytes:
         """The GET_ALL_TOPIC_CONFIG (21) body."""

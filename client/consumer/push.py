@@ -68,6 +68,7 @@ class ConsumeResult(enum.Enum):
 
 
 _SUCCESS = ConsumeResult.SUCCESS
+REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
 
 
 def _enum(cls, value):
@@ -243,11 +244,18 @@ class PushConsumer(AsyncLifecycle):
         async with self._rebalance_lock:
             if self._closing:
                 return
-            for topic in self._filters:
-                try:
-                    await self._rebalance_topic(topic)
-                except errors.TideMQError as exc:
-                    log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic, exc)
+            sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+
+            async def one(topic):
+                async with sem:
+                    try:
+                        await self._rebalance_topic(topic)
+                    except errors.TideMQError as exc:
+                        log.warning("%s: rebalance of %r failed: %s", self._instance.client_id,
+                                    topic, exc)
+            # topics (and below, queues) concurrently: with thousands of queues, one round
+            # trip after another would keep most of them unpulled for seconds
+            await asyncio.gather(*[one(topic) for topic in list(self._filters)])
 
     async def _allocated(self, topic):
         """This member's share of the topic's queues; None when no broker serves it."""
@@ -270,12 +278,15 @@ class PushConsumer(AsyncLifecycle):
         removed = current - mine
         if removed:
             await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
-        for mq in sorted(mine - current):
-            try:
-                offset = await self._start_offset(mq)
-            except errors.TideMQError as exc:
-                log.warning("%s: cannot start %s: %s", inst.client_id, mq, exc)
+        added = sorted(mine - current)
+        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in added],
+                                       return_exceptions=True)
+        for mq, offset in zip(added, offsets):
+            if isinstance(offset, errors.TideMQError):
+                log.warning("%s: cannot start %s: %s", inst.client_id, mq, offset)
                 continue
+            if isinstance(offset, BaseException):
+                raise offset
             self._add(mq, offset)
         if removed or mine - current:
             log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,

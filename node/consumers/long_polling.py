@@ -6,7 +6,9 @@ and every held pull on those queues is re-executed at once.
 
 Rules:
 1. At most max_held pulls are held in the broker; hold() refuses past it (the caller answers
-   SYSTEM_BUSY), so a flood of long polls costs bounded memory.
+   SYSTEM_BUSY), so a flood of long polls costs bounded memory. A held pull takes no slot of
+   its connection's in-flight limit (node/remoting/connection.py rule 4): one connection may hold a
+   pull on every queue it consumes and still send other requests.
 2. No lost wake-up: hold() registers first, then re-checks the queue's max offset, and the
    dispatcher writes a consume-queue unit before it calls the listener. Whatever the thread
    interleaving, a message dispatched after the pull's read is seen by one of the two.
@@ -74,7 +76,6 @@ class PullHoldService:
         self._by_queue.setdefault((topic, queue_id), {})[id(h)] = h
         self._by_conn.setdefault(conn, set()).add(h)
         self.count += 1
-        conn.defer()
         h.timer = self.loop.call_at(now + timeout_s, self._run, h, True)
         if self.max_queue_offset(topic, queue_id) > offset:  # rule 2
             self._run(h, False)
@@ -122,7 +123,7 @@ class PullHoldService:
             return
         self._forget(h)
         self.metrics.hold_wait.observe(self.loop.time() - h.held_at)
-        h.conn.complete(h.request, response)
+        h.conn.complete(h.request, response, counted=False)
 
     def _forget(self, h: HeldPull) -> None:
         h.timer.cancel()
@@ -143,7 +144,6 @@ class PullHoldService:
     def connection_closed(self, conn) -> None:
         for h in list(self._by_conn.get(conn, ())):
             self._forget(h)
-            conn.inflight -= 1
 
     def close(self) -> None:
         for conn in list(self._by_conn):

@@ -14,8 +14,11 @@ Rules:
    requests of the last read wait in `_backlog` until the peer reads again. A peer stalled
    past write_stall_timeout_ms, or whose unsent replies exceed max_write_buffer_bytes (held
    pulls answering at once), is cut off.
-4. `inflight` counts accepted requests whose reply is deferred (held pulls, sends awaiting
-   fsync); RemotingServer refuses new requests past max_inflight_per_connection.
+4. `inflight` counts accepted requests whose reply is deferred (sends awaiting fsync);
+   RemotingServer refuses new requests past max_inflight_per_connection. Held long-poll
+   pulls do not count: a push consumer holds one per queue, and they are bounded by the
+   broker-wide max_held_pulls instead (node/consumers/long_polling.py), so a consumer of thousands of
+   queues on one connection can still commit offsets and pull.
 5. A deferred reply completed after the connection closed is dropped (the counter still
    goes down).
 6. A partly received frame counts against the server-wide max_partial_frame_bytes_total: a
@@ -211,9 +214,12 @@ class Connection(asyncio.Protocol):
     def defer(self) -> None:
         self.inflight += 1
 
-    def complete(self, request: RemotingCommand, response: RemotingCommand) -> None:
-        """Send a deferred reply (rule 5)."""
-        self.inflight -= 1
+    def complete(self, request: RemotingCommand, response: RemotingCommand,
+                 counted: bool = True) -> None:
+        """Send a deferred reply (rule 5); counted=False for one that never took an in-flight
+        slot (a held pull, rule 4)."""
+        if counted:
+            self.inflight -= 1
         if not self.closed and not request.flag & FLAG_ONEWAY:
             self.send_command(response)
 

@@ -29,7 +29,7 @@ class StoreConfig:
     root_dir: str
     # Commit log: fixed-size mapped files named by their 20-digit start offset.
     commitlog_file_bytes: int = 1 * GIB
-    # Consume queue files hold this many 20-byte units (300,000 -> 6,000,000-byte files).
+    # Not used: consume queues share one database (unit_db.py); kept so old configs load.
     consume_queue_file_units: int = 300_000
     # Key index: one file holds index_slots hash slots and index_entries entries.
     index_enable: bool = True
@@ -43,6 +43,9 @@ class StoreConfig:
     sync_flush_timeout_ms: int = 5_000
     # Consume queues and index are flushed (and the checkpoint advanced) on this interval.
     derived_flush_interval_ms: int = 1_000
+    # A crash scans at most about this much log: the checkpoint is saved early whenever the
+    # log grows a quarter of it past the last one.
+    max_recovery_scan_bytes: int = 256 * MIB
     # TideMQ writes RocketMQ's optional __CRC32# whole-record checksum by default, so recovery
     # catches damage outside the body (docs/store.md, Decisions).
     whole_record_crc: bool = True
@@ -50,9 +53,7 @@ class StoreConfig:
     # Limits (RocketMQ: maxMessageSize 4 MiB, body only).
     max_message_bytes: int = 4 * MIB
     max_queues_per_topic: int = 1024
-    # Descriptors of the soft RLIMIT_NOFILE a new consume-queue file may not take (kept for
-    # connections and the store's own files): past it, sends to a queue that needs a new file
-    # are refused (fd_budget.py).
+    # Descriptors the low open-file-limit warning keeps for the store's own files.
     min_free_fds: int = 128
     # Retention (retention.py): by default a file goes only once every subscribed group has
     # consumed all of it AND it is older than file_reserved_hours; retention_delete_unconsumed
@@ -112,6 +113,8 @@ class StoreConfig:
             problems.append("confirm_mode must be 'local' or 'external'")
         if not 0 < self.preallocate_at_ratio <= 1:
             problems.append("preallocate_at_ratio must be in (0, 1]")
+        if self.max_recovery_scan_bytes < MIB:
+            problems.append("max_recovery_scan_bytes must be >= 1048576")
         if self.max_queues_per_topic < 1:
             problems.append("max_queues_per_topic must be >= 1")
         if not 0 <= self.min_free_fds <= 1 << 20:

@@ -1,6 +1,6 @@
 """Background services: the commit-log flusher (group commit under SYNC_FLUSH, interval under
-ASYNC_FLUSH) and the maintenance loop (consume-queue/index flush, checkpoint, next-file
-preparation, retention).
+ASYNC_FLUSH) and the maintenance threads (consume-queue/index flush, checkpoint and retention
+on one, next-file preparation on the other).
 
 Group commit (SYNC_FLUSH, CommitLog.GroupCommitService): writers register (end offset,
 deadline, callback); one fdatasync covers every write made before it started, so one fsync
@@ -110,6 +110,7 @@ class FlushService:
             except Exception:
                 log.exception("commit-log flush failed")
             self._complete()
+            self._bound_recovery()
         try:
             self.store.flush_log(0)
         except Exception:
@@ -118,6 +119,15 @@ class FlushService:
             with self._cond:
                 self._finished = True
             self._complete(final=True)
+
+    def _bound_recovery(self) -> None:
+        """Wake the checkpoint once the log is a quarter of max_recovery_scan_bytes past the
+        last one: the rest covers what is written until the checkpoint lands (a flush interval
+        and one commit), so a crash has at most that much to scan."""
+        cp = self.store.checkpoint
+        if cp is not None and self.store.max_offset - min(cp.flushed_offset, cp.dispatched_offset) \
+                > self.cfg.max_recovery_scan_bytes // 4:
+            self.store.maintenance.wake()
 
     def _complete(self, final: bool = False) -> None:
         flushed = self.store.durable_offset
@@ -143,34 +153,68 @@ class FlushService:
 
 
 class MaintenanceService:
-    """Every derived_flush_interval_ms: probe the disk (writes refused or accepted again),
-    flush consume queues and index, save the checkpoint, prepare the next commit-log file;
-    every clean_interval_ms: retention."""
+    """Two threads, so a checkpoint never waits behind a file being made:
+    - checkpoint: every derived_flush_interval_ms (at once when the flusher wakes it: the log
+      grew a quarter of max_recovery_scan_bytes past the last checkpoint) probes the disk (writes
+      refused or accepted again), commits the consume queues and index and saves the
+      checkpoint; every clean_interval_ms, retention;
+    - prepare: makes and warms the next commit-log file (up to seconds for 1 GiB)."""
 
     def __init__(self, store, retention):
         self.store = store
         self.retention = retention
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tidemq-maintenance", daemon=True)
+        self._prepare = threading.Thread(target=self._run_prepare, name="tidemq-prepare",
+                                         daemon=True)
+        self.checkpoint_lag_s: list[float] = []  # recent checkpoint intervals (bounded)
 
     def start(self) -> None:
         self._thread.start()
+        self._prepare.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._thread.join()
+        self._prepare.join()
+
+    def wake(self) -> None:
+        """Checkpoint now (the log grew fast: recovery's scan bound)."""
+        self._wake.set()
 
     def _run(self) -> None:
         cfg = self.store.config
         period = cfg.derived_flush_interval_ms / 1000
-        last_clean = time.monotonic()
-        while not self._stop.wait(period):
+        last_clean = last_save = time.monotonic()
+        while not self._stop.is_set():
+            self._wake.wait(period)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.store.disk_guard.refresh()
-                self.store.prepare_next_file()
                 self.store.save_checkpoint()
-                if time.monotonic() - last_clean >= cfg.clean_interval_ms / 1000:
-                    last_clean = time.monotonic()
+                now = time.monotonic()
+                self._note_lag(now - last_save)
+                last_save = now
+                if now - last_clean >= cfg.clean_interval_ms / 1000:
+                    last_clean = now
                     self.retention.run_once()
             except Exception:
                 log.exception("store maintenance failed")
+
+    def _note_lag(self, seconds: float) -> None:
+        lags = self.checkpoint_lag_s
+        lags.append(seconds)
+        if len(lags) > 1024:
+            del lags[:512]
+
+    def _run_prepare(self) -> None:
+        period = self.store.config.derived_flush_interval_ms / 1000
+        while not self._stop.wait(period):
+            try:
+                self.store.prepare_next_file()
+            except Exception:
+                log.exception("preparing the next commit-log file failed")

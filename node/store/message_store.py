@@ -10,7 +10,7 @@ set_confirmed_offset() (confirm_mode "external"). Dispatch follows it.
 
 HA API: append_raw(), read_raw(), truncate(), set_confirmed_offset().
 
-Files under root_dir: commitlog/, consumequeue/<topic>/<queue>/, index/, checkpoint, abort
+Files under root_dir: commitlog/, consumequeue/units.db (every queue's units), index/, checkpoint, abort
 (present while open: its presence at start means a crash), lock (flock: one process per store),
 write_mark (durable bound on bytes ever written: recovery zeroes only up to it),
 store_version ("tidemq-store 1 whole_record_crc=1").
@@ -77,8 +77,7 @@ class MessageStore(StoreReader):
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
                                     config.whole_record_crc,
                                     write_through=config.flush_mode == SYNC_FLUSH)
-        self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_file_units,
-                                        config.min_free_fds)
+        self.queues = ConsumeQueueTable(fs, config.root_dir)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index)

@@ -1,27 +1,33 @@
-"""ConsumeQueueTable: every (topic, queue_id) consume queue of the store, created on demand and
-found again at start-up under <root>/consumequeue/<topic>/<queue_id>/. New queue files are
-admitted by one FdBudget (fd_budget.py): they never take the descriptors kept free. At
-start-up each queue is loaded and recovered in turn; one whose files the budget cannot keep
-is parked (consume_queue.py rule 5), so a store with more queue files than descriptors still
-opens."""
+"""ConsumeQueueTable: every (topic, queue_id) consume queue of the store, created on demand,
+all held in one unit database under <root>/consumequeue/ (unit_db.py): the store's file
+descriptors do not grow with the number of queues.
+
+Rules:
+1. load() reads every queue's first and next offsets from the database (no unit is read);
+   False means there was nothing to load (directory missing, or only the older layout of one
+   directory of files per queue, which is removed): recovery then rebuilds from the log.
+2. flush() commits the units dispatched so far; its cost follows what was written since the
+   last flush, not the number of queues.
+"""
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 
 from .consume_queue import ConsumeQueue
-from .fd_budget import FdBudget
+from .unit_db import DB_NAME, UnitDb
 
 log = logging.getLogger("tidemq.store")
 
 
 class ConsumeQueueTable:
-    def __init__(self, fs, root_dir: str, units_per_file: int, min_free_fds: int = 0):
+    def __init__(self, fs, root_dir: str):
         self.fs = fs
         self.root_dir = root_dir
-        self.units_per_file = units_per_file
-        self.fd_budget = FdBudget(min_free_fds)
+        self.directory = os.path.join(root_dir, "consumequeue")
+        self.db = UnitDb(self.directory)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
 
@@ -34,42 +40,39 @@ class ConsumeQueueTable:
             with self._lock:
                 cq = self.queues.get((topic, queue_id))
                 if cq is None:
-                    cq = ConsumeQueue(self.fs, self.root_dir, topic, queue_id,
-                                      self.units_per_file, self.fd_budget.admit)
+                    if self.db._conn is None:
+                        self.db.open()
+                    qkey = self.db.add_queue(topic, queue_id)
+                    cq = ConsumeQueue(self.db, qkey, topic, queue_id)
                     self.queues[(topic, queue_id)] = cq
         return cq
 
     def load(self) -> bool:
-        """Map and recover every queue on disk; False when the directory is missing."""
-        base = os.path.join(self.root_dir, "consumequeue")
-        if not os.path.isdir(base):
+        """Open the database and learn every queue's offsets (rule 1)."""
+        existed = os.path.isfile(os.path.join(self.directory, DB_NAME))
+        if not existed and os.path.isdir(self.directory):
+            self._remove_old_layout()
+        self.db.open()
+        if not existed:
             return False
-        parked = 0
-        for topic in sorted(os.listdir(base)):
-            tdir = os.path.join(base, topic)
-            for qid in sorted(os.listdir(tdir)) if os.path.isdir(tdir) else ():
-                if qid.isdigit():
-                    cq = self.get_or_create(topic, int(qid))
-                    cq.load_and_recover()
-                    parked += self._keep_or_park(cq)
-        if parked:
-            log.warning("%d of %d consume queues are not mapped: the open-file limit leaves "
-                        "no room for them (store.min_free_fds=%d kept free); each maps on "
-                        "first use once descriptors are free", parked, len(self.queues),
-                        self.fd_budget.min_free_fds)
+        topics: dict[str, str] = {}
+        for qkey, topic, qid, first, last, last_end, head_phys in self.db.load():
+            topic = topics.setdefault(topic, topic)  # one string per topic
+            cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, last_end or 0)
+            cq.head_phys = -1 if head_phys is None else head_phys
+            self.queues[(topic, qid)] = cq
         return True
 
-    def _keep_or_park(self, cq: ConsumeQueue) -> int:
-        """1 when the budget cannot keep the queue's files mapped and it was parked."""
-        files = len(cq.queue.files)
-        if not files:
-            return 0
-        try:
-            self.fd_budget.admit(cq.queue.directory, files)
-            return 0
-        except OSError:
-            cq.park()
-            return 1
+    def _remove_old_layout(self) -> None:
+        """One directory of files per queue (the earlier layout): derived data, rebuilt."""
+        old = [n for n in os.listdir(self.directory) if n != DB_NAME and not n.startswith(DB_NAME)]
+        if old:
+            log.warning("consume queues in the older one-directory-per-queue layout are "
+                        "replaced: they are rebuilt from the commit log")
+        for name in old:
+            path = os.path.join(self.directory, name)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
 
     def topics(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -79,19 +82,23 @@ class ConsumeQueueTable:
 
     def remove_topic(self, topic: str) -> None:
         with self._lock:
-            for key in [k for k in self.queues if k[0] == topic]:
-                self.queues.pop(key).destroy()
+            gone = [self.queues.pop(k) for k in [k for k in self.queues if k[0] == topic]]
+            self.db.drop_queues([cq.qkey for cq in gone])
 
-    def flush(self) -> None:
-        for cq in list(self.queues.values()):
-            cq.flush()
+    def flush(self) -> bool:  # rule 2
+        return self.db.commit() if self.db._conn is not None else False
 
     def close(self) -> None:
-        for cq in list(self.queues.values()):
-            cq.close()
+        self.db.close()
+        self.queues = {}
+
+    def abandon(self) -> None:
+        """Drop what was not flushed and close, as a killed process would (tests)."""
+        self.db.abandon()
         self.queues = {}
 
     def destroy(self) -> None:
-        for cq in list(self.queues.values()):
-            cq.destroy()
+        if self.db._conn is None:
+            self.db.open()
+        self.db.clear()
         self.queues = {}

@@ -179,7 +179,9 @@ def _restore_keys(commit_log, requests, lo: int, hi: int) -> None:
 
 
 def _scan_start(commit_log, wanted: int, verify_crc: bool, require_crc: bool) -> int:
-    """`wanted` if a record (or the log end) starts there, else its file's start."""
+    """`wanted` if a record or the unwritten tail (zeros) starts there, else its file's start.
+    Zeros at a checkpoint watermark end the log: records are written in order, so nothing
+    valid can follow them (a scan from the file's start would stop there too)."""
     lo = commit_log.min_offset
     wanted = max(lo, wanted)
     mf = commit_log.queue.find(wanted)
@@ -187,6 +189,8 @@ def _scan_start(commit_log, wanted: int, verify_crc: bool, require_crc: bool) ->
         return lo if wanted > commit_log.queue.max_offset else wanted
     rel = wanted - mf.start_offset
     if rec.check_record(mf.buf, rel, mf.wrote, wanted, verify_crc, require_crc) >= 0:
+        return wanted
+    if mf.buf[rel:rel + 8] == bytes(min(8, mf.wrote - rel)):
         return wanted
     return mf.start_offset
 

@@ -1,6 +1,7 @@
 """File-descriptor limits: a real broker run under a low RLIMIT_NOFILE (set in the child before
-exec) never acknowledges a send it cannot make visible, keeps its other queues working,
-restarts under the same limit, and raises its soft limit to the hard one when it may."""
+exec) serves more queues than it has descriptors (consume queues share one database), makes
+every acknowledged send visible, restarts under the same limit, and raises its soft limit to
+the hard one when it may."""
 import asyncio
 import resource
 
@@ -12,7 +13,7 @@ from tidemq.protocol.codes import RequestCode as R
 
 TOPICS = 4
 QUEUES = 64   # 256 consume queues: more than 256 descriptors allow at one or two per queue
-SUCCESS, SERVICE_NOT_AVAILABLE = 0, 14
+SUCCESS = 0
 
 
 def _limit(soft: int, hard: int):
@@ -81,40 +82,30 @@ def _assert_readable(addr: str, acked: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("flush_mode", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_low_fd_limit_refuses_what_it_cannot_dispatch_and_restarts(broker_factory, flush_mode):
+def test_more_queues_than_descriptors_under_a_low_limit(broker_factory, flush_mode):
     b = broker_factory(f"store.flush_mode={flush_mode}", preexec_fn=_limit(256, 256)).start()
     assert _proc_limits(b.proc.pid) == (256, 256)
-    # it cannot raise the limit, and says how many queue files fit: 256 - 128 kept free - 32
-    assert "open-file limit 256 is low: about 96 consume-queue files fit" in b.log_text()
+    # it cannot raise the limit, and says how many connections fit: 256 - 128 kept - 32
+    assert "open-file limit 256 is low: about 96 client connections fit" in b.log_text()
     run(_create_topics(b.addr))
+    # 256 queues under 256 descriptors: every send is acknowledged and readable at once
     first, refused = run(_send_round(b.addr, "a"))
-    _assert_readable(b.addr, [first])   # what was acknowledged is visible at once
-    # 256 queues cannot all be open under 256 descriptors: some sends are refused, with a
-    # retriable code and a remark that says why (no Python exception text, no server path)
-    assert first and refused, (len(first), len(refused))
-    for _, _, code, remark in refused:
-        assert code == SERVICE_NOT_AVAILABLE, (code, remark)
-        assert "Too many open files" in remark and "Error" not in remark, remark
-        assert "consumequeue" not in remark, remark
-    # sends in flight together: only those to a queue that cannot be opened are refused
-    shut = [(t, q) for t, q, *_ in refused[:5]]
-    mixed = [x for pair in zip(sorted(first)[:5], shut) for x in pair]
-    assert run(_send_together(b.addr, mixed)) == [SUCCESS, SERVICE_NOT_AVAILABLE] * 5
-    # the queues that were open keep taking and serving messages
-    second, _ = run(_send_round(b.addr, "b"))
-    assert set(first) <= set(second), sorted(set(first) - set(second))[:5]
+    assert not refused and len(first) == TOPICS * QUEUES, refused[:3]
+    _assert_readable(b.addr, [first])
+    targets = sorted(first)[:10]
+    assert run(_send_together(b.addr, targets)) == [SUCCESS] * 10
+    second, refused = run(_send_round(b.addr, "b"))
+    assert not refused, refused[:3]
     _assert_readable(b.addr, [first, second])
     assert b.alive
     # a restart under the same limit comes up and serves everything acknowledged
     b.restart()
     assert _proc_limits(b.proc.pid) == (256, 256)
     _assert_readable(b.addr, [first, second])
-    third, _ = run(_send_round(b.addr, "c"))
-    assert set(first) <= set(third)
+    third, refused = run(_send_round(b.addr, "c"))
+    assert not refused, refused[:3]
     _assert_readable(b.addr, [first, second, third])
-    # every refusal is logged, but not one line each: the log is not flooded
-    logged = [ln for ln in b.log_text().splitlines() if "put refused: consume queue" in ln]
-    assert 1 <= len(logged) <= 4, logged
+    assert "put refused: consume queue" not in b.log_text()
 
 
 def test_soft_limit_is_raised_to_the_hard_limit(broker_factory):
@@ -136,15 +127,12 @@ def test_restart_under_a_lower_limit_comes_up_and_serves_every_queue(broker_fact
     first, refused = run(_send_round(b.addr, "a"))
     assert not refused and len(first) == TOPICS * QUEUES
     assert b.stop() == 0
-    # 256 queue files do not fit under 256 descriptors: the broker still starts, keeping the
-    # queues it cannot map unmapped, and still serves every acknowledged message
+    # 256 queues under 256 descriptors: the broker starts and serves (and takes) them all
     b.preexec_fn = _limit(256, 256)
     b.start()
-    assert "consume queues are not mapped" in b.log_text()
     _assert_readable(b.addr, [first])
     second, refused = run(_send_round(b.addr, "b"))
-    assert second and refused   # the queues it could map take sends, the others refuse them
-    assert {code for *_, code, _ in refused} == {SERVICE_NOT_AVAILABLE}
+    assert not refused, refused[:3]
     _assert_readable(b.addr, [first, second])
     b.restart()
     _assert_readable(b.addr, [first, second])

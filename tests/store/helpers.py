@@ -30,7 +30,7 @@ def crash(store) -> None:
     store.maintenance.stop()
     store.flush_service.stop()
     store.commit_log.close()
-    store.queues.close()
+    store.queues.abandon()  # a killed process never commits its open transaction
     if store.index is not None:
         store.index.close()
     store.checkpoint.close()

@@ -1,9 +1,8 @@
-"""Descriptor exhaustion in the store, with the process's real RLIMIT_NOFILE lowered for the
-test (the open() calls really fail with EMFILE):
-- a put whose consume-queue file cannot be opened is refused before anything is written;
-- a replica (whose log arrives already written, so it cannot refuse) keeps dispatching every
-  queue it can; the queues it cannot open wait, nothing is lost, and they catch up once
-  descriptors are free again, or after a restart."""
+"""Descriptors and queue count, with the process's real RLIMIT_NOFILE lowered for the test
+(an open() beyond it really fails with EMFILE): consume queues live in one database, so a
+store with only a handful of descriptors to spare still takes puts to hundreds of new queues,
+a replica dispatches all of them, and a crashed store with more queues than descriptors
+recovers and serves every one."""
 import contextlib
 import os
 import resource
@@ -11,12 +10,11 @@ import resource
 import pytest
 
 from tests.store.helpers import crash, small_config
-from tidemq.node.store.errors import StoreClosed
 from tidemq.node.store.message import StoreMessage
 from tidemq.node.store.message_store import MessageStore
 from tidemq.protocol import record as rec
 
-NEW_QUEUES = 20
+QUEUES = 300
 
 
 @contextlib.contextmanager
@@ -45,100 +43,67 @@ def replicate(master, slave) -> None:
     slave.set_confirmed_offset(slave.max_offset)
 
 
-@pytest.fixture
-def pair(tmp_path):
-    master = MessageStore(small_config(tmp_path / "m")).open()
-    slave = MessageStore(small_config(tmp_path / "s", confirm_mode="external",
-                                      min_free_fds=0)).open()
-    master.put([StoreMessage("Old", 0, b"old-0")])
-    replicate(master, slave)
-    assert bodies(slave, "Old", 0) == [b"old-0"]
-    # a message to each of 20 new queues, then one more to the queue already open
-    master.put([StoreMessage("New", q, b"new-%d" % q) for q in range(NEW_QUEUES)])
-    master.put([StoreMessage("Old", 0, b"old-1")])
-    yield master, slave
-    master.close()
-    slave.close()
+def _many(n: int = QUEUES) -> list[StoreMessage]:
+    return [StoreMessage(f"Many{q // 100}", q % 100, b"m-%d" % q) for q in range(n)]
 
 
-def _check_partial(slave) -> None:
-    assert bodies(slave, "Old", 0) == [b"old-0", b"old-1"]  # not stalled behind New
-    waiting = [q for q in range(NEW_QUEUES) if not bodies(slave, "New", q)]
-    assert len(waiting) >= NEW_QUEUES - 5, waiting
-    assert slave.dispatcher.checkpoint_offset() < slave.max_offset
+def _all_readable(store, n: int = QUEUES) -> None:
+    got = [bodies(store, f"Many{q // 100}", q % 100) for q in range(n)]
+    assert got == [[b"m-%d" % q] for q in range(n)]
 
 
-def test_a_queue_that_cannot_be_opened_does_not_stall_the_others(pair):
-    master, slave = pair
-    with fds_left(3):
-        replicate(master, slave)
-        _check_partial(slave)
-        slave.dispatcher.retry_blocked()  # still no descriptor: they keep waiting
-        _check_partial(slave)
-    slave.dispatcher.retry_blocked()
-    assert [bodies(slave, "New", q) for q in range(NEW_QUEUES)] == \
-        [[b"new-%d" % q] for q in range(NEW_QUEUES)]
-    assert slave.dispatcher.checkpoint_offset() == slave.max_offset
-    assert not slave.dispatcher.blocked
-
-
-def test_waiting_records_survive_a_restart(pair, tmp_path):
-    master, slave = pair
-    with fds_left(3):
-        replicate(master, slave)
-        _check_partial(slave)
-        slave.close()   # the checkpoint stays below the waiting records
-    slave = MessageStore(small_config(tmp_path / "s", confirm_mode="external",
-                                      min_free_fds=0)).open()
+def test_new_queues_need_no_descriptor(tmp_path):
+    store = MessageStore(small_config(tmp_path, max_queues_per_topic=100)).open()
     try:
-        slave.set_confirmed_offset(slave.max_offset)
-        assert [bodies(slave, "New", q) for q in range(NEW_QUEUES)] == \
-            [[b"new-%d" % q] for q in range(NEW_QUEUES)]
-        assert bodies(slave, "Old", 0) == [b"old-0", b"old-1"]
-    finally:
-        slave.close()
-
-
-def test_a_put_that_needs_an_unopenable_queue_writes_nothing(tmp_path):
-    store = MessageStore(small_config(tmp_path, min_free_fds=0)).open()
-    try:
-        store.put([StoreMessage("Open", 0, b"a")])
-        end = store.max_offset
-        with fds_left(0):
-            # QueueUnavailable, a StoreClosed: every writer answers it as a retriable refusal
-            with pytest.raises(StoreClosed, match="Shut/1 cannot be opened .Too many open files"):
-                store.put([StoreMessage("Open", 0, b"b"), StoreMessage("Shut", 1, b"c")])
-            assert store.max_offset == end and ("Shut", 1) not in store.queue_table
-            store.put([StoreMessage("Open", 0, b"d")])  # an open queue still takes puts
-        assert bodies(store, "Open", 0) == [b"a", b"d"]
-        store.put([StoreMessage("Shut", 1, b"e")])
-        assert bodies(store, "Shut", 1) == [b"e"]
+        with fds_left(2):
+            for m in _many():  # one put each: every queue's first message
+                store.put([m])
+            _all_readable(store)
     finally:
         store.close()
 
 
-def test_more_queue_files_than_descriptors_still_open_after_a_crash(tmp_path):
-    store = MessageStore(small_config(tmp_path, min_free_fds=0)).open()
-    for q in range(40):
-        store.put([StoreMessage("Many", q, b"m-%d" % q)])
-    crash(store)   # the abort file stays: recovery checks every queue against the log
-    with fds_left(30):
-        store = MessageStore(small_config(tmp_path, min_free_fds=10)).open()
-        try:
-            parked = [q for q in range(40) if store.queues.get("Many", q).parked]
-            assert 10 <= len(parked) < 40, parked
-            # a parked queue is read from a short-lived mapping: nothing is unreadable
-            assert [bodies(store, "Many", q) for q in range(40)] == \
-                [[b"m-%d" % q] for q in range(40)]
-            with pytest.raises(StoreClosed, match="Too many open files"):
-                store.put([StoreMessage("Many", parked[0], b"refused")])
-            store.put([StoreMessage("Many", 0 if 0 not in parked else
-                                    min(set(range(40)) - set(parked)), b"taken")])
-        finally:
-            store.close()
-    store = MessageStore(small_config(tmp_path)).open()
+@pytest.mark.parametrize("crashed", [False, True])
+def test_replica_and_restart_with_more_queues_than_descriptors(tmp_path, crashed):
+    master = MessageStore(small_config(tmp_path / "m", max_queues_per_topic=100)).open()
+    slave = MessageStore(small_config(tmp_path / "s", confirm_mode="external",
+                                      max_queues_per_topic=100)).open()
     try:
-        assert not any(store.queues.get("Many", q).parked for q in range(40))
-        assert bodies(store, "Many", parked[0]) == [b"m-%d" % parked[0]]
+        master.put(_many())
+        with fds_left(8):  # the log's next files: not one per queue
+            replicate(master, slave)
+            _all_readable(slave)
+        if crashed:  # a replica shows what was confirmed before the crash, not beyond
+            slave.save_checkpoint()
+            crash(slave)  # the abort file stays: recovery checks every queue against the log
+        else:
+            slave.close()
+        with fds_left(16):  # the log, index, checkpoint, lock, database: not one per queue
+            slave = MessageStore(small_config(tmp_path / "s", confirm_mode="external",
+                                              max_queues_per_topic=100)).open()
+            _all_readable(slave)
+            assert len(slave.queues.queues) == QUEUES
+    finally:
+        master.close()
+        slave.close()
+
+
+def test_a_queue_first_message_creates_no_file(tmp_path):
+    """The put path of a new queue's first message makes no file (nor warms or fsyncs one):
+    the store's files are the same before and after 100 new queues."""
+    # files large enough that no commit-log or index file is due during the test
+    store = MessageStore(small_config(tmp_path, max_queues_per_topic=100,
+                                      commitlog_file_bytes=4 << 20, index_entries=4000)).open()
+    try:
+        store.put([StoreMessage("Warm", 0, b"w")])
+        store.save_checkpoint()
+
+        def files():
+            return {os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs}
+        before = files()
+        for m in _many(100):
+            store.put([m])
+        assert files() == before
+        _all_readable(store, 100)
     finally:
         store.close()

@@ -123,12 +123,15 @@ def quiet_power_cut_errors():
 
 def shut_down_after_cut(store) -> None:
     """Stop a store whose disk is gone. close() fails at its first sync, by design of the fake;
-    the lock is released by hand so this process can reopen the directory."""
+    the lock is released by hand so this process can reopen the directory, and the consume
+    queues' open transaction is dropped, as the power cut would (its database writes its own
+    files, not through the fake)."""
     try:
         store.close()
     except PowerCut:
         pass
     finally:
+        store.queues.abandon()
         store._release_lock()
 
 

@@ -86,3 +86,31 @@ def test_wire_constructor_builds_the_same_records(tmp_path):
         assert len(a) == len(b)
     for s in stores:
         s.close()
+
+
+def test_older_queue_layout_is_rebuilt_from_the_log(tmp_path):
+    """A store from before the unit database: one directory of 20-byte-unit files per queue
+    (consumequeue/<topic>/<queue>/<20-digit offset>). It opens, rebuilds from the log, answers
+    as before (queues, offsets by time, keys), and the old directories are gone."""
+    rng = random.Random(5)
+    store = MessageStore(small_config(tmp_path)).open()
+    for s in range(0, 600, 3):
+        store.put([message(i, rng.randint(0, 500), queues=3) for i in range(s, s + 3)])
+    keys = [f"U{i:012d}" for i in rng.sample(range(600), 20)]
+    before = _snapshot(store, keys)
+    times = [store.earliest_msg_time("T", 0) + d for d in (0, 1, 5, 50)]
+    by_time = [store.offset_by_time("T", q, t) for q in range(3) for t in times]
+    store.close()
+    cq_dir = tmp_path / "consumequeue"
+    shutil.rmtree(cq_dir)
+    for q in range(3):  # what the older layout left (its contents no longer matter)
+        (cq_dir / "T" / str(q)).mkdir(parents=True)
+        (cq_dir / "T" / str(q) / ("0" * 20)).write_bytes(bytes(20 * 64))
+    store = MessageStore(small_config(tmp_path)).open()
+    try:
+        assert store.recovery_report.full_rebuild
+        assert _snapshot(store, keys) == before
+        assert [store.offset_by_time("T", q, t) for q in range(3) for t in times] == by_time
+        assert not (cq_dir / "T").exists()
+    finally:
+        store.close()

@@ -144,8 +144,7 @@ def test_valid_prefix_backs_off_to_the_page_of_the_first_bad_entry(tmp_path):
 
 def _crash_and_damage(tmp_path, store, lose_pages):
     store.index.flush()
-    for cq in store.queues.queues.values():
-        cq.flush()
+    store.queues.flush()
     store.commit_log.flush_all() if hasattr(store.commit_log, "flush_all") else None
     path = store.index.files[-1].path
     at = store.index.files[-1]._entries_at

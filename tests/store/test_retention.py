@@ -104,9 +104,9 @@ def test_expired_consumed_files_deleted_only_in_the_delete_hour(world_store):
         assert r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset > 0
         first = store.get_messages("T", qid, r.next_begin_offset, 1).messages[0]
         assert rec.decode_record(first).physical_offset >= lo
-    # Consume-queue files that only pointed into deleted log files are gone too.
+    # Consume-queue units that only pointed into deleted log files are gone too.
     cq = store.queues.get("T", 0)
-    assert cq.queue.files[0].start_offset > 0
+    assert cq.min_queue_offset > 0 and cq.db.get(cq.qkey, cq.min_queue_offset - 1) is None
     assert store.query_by_key("T", "U000000000000") == []
 
 
@@ -228,3 +228,41 @@ def test_writer_checks_room_before_it_creates_a_file(world_store):
             queue_ends = {qid: store.max_queue_offset("T", qid) for qid in (0, 1)}
     assert store.max_offset == end
     assert {qid: store.max_queue_offset("T", qid) for qid in (0, 1)} == queue_ends
+
+
+def test_retention_after_a_restart_and_of_a_queue_left_behind(tmp_path):
+    """Queues loaded at start-up (their first unit's position read from the database) lose
+    the units that point into deleted log files; a queue whose every unit is gone keeps its
+    next offset across a restart. (A store without a broker knows no consumer progress, so
+    deleting needs the opt-in.)"""
+    world = World()
+
+    def open_store():
+        return MessageStore(small_config(tmp_path, file_reserved_hours=72, delete_when="04",
+                                         retention_delete_unconsumed=True),
+                            clock=world.clock, disk_usage=world.usage).open()
+    store = open_store()
+    for i in range(40):
+        store.put([message(i, 400, topic="Old", queues=1)])
+    for s in range(0, 1200, 4):
+        store.put([message(i, 400, queues=2) for i in range(s, s + 4)])
+    store.close()
+    store = open_store()
+    try:
+        _age_files(store, world, 3, 100)
+        assert store.retention.run_once() == 3
+        lo = store.commit_log.min_offset
+        for topic, qid in (("T", 0), ("T", 1)):
+            start = store.min_queue_offset(topic, qid)
+            assert start > 0
+            first = store.get_messages(topic, qid, start, 1).messages[0]
+            assert rec.decode_record(first).physical_offset >= lo
+        assert store.min_queue_offset("Old", 0) == store.max_queue_offset("Old", 0) == 40
+    finally:
+        store.close()
+    store = open_store()
+    try:
+        assert store.max_queue_offset("Old", 0) == 40
+        assert store.get_messages("Old", 0, 39, 1).messages == []
+    finally:
+        store.close()

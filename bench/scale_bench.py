@@ -1,0 +1,282 @@
+"""Queue-count scaling through a real broker process: the same figures at 8 queues and at many.
+
+    .venv/bin/python bench/scale_bench.py [--quick] [--seconds S] [--queues 8,10000,100000]
+
+For each queue count N (topics of 8 queues; interleaved: every configuration gets a fresh
+broker, started in turn, with the same phases) it measures:
+  - topic creation: UPDATE_AND_CREATE_TOPIC pipelined over one connection (topics/s)
+  - population: one message to every queue (raw client, pipelined), so every queue exists
+  - single send: SDK Producer.send of 1 KiB over all topics in turn, 256 in flight (msgs/s;
+    the producer learns every topic's route first, untimed)
+  - batched send: SDK send_batch of 32 to one topic at a time, rotating, 4 in flight (msgs/s)
+  - idle restart: SIGTERM + start right after the population (seconds), then the broker's
+    fds and RSS anon / file; per idle queue = the excess over the 8-queue broker's
+  - checkpoint lag p99: seconds between moves of the checkpoint file's dispatched offset,
+    sampled every 20 ms during the send phases
+  - push consume: SDK PushConsumer draining what the sends left, subscribed to at most
+    PUSH_TOPICS_MAX topics, over one phase length from its first message (msgs/s)
+  - crash scan: SIGKILL after a send phase, start (seconds), and the bytes recovery reports
+    it scanned.
+Prints ONE JSON line, keys `<metric>_q<N>`. `--quick` uses 8 and 10,000 queues with short
+phases (under a minute on an idle 2-core machine); the full run adds 100,000.
+The client and the broker share this machine's cores: figures are for both together.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import struct
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tests.support.broker_proc import BrokerProcess
+from tests.support.raw_client import RawClient, properties, send_ext
+from tidemq.consumer.push import PushConsumer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
+from tidemq.protocol.codes import RequestCode as R
+
+BODY = os.urandom(512).hex().encode()
+QPT = 8              # queues per topic
+WINDOW = 512         # pipelined raw requests per connection
+IN_FLIGHT = 256
+BATCH = 32
+PUSH_TOPICS_MAX = 1250
+_CHECKPOINT_DISPATCHED = struct.Struct(">q")
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))] if values else None
+
+
+async def pipelined(addr, requests):
+    """Send (code, ext, body) requests WINDOW at a time; returns the replies' codes."""
+    codes = []
+    async with await RawClient.connect(addr) as c:
+        for at in range(0, len(requests), WINDOW):
+            futs = [c.start(*r) for r in requests[at:at + WINDOW]]
+            codes += [r.code for r in await asyncio.wait_for(asyncio.gather(*futs), 120)]
+    return codes
+
+
+def topics_of(n_queues):
+    return [f"Scale{t}" for t in range(max(1, n_queues // QPT))]
+
+
+async def create_and_populate(addr, topics):
+    t0 = time.perf_counter()
+    codes = await pipelined(addr, [(R.UPDATE_AND_CREATE_TOPIC, {
+        "topic": t, "readQueueNums": QPT, "writeQueueNums": QPT, "perm": 6}, b"")
+        for t in topics])
+    create_s = time.perf_counter() - t0
+    assert not [c for c in codes if c], "topic creation failed"
+    codes = await pipelined(addr, [(R.SEND_MESSAGE, send_ext(t, q, properties(tags="p")), BODY)
+                                   for t in topics for q in range(QPT)])
+    return len(topics) / create_s, sum(1 for c in codes if c)
+
+
+async def learn_routes(p, topics):
+    """One send per topic, IN_FLIGHT at a time: the producer fetches every route before the
+    timed phase (a route lookup per new topic is the client's cost, not the broker's)."""
+    sem = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(topic):
+        async with sem:
+            await p.send(Message(topic, BODY))
+    await asyncio.gather(*[one(t) for t in topics], return_exceptions=True)
+
+
+async def single_send(addr, topics, seconds):
+    async with Producer("scale-single", addr) as p:
+        await learn_routes(p, topics)
+        loop = asyncio.get_running_loop()
+        stop_at, ok, i = loop.time() + seconds, 0, 0
+        sem = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(topic):
+            nonlocal ok
+            try:
+                if (await p.send(Message(topic, BODY))).ok:
+                    ok += 1
+            finally:
+                sem.release()
+        t0 = time.perf_counter()
+        tasks = set()
+        while loop.time() < stop_at:
+            await sem.acquire()
+            task = asyncio.ensure_future(one(topics[i % len(topics)]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+            i += 1
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return ok / (time.perf_counter() - t0)
+
+
+async def batch_send(addr, topics, seconds):
+    async with Producer("scale-batch", addr) as p:
+        await learn_routes(p, topics)
+        loop = asyncio.get_running_loop()
+        stop_at, sent, turn = loop.time() + seconds, 0, [0]
+
+        async def worker():
+            nonlocal sent
+            while loop.time() < stop_at:
+                topic = topics[turn[0] % len(topics)]
+                turn[0] += 1
+                if (await p.send_batch([Message(topic, BODY) for _ in range(BATCH)])).ok:
+                    sent += BATCH
+        t0 = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(4)])
+        return sent / (time.perf_counter() - t0)
+
+
+async def push_consume(addr, topics, window_s):
+    """Messages a PushConsumer delivers per second over `window_s` from its first message."""
+    state = {"count": 0, "first": None, "last": None}
+
+    def listener(msgs):
+        state["last"] = time.perf_counter()
+        state["first"] = state["first"] or state["last"]
+        state["count"] += len(msgs)
+
+    consumer = PushConsumer("scale-push", {t: "*" for t in topics}, listener,
+                            consume_from="FIRST", namesrv_or_broker=addr, consume_batch_max=32,
+                            pull_batch_size=256)
+    await consumer.start()
+    t0 = time.perf_counter()
+    while time.perf_counter() - (state["first"] or t0) < window_s \
+            and time.perf_counter() - t0 < window_s * 3:
+        await asyncio.sleep(0.05)
+    await consumer.shutdown()
+    if state["first"] is None or state["last"] <= state["first"]:
+        return 0.0, state["count"]
+    return state["count"] / (state["last"] - state["first"]), state["count"]
+
+
+class CheckpointWatch:
+    """Samples <store>/checkpoint every 20 ms; gaps between moves of its dispatched offset."""
+
+    def __init__(self, root):
+        self.path = os.path.join(root, "checkpoint")
+        self.gaps: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _read(self):
+        try:
+            with open(self.path, "rb") as f:
+                return _CHECKPOINT_DISPATCHED.unpack(f.read(24)[16:24])[0]
+        except (OSError, struct.error):
+            return None
+
+    def _run(self):
+        last, since = self._read(), time.monotonic()
+        while not self._stop.wait(0.02):
+            now, value = time.monotonic(), self._read()
+            if value != last:
+                self.gaps.append(now - since)
+                last, since = value, now
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def proc_figures(pid):
+    with open(f"/proc/{pid}/status") as f:
+        status = dict(line.split(":", 1) for line in f if ":" in line)
+    kib = {k: int(status[k].split()[0]) for k in ("RssAnon", "RssFile") if k in status}
+    return len(os.listdir(f"/proc/{pid}/fd")), kib.get("RssAnon", 0), kib.get("RssFile", 0)
+
+
+def scanned_bytes(log_text):
+    found = re.findall(r"scanned (\d+) bytes", log_text)
+    return int(found[-1]) if found else None
+
+
+def measure(d, n_queues, args):
+    out, tag = {}, f"_q{n_queues}"
+    topics = topics_of(n_queues)
+    root = os.path.join(d, f"q{n_queues}", "store")
+    os.makedirs(os.path.dirname(root))
+    b = BrokerProcess(root, ["store.commitlog_file_bytes=268435456",
+                             f"max_topics={len(topics) + 100}"], small_store=False)
+    b.start()
+    try:
+        rate, refused = asyncio.run(create_and_populate(b.addr, topics))
+        out["topic_create_per_s" + tag] = round(rate)
+        out["populate_refused" + tag] = refused
+        t0 = time.perf_counter()  # idle: every queue holds one message
+        b.restart(timeout=120)
+        out["restart_idle_s" + tag] = round(time.perf_counter() - t0, 2)
+        time.sleep(1)
+        fds, anon, file_ = proc_figures(b.proc.pid)
+        out["broker_fds_idle" + tag] = fds
+        out["rss_anon_kib_idle" + tag], out["rss_file_kib_idle" + tag] = anon, file_
+        with CheckpointWatch(root) as watch:
+            out["single_send_msgs_s" + tag] = round(asyncio.run(single_send(b.addr, topics, args.seconds)))
+            out["batch_send_msgs_s" + tag] = round(asyncio.run(batch_send(b.addr, topics, args.seconds)))
+        out["checkpoint_lag_p99_s" + tag] = round(pct(watch.gaps, 99) or -1, 3)
+        rate, count = asyncio.run(push_consume(b.addr, topics[:PUSH_TOPICS_MAX], args.seconds))
+        out["push_consume_msgs_s" + tag], out["push_consume_count" + tag] = round(rate), count
+        out["broker_fds_loaded" + tag] = proc_figures(b.proc.pid)[0]
+        asyncio.run(single_send(b.addr, topics, args.seconds / 2))  # the load before the kill
+        b.kill()
+        t0 = time.perf_counter()
+        b.start(timeout=120)
+        out["crash_restart_s" + tag] = round(time.perf_counter() - t0, 2)
+        out["crash_scan_bytes" + tag] = scanned_bytes(b.log_text())
+    finally:
+        b.stop()
+        b.kill()
+    return out
+
+
+def quiet_clients() -> None:
+    """The SDK logs each refused request; at 10,000+ queues that is thousands of lines."""
+    import logging
+    logging.basicConfig(level=logging.CRITICAL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="8 and 10,000 queues, short phases")
+    ap.add_argument("--seconds", type=float, help="length of each send phase")
+    ap.add_argument("--queues", help="comma-separated queue counts (multiples of 8)")
+    args = ap.parse_args()
+    args.seconds = args.seconds or (2.0 if args.quick else 8.0)
+    counts = [int(x) for x in args.queues.split(",")] if args.queues else \
+        ([8, 10_000] if args.quick else [8, 10_000, 100_000])
+    quiet_clients()
+    result = {"cpus": os.cpu_count(), "body_bytes": len(BODY), "queue_counts": counts}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tidemq-scale-") as d:
+        for n in counts:
+            result.update(measure(d, n, args))
+    base = counts[0]
+    for n in counts[1:]:
+        for key in ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s"):
+            a, b = result.get(f"{key}_q{base}"), result.get(f"{key}_q{n}")
+            if a and b is not None:
+                result[f"{key}_ratio_q{n}"] = round(b / a, 3)
+        for kind in ("anon", "file"):
+            extra = result[f"rss_{kind}_kib_idle_q{n}"] - result[f"rss_{kind}_kib_idle_q{base}"]
+            result[f"rss_{kind}_bytes_per_idle_queue_q{n}"] = round(extra * 1024 / (n - base))
+    result["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
