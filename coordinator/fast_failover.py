@@ -156,6 +156,9 @@ class FastFailover:
             await publish(force=True)   # my final log end first: the winner choice reads it
             await self._vote(DownVote(leader.epoch, leader.node))
             self.voted = (leader.epoch, leader.node)
+            if not still_following():   # moved on to a new master while voting: rule 5
+                await self.withdraw()
+                return False
             log.warning("the master %s of epoch %d refuses connections on %s and %s: voted it "
                         "down", leader.node, leader.epoch, leader.addr, leader.ha_addr)
             return True
