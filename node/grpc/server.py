@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -31,7 +30,6 @@ from tidemq.node.grpc import proto as pb
 from tidemq.node.grpc.auth import GrpcAuth
 from tidemq.node.grpc.common import reject_malformed, status
 from tidemq.node.grpc.consumer import ConsumerService
-from tidemq.node.grpc.pop_state import PopState
 from tidemq.node.grpc.producer import ProducerService
 from tidemq.node.grpc.routing import RoutingService
 
@@ -70,11 +68,9 @@ def _credentials(cfg):
 class GrpcServer:
     def __init__(self, broker):
         self.broker = broker
-        cfg = broker.cfg
         self.port = 0
         self.server = None
-        self.pop = PopState(os.path.join(cfg.store.root_dir, "config", "popState.json"),
-                            broker.offsets, cfg.grpc_max_inflight, cfg.max_offset_entries)
+        self.pop = broker.pop_state   # loaded at start, before the replicated state replays
         acl = getattr(broker.server, "acl", None)  # the remoting ACL's accounts (auth.py)
         self.auth = GrpcAuth(acl) if acl is not None else None
         self.routing = RoutingService(self)
@@ -120,7 +116,6 @@ class GrpcServer:
 
     async def start(self) -> int:
         cfg = self.broker.cfg
-        self.pop.load()
         # long-lived calls (held receives, one Telemetry stream per client) are bounded like
         # held pulls and connections; past it grpcio answers RESOURCE_EXHAUSTED
         self.server = grpc.aio.server(
