@@ -200,7 +200,8 @@ class PopState:
 
     def apply_entries(self, entries, whole: bool) -> None:
         """A replica takes the master's entries; `whole`: each queue's in-flight set is
-        replaced (a snapshot), else updated. Offsets only move forward."""
+        replaced (a snapshot, whose `next` is taken as is), else updated (`next` only moves
+        forward)."""
         for g, t, qid, nxt, live, done in entries:
             key = (str(g), str(t), int(qid))
             q = self.queues.get(key)
@@ -209,7 +210,7 @@ class PopState:
                     log.error("replicated receipt state dropped: too many queue states")
                     continue
                 q = self.queues[key] = QueueState(int(nxt), key)
-            q.next = max(q.next, int(nxt))
+            q.next = int(nxt) if whole else max(q.next, int(nxt))
             if whole:
                 self.inflight_count -= len(q.inflight)
                 q.inflight.clear()

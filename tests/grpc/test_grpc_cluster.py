@@ -5,8 +5,8 @@ SDK (tests/grpc/rmq5_driver.py).
 - Any node, a slave too, answers QueryRoute with the group's master's gRPC endpoint.
 - After a SIGKILL of the master, a running SDK client re-queries the route (its periodic
   refresh), reaches the new master, and: every message the SDK saw stored is delivered, every
-  delivered-but-unacknowledged one is delivered again (after its invisible duration), and no
-  acknowledged one is delivered again (the receipt state follows the log).
+  delivered-but-unacknowledged one is delivered again, not before its invisible duration
+  ended, and no acknowledged one is delivered again (the receipt state follows the log).
 """
 import asyncio
 import time
@@ -18,7 +18,8 @@ from tests.support.cluster import ClusterHarness, create_topic
 
 TOPIC = "GrpcFailover"
 GROUP = "gfo"
-INVISIBLE_S = 4
+INVISIBLE_S = 15          # longer than the failover: the new master must wait it out
+CLOCK_SLACK_S = 0.5
 SDK_ROUTE_REFRESH_S = 30   # the SDK re-queries routes every 30 s
 
 
@@ -85,11 +86,13 @@ def test_sdk_follows_a_master_failover_and_receipts_survive_it(cluster):
     for body in sent:
         c.ok("send", topic=TOPIC, body=body)
     c.ok("simple", group=GROUP, topic=TOPIC, await_s=1)
-    first = {}
+    first, received_at = {}, {}
     deadline = time.monotonic() + 30
     while len(first) < len(sent) and time.monotonic() < deadline:
+        t0 = time.monotonic()
         for m in c.ok("receive", max=32, invisible_s=INVISIBLE_S)["messages"]:
             first[m["body"]] = m
+            received_at[m["body"]] = t0
     assert set(first) == set(sent)
     # sends go round robin over the 4 queues: acknowledge every other offset of each queue,
     # so acknowledged messages lie above un-acknowledged ones (not a committed prefix)
@@ -115,4 +118,7 @@ def test_sdk_follows_a_master_failover_and_receipts_survive_it(cluster):
             c.ok("ack", token=m["token"])
     assert want <= set(seen), (sorted(want - set(seen)), h.logs()[-3000:])
     assert not acked & set(seen), f"acknowledged messages came back: {sorted(acked & set(seen))}"
+    early = {b: round(seen[b][0] - received_at[b], 1) for b in unacked
+             if seen[b][0] < received_at[b] + INVISIBLE_S - CLOCK_SLACK_S}
+    assert not early, f"delivered again before their invisible duration ended: {early}"
     assert time.monotonic() - killed_at < SDK_ROUTE_REFRESH_S + 90
