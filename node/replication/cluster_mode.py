@@ -39,6 +39,7 @@ from tidemq.node.security.settings import zk_security
 from tidemq.node.topics import TopicConfig
 
 log = logging.getLogger("tidemq.cluster")
+VIEW_REFRESH_MS = 5000
 
 
 class ClusterNode:
@@ -107,8 +108,11 @@ class ClusterNode:
 
     async def start_view(self) -> ClusterView:
         """The cluster-wide view (every group's master) gRPC routes are answered from (rule 6)."""
+        # watches on leaders, group states and registrations re-read it at once on a
+        # failover; the periodic re-read is only a backstop, kept slow to spare ZooKeeper
         self.view = ClusterView(self.session, ClusterPaths(self.cfg.cluster_name,
-                                                           self.cfg.zookeeper.root))
+                                                           self.cfg.zookeeper.root),
+                                refresh_ms=VIEW_REFRESH_MS)
         await self.view.start()
         return self.view
 
