@@ -92,8 +92,10 @@ class PopRecords:
         self.pop.apply_entries(doc["e"], bool(doc.get("f")))
 
     def clear(self) -> None:
-        """Following another master: nothing of ours is left to write."""
+        """Following another master: nothing of ours is left to write, and our old records'
+        offsets say nothing about the log we will write next (it may be cut below them)."""
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
         self.pop.touched.clear()
+        self.last_end_offset = 0
