@@ -187,6 +187,9 @@ class Broker:
         self.replication.state = self.replicated_state
         if self.pop_state is not None:   # receipts follow the log too
             self.replicated_state.pop = PopRecords(self.replicated_state, self.pop_state)
+            stamp = self.pop_state.state_offset
+            if stamp is not None and stamp < self.offsets.state_offset:
+                self.offsets.state_offset = stamp   # replay the receipt records it missed
         self.replicated_state.attach()
         self.replicated_state.catch_up()
         await self.replication.start()

@@ -91,6 +91,7 @@ class PopState:
         self.inflight_count = 0
         self.dirty = False
         self.listener = None   # rule 6: called after a change to replicate
+        self.state_offset: int | None = None   # the loaded file's replicated-state offset
         self.touched: dict[tuple[str, str, int], set[int]] = {}
 
     def _touch(self, q: QueueState, offset: int | None = None) -> None:
@@ -224,11 +225,16 @@ class PopState:
         self.dirty = True
 
     # -- persistence (rule 4) ---------------------------------------------------------------
-    def dump(self) -> bytes:
+    def dump(self, state_offset: int | None = None) -> bytes:
+        """The whole state; `state_offset`: the replicated-state queue offset it includes up
+        to (rule 6), so a restart replays the records the file missed."""
         doc = [[g, t, qid, q.next, [[o, *e] for o, e in sorted(q.inflight.items())]]
                for (g, t, qid), q in self.queues.items()]
         self.dirty = False
-        return json.dumps({"queues": doc}, separators=(",", ":")).encode()
+        out: dict = {"queues": doc}
+        if state_offset is not None:
+            out["stateOffset"] = state_offset
+        return json.dumps(out, separators=(",", ":")).encode()
 
     def write(self, data: bytes) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -253,3 +259,5 @@ class PopState:
             return
         self.queues = queues
         self.inflight_count = sum(len(q.inflight) for q in queues.values())
+        stamp = doc.get("stateOffset")
+        self.state_offset = stamp if isinstance(stamp, int) and stamp >= 0 else None

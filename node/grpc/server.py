@@ -151,12 +151,16 @@ class GrpcServer:
         while True:
             await asyncio.sleep(interval)
             if self.pop.dirty:
-                data = self.pop.dump()
+                data = self.pop.dump(self._state_offset())
                 try:
                     await loop.run_in_executor(None, self.pop.write, data)
                 except OSError:
                     log.exception("could not persist the gRPC receipt state; will retry")
                     self.pop.dirty = True
+
+    def _state_offset(self) -> int | None:
+        """Under HA: the replicated-state records the receipt state includes up to."""
+        return self.broker.offsets.state_offset if self.broker.replicated_state else None
 
     async def stop(self) -> None:
         if self._flush_task is not None:
@@ -167,6 +171,6 @@ class GrpcServer:
             await self.server.stop(grace=0.5)
             self.server = None
         try:
-            self.pop.write(self.pop.dump())
+            self.pop.write(self.pop.dump(self._state_offset()))
         except OSError:
             log.exception("could not persist the gRPC receipt state at shutdown")

@@ -63,3 +63,16 @@ def test_records_name_a_bounded_number_of_offsets():
     parts = list(_chunks(entries, 100))
     assert sum(len(p) for p in parts) == 50
     assert all(sum(len(e[4]) + len(e[5]) + 1 for e in p) <= 100 for p in parts)
+
+
+def test_the_file_names_the_replicated_state_offset_it_includes(tmp_path):
+    pop = _state(tmp_path, "popState.json")
+    pop.deliver(pop.queue("G", "T", 0, 0), 0, 0, 30_000)
+    pop.write(pop.dump(state_offset=42))
+    again = _state(tmp_path, "popState.json")
+    again.load()
+    assert again.state_offset == 42 and _view(again) == _view(pop)
+    pop.write(pop.dump())                          # standalone: no replicated state
+    again = _state(tmp_path, "popState.json")
+    again.load()
+    assert again.state_offset is None and _view(again) == _view(pop)
