@@ -2,7 +2,8 @@
 processes (master + 2 slaves, SYNC_MASTER) with their gRPC ports on, driven by the official
 SDK (tests/grpc/rmq5_driver.py).
 
-- Any node, a slave too, answers QueryRoute with the group's master's gRPC endpoint.
+- Any node, a slave too, answers QueryRoute and QueryAssignment with the group's master's gRPC
+  endpoint.
 - After a SIGKILL of the master, a running SDK client re-queries the route (its periodic
   refresh), reaches the new master, and: every message the SDK saw stored is delivered, every
   delivered-but-unacknowledged one is delivered again, not before its invisible duration
@@ -67,6 +68,9 @@ def test_a_slave_routes_sdk_clients_to_the_master(cluster):
     assert [m["body"] for m in got] == ["via-slave"]
     assert got[0]["message_id"] == sent["message_id"]
     c.ok("ack", token=got[0]["token"])
+    c.ok("push", group="route-push", topic=TOPIC)   # QueryAssignment, answered by the slave
+    consumed = _until(lambda: c.ok("consumed")["consumed"], 30, "push consumer got nothing")
+    assert [body for body, _, _ in consumed] == ["via-slave"]
 
 
 def _send_ok(c, body: str, timeout_s: float) -> bool:
