@@ -11,7 +11,8 @@ GroupState = {"epoch": E, "master": node | null, "in_sync": [node, ...]}
 Leader     = {"node": n, "epoch": E, "addr": "ip:port", "ha_addr": "ip:port" | "", "ready": bool}
 Member     = {"node": n, "broker_id": i, "addr": "ip:port", "role": "MASTER|SLAVE|NONE|FENCED",
               "epoch": E, "last_epoch": E, "max_offset": b, "acked_offset": b,
-              "confirmed_offset": b, "election_round": E, "updated_ms": t}
+              "confirmed_offset": b, "election_round": E, "updated_ms": t,
+              "grpc_addr": "ip:port" | ""}   (its RocketMQ 5 gRPC endpoint, when served)
 
 Rules:
 1. `state` changes only by compare-and-set on its znode version. The epoch and the in-sync set
@@ -159,6 +160,7 @@ class Member:
     confirmed_offset: int = 0
     election_round: int = -1
     updated_ms: int = 0
+    grpc_addr: str = ""
     extra: dict = field(default_factory=dict)
 
     def encode(self) -> bytes:
@@ -173,7 +175,8 @@ class Member:
                        int(doc.get("last_epoch", 0)), int(doc.get("max_offset", 0)),
                        int(doc.get("acked_offset", 0)), int(doc.get("confirmed_offset", 0)),
                        int(doc.get("election_round", -1)), int(doc.get("updated_ms", 0)),
-                       dict(doc.get("extra", {})))
+                       grpc_addr=str(doc.get("grpc_addr", "")),
+                       extra=dict(doc.get("extra", {})))
         except (KeyError, TypeError, ValueError) as exc:
             raise LayoutError(f"member: {exc!r}") from None
 

@@ -63,7 +63,7 @@ def parse_addr(addr: str) -> tuple[str, int]:
 
 class GroupMember:
     def __init__(self, session: ZkSession, paths: GroupPaths, node: str, replica, *,
-                 broker_id: int = 0, addr: str = "", unclean_election: bool = False,
+                 broker_id: int = 0, addr: str = "", grpc_addr: str = "", unclean_election: bool = False,
                  settle_ms: int = 300, recheck_ms: int = 1000, handoff_wait_ms: int = 5000,
                  fast_failover: bool = False):
         self.session = session
@@ -72,6 +72,7 @@ class GroupMember:
         self.replica = replica
         self.broker_id = broker_id
         self.addr = addr
+        self.grpc_addr = grpc_addr    # published so any node can route RocketMQ 5 clients
         self.unclean_election = unclean_election
         self.settle_s = settle_ms / 1000
         self.handoff_wait_s = handoff_wait_ms / 1000
@@ -424,7 +425,7 @@ class GroupMember:
         return Member(self.node, self.broker_id, self.addr, role, p["epoch"], p["last_epoch"],
                       p["max_offset"], p["acked_offset"], p["confirmed_offset"],
                       self._round_published if self._round_published is not None else -1,
-                      int(time.time() * 1000))
+                      int(time.time() * 1000), self.grpc_addr)
 
     async def publish(self, force: bool = False) -> None:
         """Write my progress into my registration (every reconcile pass, at least once per

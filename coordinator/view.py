@@ -15,6 +15,8 @@ Rules:
    least one address; a topic on several groups spreads its queues over all of them.
 4. ZooKeeper unreachable: the last snapshot keeps being served (stale beats nothing; brokers
    refuse writes they cannot replicate anyway).
+5. RocketMQ 5 (gRPC) routes name masters only (`grpc_masters`): a group without a ready master
+   publishing a gRPC endpoint is left out until it has one.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ class GroupView:
         return {"epoch": self.state.epoch, "master": master.node if master else None,
                 "electing": master is None, "in_sync": sorted(self.state.in_sync),
                 "broker_addrs": {str(k): v for k, v in self.broker_addrs().items()},
-                "members": {n: {"addr": m.addr, "role": m.role, "epoch": m.epoch,
+                "members": {n: {"addr": m.addr, "grpc_addr": m.grpc_addr, "role": m.role, "epoch": m.epoch,
                                 "max_offset": m.max_offset, "confirmed_offset": m.confirmed_offset,
                                 "in_sync": n in self.state.in_sync}
                             for n, m in sorted(self.members.items())},
@@ -93,6 +95,17 @@ def route(snapshot: dict[str, GroupView], cluster: str, topic: str) -> TopicRout
     if not queues:
         return None
     return TopicRouteData(queues, brokers)
+
+
+def grpc_masters(snapshot: dict[str, GroupView], topic: str) -> list[tuple[str, dict, str]]:
+    """(group, topic config, master's gRPC endpoint) of every group holding `topic` (rule 5)."""
+    out = []
+    for name in sorted(snapshot):
+        g = snapshot[name]
+        master, tc = g.master(), g.topics.get(topic)
+        if master is not None and master.grpc_addr and tc is not None:
+            out.append((name, tc, master.grpc_addr))
+    return out
 
 
 def cluster_info(snapshot: dict[str, GroupView], cluster: str) -> dict:
@@ -178,6 +191,9 @@ class ClusterView:
 
     def route(self, topic: str) -> TopicRouteData | None:
         return route(self.snapshot, self.paths.cluster, topic)
+
+    def grpc_masters(self, topic: str) -> list[tuple[str, dict, str]]:
+        return grpc_masters(self.snapshot, topic)
 
     def cluster_info(self) -> dict:
         return cluster_info(self.snapshot, self.paths.cluster)

@@ -35,6 +35,7 @@ from tidemq.node.ops.scrape import BrokerCollector
 from tidemq.node.processors import register_all
 from tidemq.node.remoting.loop_bridge import LoopBridge
 from tidemq.node.remoting.server import RemotingServer
+from tidemq.node.replication.pop_records import PopRecords
 from tidemq.node.replication.replicated_state import ReplicatedState
 from tidemq.node.replication.roles import StandaloneRole, StandaloneRouting
 from tidemq.node.replication.service import ReplicaRole, Replication, store_config
@@ -97,6 +98,12 @@ class Broker:
         self.groups = GroupSettingsTable(root, OS_FILE_SYSTEM, cfg.max_subscription_groups,
                                          cfg.max_reconsume_times)  # 200/201 settings
         self.groups.load()
+        self.pop_state = None   # the gRPC consumers' receipt state, before replication replays
+        if cfg.grpc_port >= 0:
+            from tidemq.node.grpc.pop_state import PopState  # lazily: the gRPC service's state
+            self.pop_state = PopState(os.path.join(root, "config", "popState.json"),
+                                      self.offsets, cfg.grpc_max_inflight, cfg.max_offset_entries)
+            self.pop_state.load()
         self.clients = ClientManager(cfg.client_expiry_ms / 1000)
         self.reset_fence = ResetFence()  # stale commits after an offset reset (222)
         self.locks = QueueLocks(cfg.lock_expiry_ms / 1000, cfg.max_locks)
@@ -145,10 +152,18 @@ class Broker:
             await self.cluster.start(self.replication, self.addr,
                                      self.replication.config.node_id,
                                      before_master=lambda: self.topics.load(self.store.topics()),
-                                     on_topics=self.topics.adopt)
+                                     on_topics=self.topics.adopt, grpc_addr=self.grpc_addr())
+            if self.grpc is not None:   # gRPC routes name every group's current master
+                self.grpc.routing.view = await self.cluster.start_view()
         log.info("broker %s serving on %s:%d (advertised %s), admin HTTP on %s:%d",
                  cfg.broker_name, cfg.listen_host, self.remoting_port, self.addr, cfg.admin_host,
                  self.admin_port)
+
+    def grpc_addr(self) -> str:
+        """This node's advertised gRPC endpoint, "" when gRPC is off."""
+        if self.grpc is None:
+            return ""
+        return f"{self.addr.rsplit(':', 1)[0]}:{self.grpc_port}"
 
     async def _start_grpc(self) -> None:
         """The RocketMQ 5 gRPC messaging service beside the remoting port (node/grpc/)."""
@@ -174,6 +189,11 @@ class Broker:
         self.role = ReplicaRole(self.replication, self.cfg.broker_id)
         self.replicated_state = ReplicatedState(self, self.replication, self.cfg.ha.state_batch_ms)
         self.replication.state = self.replicated_state
+        if self.pop_state is not None:   # receipts follow the log too
+            self.replicated_state.pop = PopRecords(self.replicated_state, self.pop_state)
+            stamp = self.pop_state.state_offset
+            if stamp is not None and stamp < self.offsets.state_offset:
+                self.offsets.state_offset = stamp   # replay the receipt records it missed
         self.replicated_state.attach()
         self.replicated_state.catch_up()
         await self.replication.start()

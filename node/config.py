@@ -141,8 +141,9 @@ class HASection:
     peer_timeout_ms: int = _f(5000, "An HA peer silent this long is dropped.")
     bootstrap_rate_bytes_per_s: int = _f(100 * MIB, "Catch-up (bootstrap) transfer budget; "
                                                     "0 = unlimited.")
-    state_batch_ms: int = _f(100, "Consumer-offset changes are written to the replicated state "
-                                  "topic this often (at once under SYNC_MASTER).")
+    state_batch_ms: int = _f(100, "Consumer-offset and gRPC receipt-state changes are written "
+                                  "to the replicated state topic this often (at once under "
+                                  "SYNC_MASTER).")
     suggest_slave_lag_bytes: int = _f(0, "A pull reading further than this behind the log end "
                                          "is pointed at an in-sync slave; 0 = 40% of RAM.")
 

@@ -17,6 +17,9 @@ Rules:
    (the state lives there): HA_NOT_AVAILABLE elsewhere.
 5. An acknowledgement with a stale or foreign receipt handle is INVALID_RECEIPT_HANDLE and
    changes nothing; acknowledging twice is OK.
+6. Under HA the receipt state follows the log (node/replication/pop_records.py); under
+   SYNC_MASTER an acknowledgement is answered once its record is replicated (else
+   HA_NOT_AVAILABLE: acknowledged on the master only), so no failover brings it back.
 """
 from __future__ import annotations
 
@@ -319,7 +322,20 @@ class ConsumerService:
         else:
             resp.status.CopyFrom(status(pb.Code.MULTIPLE_RESULTS, "see entries")
                                  if codes else status(pb.Code.BAD_REQUEST, "no entry"))
+        if pb.Code.OK in codes and not await self._receipts_replicated():
+            resp.status.CopyFrom(status(pb.Code.HA_NOT_AVAILABLE, "acknowledged on the master; "
+                                        "replicas did not confirm in time"))
         return resp
+
+    async def _receipts_replicated(self) -> bool:
+        """Rule 6: True once every receipt change so far is on the in-sync replicas."""
+        state = self.broker.replicated_state
+        records = state.pop if state is not None else None
+        producer = self.server.producer
+        if records is None or not producer.sync_master:
+            return True
+        end_offset = records.flush_now()
+        return end_offset is not None and await producer.replicated(end_offset)
 
     async def change_invisible_duration(self, request, context):
         group, topic = request.group.name, request.topic.name

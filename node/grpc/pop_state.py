@@ -19,9 +19,12 @@ Rules:
    (so it persists and, under HA, follows the log like every offset); the whole state is also
    written to `<store root>/config/popState.json` (atomically, on the offsets flush interval
    and at shutdown) and loaded at start, so after a restart an acknowledged message stays
-   acknowledged and an un-acknowledged one comes back. After a failover the new master has the
-   replicated consume offsets only: messages above them are delivered again (duplicates,
-   never loss).
+   acknowledged and an un-acknowledged one comes back.
+6. Replication: under HA every change (a delivery, an acknowledgement, an invisibility change,
+   offsets passed over) marks its (queue, offset) touched and calls `listener`;
+   node/replication/pop_records.py drains the touched entries' current values into records
+   of the replicated state, and replicas apply them (`apply_entries`), so a new master knows
+   what was acknowledged and what is in flight until when.
 5. Bounded: entries in flight (max_inflight: receives take no new message past it) and queue
    states (max_queues, the consumer-offset table's bound: a receive that would add one more
    is refused).
@@ -59,10 +62,11 @@ def parse_handle(handle: str) -> tuple[int, int, int]:
 
 
 class QueueState:
-    __slots__ = ("inflight", "next")
+    __slots__ = ("inflight", "key", "next")
 
-    def __init__(self, next_offset: int):
+    def __init__(self, next_offset: int, key: tuple[str, str, int]):
         self.next = next_offset
+        self.key = key
         self.inflight: dict[int, list] = {}
 
     @property
@@ -86,6 +90,18 @@ class PopState:
         self.queues: dict[tuple[str, str, int], QueueState] = {}
         self.inflight_count = 0
         self.dirty = False
+        self.listener = None   # rule 6: called after a change to replicate
+        self.state_offset: int | None = None   # the loaded file's replicated-state offset
+        self.touched: dict[tuple[str, str, int], set[int]] = {}
+
+    def _touch(self, q: QueueState, offset: int | None = None) -> None:
+        self.dirty = True
+        if self.listener is None:
+            return
+        offsets = self.touched.setdefault(q.key, set())
+        if offset is not None:
+            offsets.add(offset)
+        self.listener()
 
     def queue(self, group: str, topic: str, queue_id: int, min_offset: int) -> QueueState | None:
         """The queue's state, created at its committed offset; None past max_queues (rule 5)."""
@@ -95,7 +111,7 @@ class PopState:
             if len(self.queues) >= self.max_queues:
                 return None
             committed = self.offsets.query(group, topic, queue_id)
-            q = self.queues[key] = QueueState(max(committed or 0, min_offset))
+            q = self.queues[key] = QueueState(max(committed or 0, min_offset), key)
         elif q.next < min_offset:  # retention removed what we never delivered
             q.next = min_offset
         return q
@@ -110,14 +126,14 @@ class PopState:
         entry[_UNTIL] = now_ms + invisible_ms
         entry[_ATTEMPTS] += 1
         entry[_GEN] += 1
-        self.dirty = True
+        self._touch(q, offset)
         return entry[_GEN], entry[_ATTEMPTS]
 
     def skip_to(self, q: QueueState, next_offset: int) -> None:
         """Offsets below next_offset that the filter passed over are done."""
         if next_offset > q.next:
             q.next = next_offset
-            self.dirty = True
+            self._touch(q)
 
     def room(self) -> int:
         return max(0, self.max_inflight - self.inflight_count)
@@ -130,7 +146,7 @@ class PopState:
         """Acknowledged or dead-lettered: forget it and move the consume offset (rule 4)."""
         if q.inflight.pop(offset, None) is not None:
             self.inflight_count -= 1
-            self.dirty = True
+            self._touch(q, offset)
         self.commit(group, topic, q, queue_id)
 
     def commit(self, group: str, topic: str, q: QueueState, queue_id: int) -> None:
@@ -155,15 +171,70 @@ class PopState:
         entry = q.inflight[offset]
         entry[_UNTIL] = now_ms + invisible_ms
         entry[_GEN] += 1
-        self.dirty = True
+        self._touch(q, offset)
         return entry[_GEN]
 
+    # -- replication (rule 6) ---------------------------------------------------------------
+    def drain_changes(self) -> tuple[list, dict]:
+        """(entries, the touched set they came from): one entry per touched queue,
+        [group, topic, queue id, next, [[offset, until, attempts, gen] in flight], [done]]."""
+        touched, self.touched = self.touched, {}
+        entries = []
+        for key, offsets in touched.items():
+            q = self.queues.get(key)
+            if q is None:
+                continue
+            live = sorted(o for o in offsets if o in q.inflight)
+            done = sorted(o for o in offsets if o not in q.inflight)
+            entries.append([*key, q.next, [[o, *q.inflight[o]] for o in live], done])
+        return entries, touched
+
+    def retouch(self, touched: dict) -> None:
+        """Changes whose record was not written: drain them again next time."""
+        for key, offsets in touched.items():
+            self.touched.setdefault(key, set()).update(offsets)
+
+    def snapshot_entries(self) -> list:
+        """Every queue's whole state, in the entry shape of drain_changes."""
+        return [[*key, q.next, [[o, *e] for o, e in sorted(q.inflight.items())], []]
+                for key, q in sorted(self.queues.items())]
+
+    def apply_entries(self, entries, whole: bool) -> None:
+        """A replica takes the master's entries; `whole`: each queue's in-flight set is
+        replaced (a snapshot, whose `next` is taken as is), else updated (`next` only moves
+        forward)."""
+        for g, t, qid, nxt, live, done in entries:
+            key = (str(g), str(t), int(qid))
+            q = self.queues.get(key)
+            if q is None:
+                if len(self.queues) >= self.max_queues:
+                    log.error("replicated receipt state dropped: too many queue states")
+                    continue
+                q = self.queues[key] = QueueState(int(nxt), key)
+            q.next = int(nxt) if whole else max(q.next, int(nxt))
+            if whole:
+                self.inflight_count -= len(q.inflight)
+                q.inflight.clear()
+            for o in done:
+                if q.inflight.pop(int(o), None) is not None:
+                    self.inflight_count -= 1
+            for o, until, attempts, gen in live:
+                if int(o) not in q.inflight:
+                    self.inflight_count += 1
+                q.inflight[int(o)] = [int(until), int(attempts), int(gen)]
+        self.dirty = True
+
     # -- persistence (rule 4) ---------------------------------------------------------------
-    def dump(self) -> bytes:
+    def dump(self, state_offset: int | None = None) -> bytes:
+        """The whole state; `state_offset`: the replicated-state queue offset it includes up
+        to (rule 6), so a restart replays the records the file missed."""
         doc = [[g, t, qid, q.next, [[o, *e] for o, e in sorted(q.inflight.items())]]
                for (g, t, qid), q in self.queues.items()]
         self.dirty = False
-        return json.dumps({"queues": doc}, separators=(",", ":")).encode()
+        out: dict = {"queues": doc}
+        if state_offset is not None:
+            out["stateOffset"] = state_offset
+        return json.dumps(out, separators=(",", ":")).encode()
 
     def write(self, data: bytes) -> None:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -177,7 +248,8 @@ class PopState:
                 doc = json.loads(f.read())
             queues = {}
             for g, t, qid, nxt, entries in doc["queues"]:
-                q = queues[(str(g), str(t), int(qid))] = QueueState(int(nxt))
+                key = (str(g), str(t), int(qid))
+                q = queues[key] = QueueState(int(nxt), key)
                 for o, until, attempts, gen in entries:
                     q.inflight[int(o)] = [int(until), int(attempts), int(gen)]
         except FileNotFoundError:
@@ -187,3 +259,5 @@ class PopState:
             return
         self.queues = queues
         self.inflight_count = sum(len(q.inflight) for q in queues.values())
+        stamp = doc.get("stateOffset")
+        self.state_offset = stamp if isinstance(stamp, int) and stamp >= 0 else None

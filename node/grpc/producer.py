@@ -221,16 +221,20 @@ class ProducerService:
         self.store.on_durable(result.end_offset, lambda st: post(_settle, durable, st))
         st = await durable
         if st == PutStatus.PUT_OK and self.sync_master:
-            self.replication.notify_appended()
-            replicated = loop.create_future()
-            self.replication.when_replicated(result.end_offset,
-                                             lambda ok: post(_settle, replicated, ok))
-            if not await replicated:
+            if not await self.replicated(result.end_offset):
                 return (pb.Code.HA_NOT_AVAILABLE,
                         "stored on the master; replicas did not confirm in time", result)
         elif st != PutStatus.PUT_OK:
             return pb.Code.INTERNAL_ERROR, f"stored, not yet durable: {st.name}", result
         return pb.Code.OK, "OK", result
+
+    async def replicated(self, end_offset: int) -> bool:
+        """Under SYNC_MASTER: True once the in-sync replicas hold the log up to end_offset."""
+        self.replication.notify_appended()
+        done = asyncio.get_running_loop().create_future()
+        post = self.broker.bridge.post_or_run
+        self.replication.when_replicated(end_offset, lambda ok: post(_settle, done, ok))
+        return await done
 
     async def end_transaction(self, request, context):
         denied = self.server.deny(context, request.topic.name, None, _PUB)

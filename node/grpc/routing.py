@@ -3,8 +3,8 @@ NotifyClientTermination.
 
 Rules:
 1. A route lists every queue of the topic on this broker (id 0, the master), with this
-   broker's gRPC endpoint; an unknown topic is created when auto_create_topic is on (as a
-   remoting send would), else TOPIC_NOT_FOUND.
+   broker's gRPC endpoint; an unknown topic is created when auto_create_topic is on and this
+   broker is writable (as a remoting send to TBW102 would), else TOPIC_NOT_FOUND.
 2. Telemetry: each Settings the client sends is answered with the broker's Settings: the
    client's own, plus publishing.max_body_size = store.max_message_bytes for producers and,
    for consumers, the long-polling timeout (capped by grpc_max_long_polling_ms), FIFO mode
@@ -16,6 +16,13 @@ Rules:
    (producer.TelemetryLink); the registration ends with the stream.
 4. QueryAssignment hands a push consumer every readable queue of the topic (this broker owns
    them all; the receipt state keeps concurrent consumers of a group apart).
+5. Cluster mode (`view` set: the cluster's ZooKeeper view, node/replication/cluster_mode.py):
+   routes and assignments name, for every group holding the topic, its queues on that group's
+   current master's gRPC endpoint, whichever node is asked (a slave too), so clients that
+   re-query the route after a failover reach the new master. A group without a master is left
+   out; when no group holding the topic has one the answer is HA_NOT_AVAILABLE (clients keep
+   their last route and ask again). A topic no group holds yet is created by this node when it
+   is the master and auto_create_topic is on (rule 1), else TOPIC_NOT_FOUND.
 """
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ from tidemq.node.grpc import proto as pb
 from tidemq.node.grpc.common import client_id_of, status
 from tidemq.node.grpc.producer import TelemetryLink, producer_group_of
 from tidemq.node.sending.delay_plan import parse_levels
-from tidemq.node.topics import AUTO_CREATE_TOPIC
+from tidemq.node.topics import AUTO_CREATE_TOPIC, TopicConfig
 
 log = logging.getLogger("tidemq.grpc")
 _READ, _WRITE = 4, 2
@@ -45,30 +52,54 @@ class RoutingService:
         self.server = server
         self.broker = server.broker
         self.links: set[TelemetryLink] = set()
+        self.view = None   # cluster mode: coordinator/view.py ClusterView (rule 5)
 
-    def endpoints(self):
-        host = self.broker.addr.rsplit(":", 1)[0]
+    def endpoints(self, addr: str | None = None):
+        """`addr` ("host:port") as Endpoints; this broker's gRPC endpoint by default."""
+        if addr is None:
+            addr = f"{self.broker.addr.rsplit(':', 1)[0]}:{self.server.port}"
+        host, port = addr.rsplit(":", 1)
+        host = host.strip("[]")
         ep = pb.Endpoints(scheme=_IPV6 if ":" in host else _IPV4)
-        ep.addresses.add(host=host, port=self.server.port)
+        ep.addresses.add(host=host, port=int(port))
         return ep
 
     def topic_config(self, topic: str):
         """The topic's config, created like a remoting send would (rule 1); None if absent."""
         topics = self.broker.topics
         tc = topics.table.get(topic)
-        if tc is None and self.broker.cfg.auto_create_topic:  # as a send to TBW102 would
+        if tc is None and self.broker.cfg.auto_create_topic and self.broker.role.writable:
             tc = topics.create_in_send(topic, AUTO_CREATE_TOPIC,
                                        self.broker.cfg.default_topic_queues)
         return tc
 
-    def queue(self, tc, queue_id: int, perm: int):
+    def queue(self, tc, queue_id: int, perm: int, group: str | None = None, endpoints=None):
+        """One queue of `tc` on `group`'s master (this broker by default)."""
         mq = pb.MessageQueue(id=queue_id, permission=_PERM[perm & (_READ | _WRITE)])
         mq.topic.name = tc.name
-        mq.broker.name = self.broker.cfg.broker_name
+        mq.broker.name = group or self.broker.cfg.broker_name
         mq.broker.id = 0
-        mq.broker.endpoints.CopyFrom(self.endpoints())
+        mq.broker.endpoints.CopyFrom(endpoints if endpoints is not None else self.endpoints())
         mq.accept_message_types.extend(_ACCEPT)
         return mq
+
+    def placements(self, tc):
+        """[(group, topic config there, master's Endpoints)] serving `tc` (rules 1, 5), or the
+        refusal's Status."""
+        if self.view is None:
+            return [(None, tc, None)]
+        found = []
+        for group, doc, addr in self.view.grpc_masters(tc.name):
+            try:
+                found.append((group, TopicConfig.from_json(doc), self.endpoints(addr)))
+            except (KeyError, TypeError, ValueError):
+                log.warning("ignoring a bad topic config of %s in group %s", tc.name, group)
+        if found:
+            return found
+        if self.broker.role.writable:   # created here just now: the view catches up later
+            return [(None, tc, None)]
+        return status(pb.Code.HA_NOT_AVAILABLE,
+                      f"no broker group holding topic {tc.name!r} has a master now")
 
     def _topic_for(self, context, request, response_cls, group=None, perm=0):
         """(topic config, None), or (None, the refusal): ACL, then an unknown topic."""
@@ -78,6 +109,8 @@ class RoutingService:
         if denied is not None:
             return None, response_cls(status=denied)
         tc = self.topic_config(topic)
+        if tc is None and self.view is not None and self.view.grpc_masters(topic):
+            tc = TopicConfig(topic, 0, 0)   # held by other groups only (rule 5)
         if tc is None:
             return None, response_cls(status=status(pb.Code.TOPIC_NOT_FOUND,
                                                          f"topic {topic!r} does not exist"))
@@ -87,11 +120,15 @@ class RoutingService:
         tc, refused = self._topic_for(context, request, pb.QueryRouteResponse)
         if refused is not None:
             return refused
+        placed = self.placements(tc)
+        if isinstance(placed, pb.Status):
+            return pb.QueryRouteResponse(status=placed)
         resp = pb.QueryRouteResponse(status=status(pb.Code.OK))
-        for qid in range(tc.queue_count):
-            perm = tc.perm & ((_READ if qid < tc.read_queue_nums else 0)
-                              | (_WRITE if qid < tc.write_queue_nums else 0))
-            resp.message_queues.append(self.queue(tc, qid, perm))
+        for group, gtc, endpoints in placed:
+            for qid in range(gtc.queue_count):
+                perm = gtc.perm & ((_READ if qid < gtc.read_queue_nums else 0)
+                                   | (_WRITE if qid < gtc.write_queue_nums else 0))
+                resp.message_queues.append(self.queue(gtc, qid, perm, group, endpoints))
         return resp
 
     async def query_assignment(self, request, context):
@@ -99,10 +136,15 @@ class RoutingService:
                                       request.group.name, _SUB)
         if refused is not None:
             return refused
+        placed = self.placements(tc)
+        if isinstance(placed, pb.Status):
+            return pb.QueryAssignmentResponse(status=placed)
         resp = pb.QueryAssignmentResponse(status=status(pb.Code.OK))
-        if tc.perm & _READ:
-            for qid in range(tc.read_queue_nums):
-                resp.assignments.add().message_queue.CopyFrom(self.queue(tc, qid, _READ))
+        for group, gtc, endpoints in placed:
+            if gtc.perm & _READ:
+                for qid in range(gtc.read_queue_nums):
+                    resp.assignments.add().message_queue.CopyFrom(
+                        self.queue(gtc, qid, _READ, group, endpoints))
         return resp
 
     async def heartbeat(self, request, context):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -31,7 +30,6 @@ from tidemq.node.grpc import proto as pb
 from tidemq.node.grpc.auth import GrpcAuth
 from tidemq.node.grpc.common import reject_malformed, status
 from tidemq.node.grpc.consumer import ConsumerService
-from tidemq.node.grpc.pop_state import PopState
 from tidemq.node.grpc.producer import ProducerService
 from tidemq.node.grpc.routing import RoutingService
 
@@ -70,11 +68,9 @@ def _credentials(cfg):
 class GrpcServer:
     def __init__(self, broker):
         self.broker = broker
-        cfg = broker.cfg
         self.port = 0
         self.server = None
-        self.pop = PopState(os.path.join(cfg.store.root_dir, "config", "popState.json"),
-                            broker.offsets, cfg.grpc_max_inflight, cfg.max_offset_entries)
+        self.pop = broker.pop_state   # loaded at start, before the replicated state replays
         acl = getattr(broker.server, "acl", None)  # the remoting ACL's accounts (auth.py)
         self.auth = GrpcAuth(acl) if acl is not None else None
         self.routing = RoutingService(self)
@@ -120,7 +116,6 @@ class GrpcServer:
 
     async def start(self) -> int:
         cfg = self.broker.cfg
-        self.pop.load()
         # long-lived calls (held receives, one Telemetry stream per client) are bounded like
         # held pulls and connections; past it grpcio answers RESOURCE_EXHAUSTED
         self.server = grpc.aio.server(
@@ -156,12 +151,16 @@ class GrpcServer:
         while True:
             await asyncio.sleep(interval)
             if self.pop.dirty:
-                data = self.pop.dump()
+                data = self.pop.dump(self._state_offset())
                 try:
                     await loop.run_in_executor(None, self.pop.write, data)
                 except OSError:
                     log.exception("could not persist the gRPC receipt state; will retry")
                     self.pop.dirty = True
+
+    def _state_offset(self) -> int | None:
+        """Under HA: the replicated-state records the receipt state includes up to."""
+        return self.broker.offsets.state_offset if self.broker.replicated_state else None
 
     async def stop(self) -> None:
         if self._flush_task is not None:
@@ -172,6 +171,6 @@ class GrpcServer:
             await self.server.stop(grace=0.5)
             self.server = None
         try:
-            self.pop.write(self.pop.dump())
+            self.pop.write(self.pop.dump(self._state_offset()))
         except OSError:
             log.exception("could not persist the gRPC receipt state at shutdown")

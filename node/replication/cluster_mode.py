@@ -21,6 +21,9 @@ Rules:
 5. Fast failover (coordinator/fast_failover.py) only under SYNC_MASTER: there a master cannot
    acknowledge without its in-sync slaves, which is what makes replacing a live-session master
    safe. ASYNC_MASTER groups wait for the old master's session to expire.
+6. With gRPC on, the node publishes its gRPC endpoint in its registration and reads the whole
+   cluster's view, so any node answers a RocketMQ 5 QueryRoute with every group's current
+   master (node/grpc/routing.py).
 """
 from __future__ import annotations
 
@@ -29,12 +32,14 @@ import logging
 from tidemq.coordinator.layout import ClusterPaths
 from tidemq.coordinator.member import GroupMember
 from tidemq.coordinator.topics import TopicWatch, ZkTopicConfigStore
+from tidemq.coordinator.view import ClusterView
 from tidemq.coordinator.zk import ZkSession
 from tidemq.ha.config import SYNC_MASTER
 from tidemq.node.security.settings import zk_security
 from tidemq.node.topics import TopicConfig
 
 log = logging.getLogger("tidemq.cluster")
+VIEW_REFRESH_MS = 5000
 
 
 class ClusterNode:
@@ -47,6 +52,7 @@ class ClusterNode:
         self.member: GroupMember | None = None
         self.topics_store: ZkTopicConfigStore | None = None
         self.topic_watch: TopicWatch | None = None   # while not master (rule 4)
+        self.view: ClusterView | None = None         # the whole cluster, for gRPC routes
 
     @property
     def fast_failover(self) -> bool:
@@ -82,7 +88,7 @@ class ClusterNode:
             self.member.on_replica_fenced(epoch)
 
     async def start(self, replica, addr: str, node_id: str, before_master=None,
-                    on_topics=None) -> None:
+                    on_topics=None, grpc_addr: str = "") -> None:
         """replica: coordinator/replica.py's shape (node/replication/service.py's Replication);
         before_master(): run before each become_master (reload the topic table from
         ZooKeeper: topics created while this node was a slave); on_topics(table): the group's
@@ -94,13 +100,25 @@ class ClusterNode:
         if before_master is not None or self.topic_watch is not None:
             replica = _RoleHooks(replica, before_master, self.topic_watch)
         self.member = GroupMember(self.session, self.paths, node_id, replica,
-                                  broker_id=self.cfg.broker_id, addr=addr,
+                                  broker_id=self.cfg.broker_id, addr=addr, grpc_addr=grpc_addr,
                                   unclean_election=zk.unclean_election,
                                   settle_ms=zk.election_settle_ms,
                                   fast_failover=self.fast_failover)
         await self.member.start()
 
+    async def start_view(self) -> ClusterView:
+        """The cluster-wide view (every group's master) gRPC routes are answered from (rule 6)."""
+        # watches on leaders, group states and registrations re-read it at once on a
+        # failover; the periodic re-read is only a backstop, kept slow to spare ZooKeeper
+        self.view = ClusterView(self.session, ClusterPaths(self.cfg.cluster_name,
+                                                           self.cfg.zookeeper.root),
+                                refresh_ms=VIEW_REFRESH_MS)
+        await self.view.start()
+        return self.view
+
     async def stop(self) -> None:
+        if self.view is not None:
+            await self.view.stop()
         if self.member is not None:
             await self.member.stop()
         if self.topic_watch is not None:

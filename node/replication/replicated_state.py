@@ -13,6 +13,7 @@ Topic STATE_TOPIC, queue 0; each record's body is compact JSON:
     {"k":"dg","g":group}                                     group deleted (operator 207):
                                                              its offsets and its settings
     {"k":"dt","t":topic}                                     topic deleted (operator 215)
+    {"k":"p","e":[...],"f"?:1}                               gRPC receipt state (pop_records.py)
 
 Operator changes (offset resets 222, deletes 207/215) are written at once, not batched:
 `write_now()` for a reset's offsets, `group_deleted` / `topic_deleted` for deletes, so a
@@ -75,6 +76,7 @@ class ReplicatedState:
         self._last_snapshot = 0.0
         self.records_written = 0
         self.records_applied = 0
+        self.pop = None             # node/replication/pop_records.py, when gRPC is on
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self) -> None:
@@ -114,6 +116,8 @@ class ReplicatedState:
     def on_follow(self) -> None:
         self.own_from = _NEVER
         self.changed.clear()
+        if self.pop is not None:
+            self.pop.clear()
 
     # -- writer ----------------------------------------------------------------------------
     def _offset_changed(self, group: str, topic: str, queue_id: int) -> None:
@@ -176,11 +180,15 @@ class ReplicatedState:
                 for i in range(0, len(entries), RECORD_ENTRIES)]
         docs += [{"k": "t", "c": tc.to_json()} for _, tc in sorted(self.topics.table.items())]
         docs += [{"k": "g", "c": conf} for _, conf in sorted(self.broker.groups.table.items())]
+        if self.pop is not None:
+            docs += self.pop.snapshot_docs()
         self._put(docs)
 
     def _put(self, docs) -> bool:
-        if not docs:
-            return True
+        return not docs or self.put(docs) is not None
+
+    def put(self, docs):
+        """Write records now: the store's AppendResult, None when refused."""
         host = self.broker.store_host
         msgs = [StoreMessage(STATE_TOPIC, 0, json.dumps(d, separators=(",", ":")).encode(),
                              {rec.PROP_TAGS: d["k"]}, born_host=host, store_host=host,
@@ -189,13 +197,13 @@ class ReplicatedState:
             result = self.store.put(msgs)
         except (StoreClosed, DiskFull, MessageIllegal) as exc:
             log.warning("replicated state not written (%d records): %s", len(msgs), exc)
-            return False
+            return None
         self.records_written += len(msgs)
         if self.offsets.state_offset >= self.own_from:
             # Only once the previous masters' records are applied: catch_up() must still
             # find them (it steps over ours as they are dispatched).
             self.offsets.state_offset = result.requests[-1][2] + 1
-        return True
+        return result
 
     # -- applier ---------------------------------------------------------------------------
     def _apply_posted(self) -> None:
@@ -255,6 +263,8 @@ class ReplicatedState:
                 self.broker.groups.remove(str(doc["g"]))
             elif kind == "dt":
                 self._delete_topic(str(doc["t"]))
+            elif kind == "p" and self.pop is not None:
+                self.pop.apply(doc)
         except Exception:  # one bad record must not stop the stream of the others
             log.exception("replicated state record could not be applied")
         finally:

@@ -11,7 +11,7 @@ import pytest
 from tests.support.namesrv_proc import NameServerProcess
 from tests.support.raw_client import RawClient
 from tidemq.coordinator.layout import ClusterPaths, GroupState, Leader, Member, encode_topic
-from tidemq.coordinator.view import GroupView, route
+from tidemq.coordinator.view import GroupView, grpc_masters, route
 from tidemq.coordinator.zk import ZkSession
 from tidemq.protocol.codes import RequestCode, ResponseCode
 from tidemq.protocol.route_json import decode_topic_route
@@ -129,6 +129,20 @@ def test_route_building_is_pure_and_skips_groups_without_addresses():
     assert route({"g1": g1}, "C", "Other") is None
     retry = route({"g1": g1}, "C", "%RETRY%cg")
     assert retry.queue_datas[0].write_queue_nums == 1
+
+
+def test_grpc_routes_name_only_ready_masters_that_publish_a_grpc_endpoint():
+    def group(name, ready, grpc_addr, role="MASTER"):
+        return GroupView(name, GroupState(2, "a", frozenset({"a"})), Leader("a", 2, ready=ready),
+                         {"a": Member("a", addr="1.1.1.1:1", role=role, grpc_addr=grpc_addr)},
+                         {"T": TOPIC})
+    snap = {"g1": group("g1", True, "1.1.1.1:81"), "g2": group("g2", False, "2.2.2.2:81"),
+            "g3": group("g3", True, ""), "g4": group("g4", True, "4.4.4.4:81")}
+    assert grpc_masters(snap, "T") == [("g1", TOPIC, "1.1.1.1:81"), ("g4", TOPIC, "4.4.4.4:81")]
+    assert grpc_masters(snap, "Other") == []
+    doc = Member("a", grpc_addr="1.1.1.1:81").encode()
+    assert Member.decode(doc).grpc_addr == "1.1.1.1:81"
+    assert Member.decode(b'{"node": "old"}').grpc_addr == ""   # a registration from before
 
 
 @pytest.mark.parametrize("bad", [b"", b"[1]", b"{not json"])

@@ -170,8 +170,11 @@ def main():
         try:
             reply = {"ok": True, **getattr(session, "op_" + cmd["op"])(cmd)}
         except Exception as exc:  # reported to the test, which asserts on it
+            code = getattr(exc, "code", None)
+            if callable(code):  # a grpc.RpcError (e.g. an endpoint that went away)
+                code = str(code())
             reply = {"ok": False, "error": type(exc).__name__, "message": str(exc),
-                     "code": getattr(exc, "code", None)}
+                     "code": code}
         print(json.dumps(reply), flush=True)
         if cmd["op"] == "shutdown":
             break
