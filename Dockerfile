@@ -12,7 +12,7 @@ COPY node ./node
 COPY ha ./ha
 COPY coordinator ./coordinator
 COPY pipeline ./pipeline
-RUN pip install '.[cluster]' \
+RUN pip install '.[cluster,grpc]' \
     && useradd --system --uid 10001 --home-dir /var/lib/tidemq tidemq \
     && mkdir -p /var/lib/tidemq /etc/tidemq \
     && chown tidemq /var/lib/tidemq
