@@ -196,13 +196,7 @@ class OrderlyPushConsumer(PushConsumer):
         store: OffsetStore | None = self._store
         assert store is not None, "start() creates it before any queue is consumed"
         while True:
-            if not pq.batches:
-                if pq.dropped:
-                    return
-                pq.has_work.clear()
-                await pq.has_work.wait()
-                continue
-            if pq.dropped:
+            if not await pq.wait_for_work():
                 return
             if not self._lock_valid(pq.mq):
                 await asyncio.sleep(min(self.lock_retry_interval_s, 0.2))

@@ -59,6 +59,16 @@ class ProcessQueue:
             self.space.clear()
         self.has_work.set()
 
+    async def wait_for_work(self) -> bool:
+        """Wait until a pulled batch is here; False once the queue is dropped (its consume
+        loop ends)."""
+        while not self.batches:
+            if self.dropped:
+                return False
+            self.has_work.clear()
+            await self.has_work.wait()
+        return not self.dropped
+
     def advance(self, next_begin: int) -> None:
         """A pull found nothing (new or matching) up to next_begin."""
         self.pulled_upto = next_begin

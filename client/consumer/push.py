@@ -371,13 +371,7 @@ class PushConsumer(AsyncLifecycle):
         batch_max = self.config.consume_batch_max
         listener = self._listener
         while True:
-            if not pq.batches:
-                if pq.dropped:
-                    return
-                pq.has_work.clear()
-                await pq.has_work.wait()
-                continue
-            if pq.dropped:
+            if not await pq.wait_for_work():
                 return
             batch = pq.batches[0]
             start = batch.idx
