@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
+case "$PY" in /*) ;; */*) PY="$PWD/$PY" ;; esac   # the check runs from a temporary directory
 tree=$(mktemp -d)
 trap 'rm -rf "$tree"' EXIT
 mkdir "$tree/tidemq"
