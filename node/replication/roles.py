@@ -43,8 +43,11 @@ class StandaloneRouting:
 
     def route(self, topic: str) -> TopicRouteData | None:
         tc = self.topics.route_topic(topic)
-        if tc is None:
-            return None
-        queue = QueueData(self.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
-                          tc.sys_flag)
-        return TopicRouteData([queue], [self._broker])
+        return None if tc is None else one_group_route(tc, self._broker)
+
+
+def one_group_route(tc, broker: BrokerData) -> TopicRouteData:
+    """The route of a topic that one broker group serves: every queue on `broker`."""
+    queue = QueueData(broker.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
+                      tc.sys_flag)
+    return TopicRouteData([queue], [broker])

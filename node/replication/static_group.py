@@ -18,9 +18,8 @@ does not use this module: name servers number slaves there (coordinator/view.py 
 """
 from __future__ import annotations
 
-from tidemq.protocol.route_json import BrokerData, QueueData, TopicRouteData
-
-MASTER_ID = 0
+from tidemq.node.replication.roles import MASTER_ID, one_group_route
+from tidemq.protocol.route_json import BrokerData, TopicRouteData
 
 
 def slave_broker_ids(endpoints: dict[str, tuple[int, str]]) -> dict[str, tuple[int, str]]:
@@ -63,7 +62,5 @@ class ReplicatedRouting:
         tc = self.topics.route_topic(topic)
         if tc is None:
             return None
-        queue = QueueData(self.broker_name, tc.read_queue_nums, tc.write_queue_nums, tc.perm,
-                          tc.sys_flag)
-        return TopicRouteData([queue], [BrokerData(self.cluster_name, self.broker_name,
-                                                   self.broker_addrs())])
+        return one_group_route(tc, BrokerData(self.cluster_name, self.broker_name,
+                                              self.broker_addrs()))
