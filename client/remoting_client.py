@@ -31,7 +31,7 @@ import inspect
 import itertools
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Union
 
 from tidemq import errors
@@ -399,7 +399,7 @@ class RemotingClient:
                     log.exception("connection-lost listener failed")
 
     # ------------------------------------------------------------------ requests
-    def command(self, code: int, ext: Mapping[str, Any] | None = None,
+    def command(self, code: int, ext: dict[str, Any] | None = None,
                 body: bytes = b"") -> RemotingCommand:
         cmd: RemotingCommand = RemotingCommand.request(int(code), ext, body,
                                                       serialize_type=self.serialize_type)

@@ -38,7 +38,6 @@ except ImportError:  # optional speed-up
     _orjson_loads = None  # type: ignore[assignment]
 import re
 import struct
-from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from tidemq.protocol import accel
@@ -85,7 +84,7 @@ class RemotingCommand:
 
     def __init__(self, code: int, language: int = LOCAL_LANGUAGE, version: int = LOCAL_VERSION,
                  opaque: int = 0, flag: int = 0, remark: str | None = None,
-                 ext: Mapping[str, Any] | None = None, body: bytes = b"",
+                 ext: dict[str, Any] | None = None, body: bytes = b"",
                  serialize_type: int = SerializeType.JSON) -> None:
         self.code = code
         self.language = language
@@ -93,12 +92,12 @@ class RemotingCommand:
         self.opaque = opaque
         self.flag = flag
         self.remark = remark
-        self.ext: Mapping[str, Any] = {} if ext is None else ext
+        self.ext: dict[str, Any] = {} if ext is None else ext
         self.body = body
         self.serialize_type = serialize_type
 
     @classmethod
-    def request(cls, code: int, ext: Mapping[str, Any] | None = None, body: bytes = b"",
+    def request(cls, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
                 oneway: bool = False, *, opaque: int | None = None,
                 serialize_type: int = SerializeType.JSON) -> RemotingCommand:
         if opaque is None:
@@ -107,7 +106,7 @@ class RemotingCommand:
         return cls(code, LOCAL_LANGUAGE, LOCAL_VERSION, opaque, flag, None, ext, body, serialize_type)
 
     @classmethod
-    def make_response(cls, request: RemotingCommand, code: int, ext: Mapping[str, Any] | None = None,
+    def make_response(cls, request: RemotingCommand, code: int, ext: dict[str, Any] | None = None,
                       body: bytes = b"", remark: str | None = None) -> RemotingCommand:
         # flag is exactly FLAG_RESPONSE like Java's; the serialize type is the request's (cpp
         # parses JSON only).
@@ -189,7 +188,7 @@ def _wire_str(value: Any) -> str:
     return str(value)
 
 
-def _wire_ext(ext: Mapping[str, Any]) -> Mapping[str, Any]:
+def _wire_ext(ext: dict[str, Any]) -> dict[str, Any]:
     """ext as the wire wants it: every value a string, None values omitted (cpp reads only
     string values, Go fails on numbers)."""
     for value in ext.values():
