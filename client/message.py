@@ -47,6 +47,7 @@ from tidemq.protocol.record import MessageExt as StoredRecord
 
 Body = bytes | bytearray | memoryview  # what a message body may be
 V = TypeVar("V")
+B = TypeVar("B", bound=Body)
 
 _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
 _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (IPv4 hosts)
@@ -129,7 +130,7 @@ def encode_properties_str(props: dict[str, Any]) -> str:
     return "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None])
 
 
-def compress_body(body: Body, threshold_bytes: int, level: int) -> tuple[Body, int]:
+def compress_body(body: B, threshold_bytes: int, level: int) -> tuple[B | bytes, int]:
     """(body, sysflag bits): zlib-compressed when longer than the threshold and it helps."""
     if len(body) > threshold_bytes:
         packed = zlib.compress(body, level)

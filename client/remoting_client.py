@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # cb(response, None) on a reply, cb(None, exc) on a failure (rule 5)
-ReplyCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+ReplyCallback = Callable[[RemotingCommand | None, errors.TideMQError | None], None]
 ReplyTarget = Union["asyncio.Future[RemotingCommand]", ReplyCallback]
 # handler(conn, cmd) for a request the broker sends: a response, None, or an awaitable of one
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
