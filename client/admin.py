@@ -15,35 +15,40 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Container
+from typing import Any
 
 from tidemq import errors
 from tidemq.config import ClientConfig, make_config
 from tidemq.consumer import broker_calls as pull_api
 from tidemq.instance import ClientInstance
-from tidemq.message import split_records
+from tidemq.message import MessageExt, split_records
 from tidemq.protocol.codes import PERM_READ_WRITE, RequestCode, ResponseCode
 from tidemq.protocol.record import RecordError, decode_offset_msg_id
-from tidemq.protocol.route_json import HeartbeatData
+from tidemq.protocol.remoting import RemotingCommand
+from tidemq.protocol.route_json import HeartbeatData, TopicRouteData
 from tidemq.topic_routes import subscribe_queues
 
 QUERY_MAX_NUM = 64
 
 
 class Admin:
-    def __init__(self, broker_addr, **options):
+    def __init__(self, broker_addr: str, **options: Any) -> None:
         self.addrs = split_addrs(broker_addr)
         self.broker_addr = self.addrs[0]
         self.config = make_config(ClientConfig, namesrv_addr=";".join(self.addrs), **options)
-        self._instance = None
+        self._instance: ClientInstance = None  # type: ignore[assignment]  # set by __aenter__
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Admin:
         self._instance = ClientInstance(self.config, lambda: HeartbeatData(self._instance.client_id))
         return self
 
-    async def __aexit__(self, *exc_info):
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._instance.close()
 
-    async def _call(self, code, ext=None, body=b"", *, ok=(0,), what=None, timeout_s=None):
+    async def _call(self, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *,
+                    ok: Container[int] = (0,), what: str | None = None,
+                    timeout_s: float | None = None) -> RemotingCommand:
         """Rule 0: the next address of the list when this one cannot be reached."""
         for tries_left in range(len(self.addrs) - 1, -1, -1):
             try:
@@ -54,16 +59,18 @@ class Admin:
                     raise
                 at = self.addrs.index(self.broker_addr)
                 self.broker_addr = self.addrs[(at + 1) % len(self.addrs)]
+        raise AssertionError("unreachable: the last try returns or raises")
 
-    async def create_topic(self, topic, queues=8, *, read_queues=None, write_queues=None,
-                           perm=PERM_READ_WRITE, order=False):
+    async def create_topic(self, topic: str, queues: int = 8, *, read_queues: int | None = None,
+                           write_queues: int | None = None, perm: int = PERM_READ_WRITE,
+                           order: bool = False) -> None:
         ext = {"topic": topic, "defaultTopic": "TBW102",
                "readQueueNums": str(read_queues or queues), "writeQueueNums": str(write_queues or queues),
                "perm": str(int(perm)), "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0",
                "order": "true" if order else "false"}
         await self._call(RequestCode.UPDATE_AND_CREATE_TOPIC, ext, what=f"create topic {topic!r}")
 
-    async def cluster_brokers(self):
+    async def cluster_brokers(self) -> dict[str, dict[int, str]] | None:
         """{group: {broker id: address}} when this address is a TideMQ name server (106), else
         None (a broker: routes and topics are its own)."""
         resp = await self._call(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info",
@@ -74,7 +81,7 @@ class Admin:
         return {name: {int(k): v for k, v in (b.get("brokerAddrs") or {}).items() if v}
                 for name, b in table.items()}
 
-    async def cluster_masters(self):
+    async def cluster_masters(self) -> dict[str, str | None] | None:
         """{group: master address or None} from a name server, else None."""
         brokers = await self.cluster_brokers()
         if brokers is None:
@@ -84,14 +91,16 @@ class Admin:
     async def topic_list(self) -> list[str]:
         """GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206) from a name server."""
         resp = await self._call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, what="list topics")
-        return sorted(_json(resp.body).get("topicList") or [])
+        topics: list[str] = sorted(_json(resp.body).get("topicList") or [])
+        return topics
 
-    async def topic_configs(self) -> dict:
+    async def topic_configs(self) -> dict[str, Any]:
         resp = await self._call(RequestCode.GET_ALL_TOPIC_CONFIG, what="list topics")
         doc = _json(resp.body)
-        return doc.get("topicConfigTable") or {}
+        configs: dict[str, Any] = doc.get("topicConfigTable") or {}
+        return configs
 
-    async def topic_stats(self, topic) -> list[dict]:
+    async def topic_stats(self, topic: str) -> list[dict[str, Any]]:
         """[{"broker", "queue_id", "min_offset", "max_offset", "last_update_ms"}] per queue."""
         resp = await self._call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic},
                                 ok=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED),
@@ -111,7 +120,7 @@ class Admin:
                          "max_offset": hi})
         return rows
 
-    async def consumer_progress(self, group, topic=None) -> dict:
+    async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
         """GET_CONSUME_STATS (208): {"group", "queues": [{"topic", "broker", "queue_id",
         "broker_offset", "consumer_offset", "lag"}], "broadcast": [the same + "client_id"]}.
         "queues" has every queue of the topics the group subscribes to or committed on;
@@ -121,33 +130,37 @@ class Admin:
             ext["topic"] = topic
         resp = await self._call(RequestCode.GET_CONSUME_STATS, ext, what=f"progress of {group!r}")
         doc = _json(resp.body)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for key, val in (doc.get("offsetTable") or {}).items():
             mq = json.loads(key) if isinstance(key, str) and key.startswith("{") else {}
             rows.append(_progress_row(mq.get("topic"), mq.get("brokerName"), mq.get("queueId"), val))
         members = [dict(_progress_row(e.get("topic"), e.get("brokerName"), e.get("queueId"), e),
                         client_id=e.get("clientId"))
                    for e in doc.get("broadcastOffsetTable") or ()]
-        order = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
+        order: Callable[[dict[str, Any]], tuple[Any, ...]] = \
+            lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
         return {"group": group, "queues": sorted(rows, key=order),
                 "broadcast": sorted(members, key=lambda r: (str(r["client_id"]),) + order(r))}
 
-    async def subscription_groups(self) -> dict:
+    async def subscription_groups(self) -> dict[str, Any]:
         """GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): {group: Java SubscriptionGroupConfig dict}."""
         resp = await self._call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, what="list groups")
-        return _json(resp.body).get("subscriptionGroupTable") or {}
+        groups: dict[str, Any] = _json(resp.body).get("subscriptionGroupTable") or {}
+        return groups
 
-    async def update_subscription_group(self, group, **settings) -> dict:
+    async def update_subscription_group(self, group: str, **settings: Any) -> dict[str, Any]:
         """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200): `settings` by their Java names
         (consumeEnable=False, retryMaxTimes=3, ...); fields left out keep their value.
         Returns the group's stored config."""
         body = json.dumps(dict(settings, groupName=group)).encode()
         resp = await self._call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, None, body,
                                 what=f"update group {group!r}")
-        return _json(resp.body)
+        stored: dict[str, Any] = _json(resp.body)
+        return stored
 
     # -- operator commands (node/processors/ops.py) ------------------------------------------
-    async def reset_offsets(self, group, topic, timestamp_ms, *, force=True) -> dict:
+    async def reset_offsets(self, group: str, topic: str, timestamp_ms: float, *,
+                            force: bool = True) -> dict[int, int]:
         """INVOKE_BROKER_TO_RESET_OFFSET (222): every queue of `topic` to its first message
         stored at or after `timestamp_ms` (0 = earliest; a future time = latest). Returns
         {queue_id: new offset}; live consumers of the group are told by the broker (220)."""
@@ -158,37 +171,41 @@ class Admin:
         table = _json(resp.body).get("offsetTable") or {}
         return {int(json.loads(k)["queueId"]): int(v) for k, v in table.items()}
 
-    async def delete_topic(self, topic) -> None:
+    async def delete_topic(self, topic: str) -> None:
         await self._call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic},
                          what=f"delete topic {topic!r}")
 
-    async def delete_group(self, group) -> None:
+    async def delete_group(self, group: str) -> None:
         await self._call(RequestCode.DELETE_SUBSCRIPTIONGROUP,
                          {"groupName": group, "cleanOffset": "true"},
                          what=f"delete group {group!r}")
 
-    async def topic_route(self, topic):
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
         """GET_ROUTEINFO_BY_TOPIC (105): the TopicRouteData, or None when the topic has none."""
         return await self._instance.routes.query_route(topic)
 
-    async def cluster_info(self) -> dict:
+    async def cluster_info(self) -> dict[str, Any]:
         """GET_BROKER_CLUSTER_INFO (106) from a name server or a standalone broker:
         {"brokerAddrTable": {...}, "clusterAddrTable": {...}}."""
         resp = await self._call(RequestCode.GET_BROKER_CLUSTER_INFO, what="cluster info")
-        return _json(resp.body)
+        info: dict[str, Any] = _json(resp.body)
+        return info
 
-    async def runtime_info_of(self, addr) -> dict:
+    async def runtime_info_of(self, addr: str) -> dict[str, Any]:
         """GET_BROKER_RUNTIME_INFO (28) of another broker (e.g. one named by cluster_info)."""
         resp = await self._instance.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO,
                                          what=f"runtime info of {addr}")
-        return _json(resp.body).get("table") or {}
+        table: dict[str, Any] = _json(resp.body).get("table") or {}
+        return table
 
-    async def runtime_info(self) -> dict:
+    async def runtime_info(self) -> dict[str, Any]:
         resp = await self._call(RequestCode.GET_BROKER_RUNTIME_INFO, what="runtime info")
-        return _json(resp.body).get("table") or {}
+        table: dict[str, Any] = _json(resp.body).get("table") or {}
+        return table
 
-    async def query_by_key(self, topic, key, max_num=QUERY_MAX_NUM, *, unique=False,
-                           begin_ms=0, end_ms=None) -> list:
+    async def query_by_key(self, topic: str, key: str, max_num: int = QUERY_MAX_NUM, *,
+                           unique: bool = False, begin_ms: int = 0,
+                           end_ms: int | None = None) -> list[MessageExt]:
         ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
                "endTimestamp": str(end_ms if end_ms is not None else int(time.time() * 1000) + 60_000)}
         if unique:
@@ -203,7 +220,7 @@ class Admin:
             return [m for m in msgs if m.uniq_key == key]
         return [m for m in msgs if key in m.keys or m.uniq_key == key]
 
-    async def view_by_offset_id(self, msg_id, addr=None):
+    async def view_by_offset_id(self, msg_id: str, addr: str | None = None) -> MessageExt:
         """33 on `addr` (default: the address this Admin talks to)."""
         try:
             _ip, _port, offset = decode_offset_msg_id(msg_id)
@@ -216,7 +233,9 @@ class Admin:
             raise errors.ProtocolViolation(f"view of {msg_id} returned {len(msgs)} records")
         return msgs[0]
 
-    async def parked_transactions(self, begin_offset=0, max_num=32):
+    async def parked_transactions(
+            self, begin_offset: int = 0,
+            max_num: int = 32) -> tuple[list[MessageExt], int, int, int]:
         """Half messages parked after the check maximum (TideMQ's code 9001):
         (messages, next offset, min offset, max offset)."""
         resp = await self._call(RequestCode.GET_PARKED_TRANSACTIONS,
@@ -226,9 +245,9 @@ class Admin:
         return (split_records(resp.body) if resp.body else [], int(ext.get("nextBeginOffset", 0)),
                 int(ext.get("minOffset", 0)), int(ext.get("maxOffset", 0)))
 
-    async def query_by_id(self, msg_id, topic=None) -> list:
+    async def query_by_id(self, msg_id: str, topic: str | None = None) -> list[MessageExt]:
         """Rule 2: offsetMsgId first, then UNIQ_KEY within `topic`."""
-        found = []
+        found: list[MessageExt] = []
         try:
             msg = await self.view_by_offset_id(msg_id)
             if msg.offset_msg_id == msg_id.upper():
@@ -240,7 +259,7 @@ class Admin:
         return found
 
 
-def split_addrs(text) -> list[str]:
+def split_addrs(text: object) -> list[str]:
     """"a:1;b:2" (also "," or spaces between) -> ["a:1", "b:2"]; an empty list is an error."""
     addrs = [a for a in str(text or "").replace(",", ";").replace(" ", ";").split(";") if a]
     if not addrs:
@@ -248,7 +267,8 @@ def split_addrs(text) -> list[str]:
     return addrs
 
 
-def _progress_row(topic, broker, queue_id, val):
+def _progress_row(topic: str | None, broker: str | None, queue_id: int | str | None,
+                  val: dict[str, Any]) -> dict[str, Any]:
     """consumer_offset -1: the group never committed on the queue. The lag is the broker's
     (it counts from the min offset when retention deleted past the commit); a broker that
     does not send it (Java) gets max offset minus the commit."""
@@ -259,21 +279,21 @@ def _progress_row(topic, broker, queue_id, val):
             "last_consume_ms": int(val.get("lastTimestamp", 0))}
 
 
-def _json(body):
+def _json(body: bytes) -> Any:
     try:
         return json.loads(bytes(body).decode("utf-8"))
     except ValueError as exc:
         raise errors.ProtocolViolation(f"bad JSON body: {exc}") from None
 
 
-def _stats_rows(doc):
+def _stats_rows(doc: object) -> list[dict[str, Any]] | None:
     """TopicStatsTable in standard JSON: {"offsetTable": {<mq>: {...}}} where <mq> is a JSON
     object text or "topic@broker@qid"; None if the shape is not recognised."""
     table = doc.get("offsetTable") if isinstance(doc, dict) else None
     if not isinstance(table, (dict, list)):
         return None
     items = table.items() if isinstance(table, dict) else [(e.get("messageQueue"), e) for e in table]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for key, val in items:
         mq = key
         if isinstance(key, str):

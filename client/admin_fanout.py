@@ -15,14 +15,22 @@ Rules:
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, TypeVar
+
 from tidemq import errors
 from tidemq.protocol.codes import ResponseCode
+
+if TYPE_CHECKING:
+    from tidemq.admin import Admin
+
+R = TypeVar("R")
 
 # answers that mean "not here": rule 2
 ABSENT = (errors.TopicNotExist, errors.SubscriptionGroupNotExist, errors.QueryNotFound)
 
 
-async def group_addrs(admin, *, write: bool) -> dict[str, str | None] | None:
+async def group_addrs(admin: Admin, *, write: bool) -> dict[str, str | None] | None:
     """{group: address to ask} from the name server, None when `admin` talks to a broker.
     `write`: the master only (None where a group has none); else the lowest broker id."""
     brokers = await admin.cluster_brokers()
@@ -33,8 +41,9 @@ async def group_addrs(admin, *, write: bool) -> dict[str, str | None] | None:
     return {name: (addrs[min(addrs)] if addrs else None) for name, addrs in sorted(brokers.items())}
 
 
-async def on_groups(admin, fn, what: str, *, write: bool, topic: str | None = None,
-                    absent=ABSENT):
+async def on_groups(admin: Admin, fn: Callable[[Admin], Awaitable[R]], what: str, *,
+                    write: bool, topic: str | None = None,
+                    absent: tuple[type[BaseException], ...] = ABSENT) -> dict[str, R] | None:
     """{group: await fn(Admin(addr))} over every group (rules 1-3)."""
     from tidemq.admin import Admin
     targets = await group_addrs(admin, write=write)
@@ -45,7 +54,8 @@ async def on_groups(admin, fn, what: str, *, write: bool, topic: str | None = No
         raise errors.ServiceNotAvailable(
             f"cannot {what}: " + (f"groups without a master now: {', '.join(missing)}; retry "
                                   f"after the election" if targets else "the cluster has no broker groups"))
-    done, skipped = {}, []
+    done: dict[str, R] = {}
+    skipped: list[str] = []
     for group, addr in targets.items():
         if not addr:
             continue
@@ -61,8 +71,10 @@ async def on_groups(admin, fn, what: str, *, write: bool, topic: str | None = No
     return done
 
 
-async def everywhere(admin, fn, what: str, *, write: bool, topic: str | None = None,
-                     absent=ABSENT):
+async def everywhere(admin: Admin, fn: Callable[[Admin], Awaitable[R]], what: str, *,
+                     write: bool, topic: str | None = None,
+                     absent: tuple[type[BaseException], ...] = ABSENT
+                     ) -> tuple[dict[str, R] | None, R | None]:
     """(per-group results, None) through name servers; (None, await fn(admin)) on a broker."""
     per_group = await on_groups(admin, fn, what, write=write, topic=topic, absent=absent)
     if per_group is None:

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import os
-from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from tidemq import errors, security
@@ -99,7 +99,7 @@ class ClientInstance:
         await self.remoting.close()
 
     # ------------------------------------------------------------------ broker calls
-    async def call(self, addr: str, code: int, ext: Mapping[str, Any] | None = None,
+    async def call(self, addr: str, code: int, ext: dict[str, Any] | None = None,
                    body: bytes = b"", *, timeout_s: float | None = None, what: str | None = None,
                    ok: Container[int] = (0,)) -> RemotingCommand:
         """Request/response; a response code outside `ok` raises its catalogue error."""

@@ -28,6 +28,8 @@ import socket
 import struct
 import time
 import zlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tidemq import errors
 from tidemq.protocol import accel
@@ -41,6 +43,11 @@ from tidemq.protocol.record import (
     RecordError,
     decode_record,
 )
+from tidemq.protocol.record import MessageExt as StoredRecord
+
+Body = bytes | bytearray | memoryview  # what a message body may be
+V = TypeVar("V")
+B = TypeVar("B", bound=Body)
 
 _RECORD_HEAD = struct.Struct(">i16xq")  # TOTALSIZE, then QUEUEOFFSET at byte 20
 _RECORD_MIN_BYTES = 91  # a V1 record with empty body, topic and properties (IPv4 hosts)
@@ -56,17 +63,18 @@ class Message:
 
     __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
 
-    def __init__(self, topic, body=b"", tags=None, keys=None, properties=None, delay_level=0,
-                 flag=0):
+    def __init__(self, topic: str, body: Body | str = b"", tags: str | None = None,
+                 keys: str | list[str] | None = None, properties: dict[str, str] | None = None,
+                 delay_level: int = 0, flag: int = 0) -> None:
         self.topic = topic
-        self.body = body.encode() if isinstance(body, str) else body
+        self.body: Body = body.encode() if isinstance(body, str) else body
         self.tags = tags
         self.keys = keys
         self.properties = properties
         self.delay_level = delay_level
         self.flag = flag
 
-    def wire_properties(self) -> dict:
+    def wire_properties(self) -> dict[str, str]:
         """The properties as sent, without UNIQ_KEY (the producer adds it)."""
         props = dict(self.properties) if self.properties else {}
         if self.tags:
@@ -78,7 +86,7 @@ class Message:
         props[PROP_WAIT] = "true"  # waitStoreMsgOK, Java's default
         return props
 
-    def check(self, max_body_bytes):
+    def check(self, max_body_bytes: int) -> None:
         """Client-side validation (Java `Validators.checkMessage`)."""
         check_topic(self.topic)
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
@@ -92,7 +100,7 @@ class Message:
             raise errors.IllegalArgument("delay_level must be an int >= 0 (the broker caps it at "
                                          "its last level)")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>, tags={self.tags!r}, "
                 f"keys={self.keys!r})")
 
@@ -100,7 +108,7 @@ class Message:
 PROP_START_DELIVER_TIME = "__STARTDELIVERTIME"  # due time, epoch ms (RocketMQ 5's name)
 
 
-def deliver_at(msg, epoch_ms):
+def deliver_at(msg: Message, epoch_ms: float) -> Message:
     """Ask the broker to deliver `msg` at `epoch_ms` (any time up to its
     max_delivery_delay_ms ahead; a past time means now) instead of a fixed delay level."""
     msg.properties = dict(msg.properties or {})
@@ -109,7 +117,7 @@ def deliver_at(msg, epoch_ms):
 
 
 @functools.lru_cache(maxsize=4096)
-def check_topic(topic):
+def check_topic(topic: str) -> bool:
     """Java `Validators.checkTopic`; cached, topics repeat on every message."""
     if not isinstance(topic, str) or not topic or len(topic) > TOPIC_MAX_CHARS \
             or not _TOPIC_CHARS.fullmatch(topic):
@@ -118,11 +126,11 @@ def check_topic(topic):
     return True
 
 
-def encode_properties_str(props: dict) -> str:
+def encode_properties_str(props: dict[str, Any]) -> str:
     return "".join([f"{k}\x01{v}\x02" for k, v in props.items() if v is not None])
 
 
-def compress_body(body, threshold_bytes, level):
+def compress_body(body: B, threshold_bytes: int, level: int) -> tuple[B | bytes, int]:
     """(body, sysflag bits): zlib-compressed when longer than the threshold and it helps."""
     if len(body) > threshold_bytes:
         packed = zlib.compress(body, level)
@@ -142,7 +150,7 @@ def local_ip() -> str:
         return "127.0.0.1"
 
 
-def _month_bounds_ms(now_ms):
+def _month_bounds_ms(now_ms: float) -> tuple[int, int]:
     now = datetime.datetime.fromtimestamp(now_ms / 1000)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     nxt = (start + datetime.timedelta(days=32)).replace(day=1)
@@ -152,7 +160,8 @@ def _month_bounds_ms(now_ms):
 class UniqKeyGenerator:
     """Makes UNIQ_KEYs; one per process (module-level `uniq_keys`), shared by all producers."""
 
-    def __init__(self, ip=None, pid=None, salt=None):
+    def __init__(self, ip: str | None = None, pid: int | None = None,
+                 salt: int | None = None) -> None:
         try:
             ip_raw = socket.inet_aton(ip or local_ip())
         except OSError:
@@ -163,7 +172,7 @@ class UniqKeyGenerator:
         self._counter = itertools.count(random.getrandbits(16))
         self._month_start_ms, self._next_month_ms = _month_bounds_ms(time.time() * 1000)
 
-    def next(self, now_ms=None) -> str:
+    def next(self, now_ms: int | None = None) -> str:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         if now_ms >= self._next_month_ms:
             self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
@@ -174,7 +183,7 @@ class UniqKeyGenerator:
 uniq_keys = UniqKeyGenerator()
 
 
-def parse_uniq_key(key: str) -> dict:
+def parse_uniq_key(key: str) -> dict[str, Any]:
     """The fields of a UNIQ_KEY (for tests and debugging)."""
     raw = bytes.fromhex(key)
     if len(raw) != 16:
@@ -191,22 +200,23 @@ class MessageExt:
 
     __slots__ = ("_buf", "_pos", "queue_offset", "broker_name", "_rec", "_body", "topic_override")
 
-    def __init__(self, buf, pos, queue_offset, broker_name=None):
-        self._buf = buf
+    def __init__(self, buf: Body, pos: int, queue_offset: int,
+                 broker_name: str | None = None) -> None:
+        self._buf: Body | None = buf
         self._pos = pos
         self.queue_offset = queue_offset
         self.broker_name = broker_name
-        self._rec = None
-        self._body = None
-        self.topic_override = None  # a retry copy's original topic (see restore_topic)
+        self._rec: StoredRecord | None = None
+        self._body: bytes | None = None
+        self.topic_override: str | None = None  # a retry copy's original topic (restore_topic)
 
     @property
-    def record(self):
+    def record(self) -> StoredRecord:
         """The decoded client.protocol.record.MessageExt."""
         rec = self._rec
         if rec is None:
-            try:
-                rec = self._rec = decode_record(self._buf, self._pos)
+            try:  # _buf is None only once _rec is set
+                rec = self._rec = decode_record(self._buf, self._pos)  # type: ignore[arg-type]
             except RecordError as exc:
                 raise errors.ProtocolViolation(
                     f"undecodable record at offset {self.queue_offset}: {exc}") from None
@@ -227,40 +237,90 @@ class MessageExt:
     def raw_body(self) -> bytes:
         return self.record.body
 
-    topic = property(lambda self: self.topic_override or self.record.topic)
-    stored_topic = property(lambda self: self.record.topic, doc="the topic it was read from")
-    queue_id = property(lambda self: self.record.queue_id)
-    tags = property(lambda self: self.record.tags)
-    keys = property(lambda self: self.record.keys)
-    properties = property(lambda self: self.record.properties)
-    msg_id = property(lambda self: self.record.msg_id, doc="UNIQ_KEY if set, else offset_msg_id")
-    uniq_key = property(lambda self: self.record.uniq_key)
-    offset_msg_id = property(lambda self: self.record.offset_msg_id)
-    physical_offset = property(lambda self: self.record.physical_offset)
-    sys_flag = property(lambda self: self.record.sys_flag)
-    flag = property(lambda self: self.record.flag)
-    born_timestamp = property(lambda self: self.record.born_timestamp)
-    store_timestamp = property(lambda self: self.record.store_timestamp)
-    reconsume_times = property(lambda self: self.record.reconsume_times)
-    store_size = property(lambda self: self.record.size)
+    @property
+    def topic(self) -> str:
+        return self.topic_override or self.record.topic
+
+    @property
+    def stored_topic(self) -> str:
+        """the topic it was read from"""
+        return self.record.topic
+
+    @property
+    def queue_id(self) -> int:
+        return self.record.queue_id
+
+    @property
+    def tags(self) -> str | None:
+        return self.record.tags
+
+    @property
+    def keys(self) -> list[str]:
+        return self.record.keys
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return self.record.properties
+
+    @property
+    def msg_id(self) -> str:
+        """UNIQ_KEY if set, else offset_msg_id"""
+        return self.record.msg_id
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.record.uniq_key
+
+    @property
+    def offset_msg_id(self) -> str:
+        return self.record.offset_msg_id
+
+    @property
+    def physical_offset(self) -> int:
+        return self.record.physical_offset
+
+    @property
+    def sys_flag(self) -> int:
+        return self.record.sys_flag
+
+    @property
+    def flag(self) -> int:
+        return self.record.flag
+
+    @property
+    def born_timestamp(self) -> int:
+        return self.record.born_timestamp
+
+    @property
+    def store_timestamp(self) -> int:
+        return self.record.store_timestamp
+
+    @property
+    def reconsume_times(self) -> int:
+        return self.record.reconsume_times
+
+    @property
+    def store_size(self) -> int:
+        return self.record.size
 
     @property
     def decoded(self) -> bool:
         return self._rec is not None
 
-    def get_property(self, name, default=None):
+    def get_property(self, name: str, default: str | None = None) -> str | None:
         return self.record.properties.get(name, default)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"MessageExt(broker={self.broker_name!r}, queue_offset={self.queue_offset}, decoded={self.decoded})"
 
 
-def split_records(body, broker_name=None) -> list[MessageExt]:
+def split_records(body: Body, broker_name: str | None = None) -> list[MessageExt]:
     """Cut a pull/query body into lazy views; checks sizes only (rule 1)."""
     return record_views(MessageExt, body, broker_name)
 
 
-def record_views(cls, body, broker_name) -> list:
+def record_views(cls: Callable[[Body, int, int, str | None], V], body: Body,
+                 broker_name: str | None) -> list[V]:
     """split_records' work for a view class `cls`; a compiled twin when built
     (client/protocol/accel.py)."""
     out = []

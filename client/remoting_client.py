@@ -31,7 +31,7 @@ import inspect
 import itertools
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Union
 
 from tidemq import errors
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # cb(response, None) on a reply, cb(None, exc) on a failure (rule 5)
-ReplyCallback = Callable[[RemotingCommand | None, BaseException | None], None]
+ReplyCallback = Callable[[RemotingCommand | None, errors.TideMQError | None], None]
 ReplyTarget = Union["asyncio.Future[RemotingCommand]", ReplyCallback]
 # handler(conn, cmd) for a request the broker sends: a response, None, or an awaitable of one
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
@@ -399,7 +399,7 @@ class RemotingClient:
                     log.exception("connection-lost listener failed")
 
     # ------------------------------------------------------------------ requests
-    def command(self, code: int, ext: Mapping[str, Any] | None = None,
+    def command(self, code: int, ext: dict[str, Any] | None = None,
                 body: bytes = b"") -> RemotingCommand:
         cmd: RemotingCommand = RemotingCommand.request(int(code), ext, body,
                                                       serialize_type=self.serialize_type)

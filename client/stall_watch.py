@@ -18,17 +18,19 @@ Rules:
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class _Addr:
     __slots__ = ("waiting", "since")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.waiting = 0
         self.since = 0.0   # when the oldest unanswered stretch began (first send or last reply)
 
 
 class StallWatch:
-    def __init__(self, clock):
+    def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock   # () -> seconds (the loop's time)
         self._addrs: dict[str, _Addr] = {}
 

@@ -31,12 +31,16 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tidemq import errors
 from tidemq.protocol.codes import PermName, RequestCode, ResponseCode
 from tidemq.protocol.jhash import java_string_hash
 from tidemq.protocol.remoting import ProtocolError
-from tidemq.protocol.route_json import decode_topic_route
+from tidemq.protocol.route_json import TopicRouteData, decode_topic_route
+
+if TYPE_CHECKING:
+    from tidemq.remoting_client import RemotingClient
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +68,14 @@ class TopicPublishInfo:
 
     __slots__ = ("topic", "queues", "master_addrs", "route", "from_default", "_counter")
 
-    def __init__(self, topic, route, default_queue_nums=None):
+    def __init__(self, topic: str, route: TopicRouteData,
+                 default_queue_nums: int | None = None) -> None:
         self.topic = topic
         self.route = route
         self.from_default = default_queue_nums is not None
         masters = {b.broker_name: b.broker_addrs.get(0) for b in route.broker_datas}
         self.master_addrs = {name: addr for name, addr in masters.items() if addr}
-        queues = []
+        queues: list[MessageQueue] = []
         for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
             if not qd.perm & PermName.WRITE or qd.broker_name not in self.master_addrs:
                 continue
@@ -81,7 +86,7 @@ class TopicPublishInfo:
         self.queues = queues
         self._counter = itertools.count()
 
-    def select(self, prefer_broker=None) -> MessageQueue:
+    def select(self, prefer_broker: str | None = None) -> MessageQueue:
         """Round robin; with prefer_broker, the next queue of that broker group if it has one."""
         queues = self.queues
         if not queues:
@@ -92,7 +97,7 @@ class TopicPublishInfo:
                 return same[next(self._counter) % len(same)]
         return queues[next(self._counter) % len(queues)]
 
-    def select_by_key(self, key) -> MessageQueue:
+    def select_by_key(self, key: object) -> MessageQueue:
         """The hash selector for ordered sends: one key, one queue (SelectMessageQueueByHash)."""
         queues = self.queues
         if not queues:
@@ -101,9 +106,9 @@ class TopicPublishInfo:
         return queues[abs(value) % len(queues)]
 
 
-def subscribe_queues(topic, route) -> list[MessageQueue]:
+def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     masters_or_any = {b.broker_name for b in route.broker_datas if b.broker_addrs}
-    out = []
+    out: list[MessageQueue] = []
     for qd in route.queue_datas:
         if qd.perm & PermName.READ and qd.broker_name in masters_or_any:
             out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
@@ -113,24 +118,26 @@ def subscribe_queues(topic, route) -> list[MessageQueue]:
 class RouteTable:
     """Route cache shared by one client's producers/consumers."""
 
-    def __init__(self, remoting, namesrv_addr, *, route_timeout_s=5.0, default_topic="TBW102",
-                 default_topic_queue_nums=4):
+    def __init__(self, remoting: RemotingClient, namesrv_addr: str, *,
+                 route_timeout_s: float = 5.0, default_topic: str = "TBW102",
+                 default_topic_queue_nums: int = 4) -> None:
         self._remoting = remoting
         self._namesrvs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
         self._namesrv_index = 0
         self._timeout_s = route_timeout_s
         self._default_topic = default_topic
         self._default_queue_nums = default_topic_queue_nums
-        self.routes = {}  # topic -> TopicRouteData
-        self._publish = {}  # topic -> TopicPublishInfo
-        self._fetched_at = {}  # topic -> loop time
-        self._inflight = {}  # topic -> Future of a refresh
-        self.broker_addrs = {}  # broker name -> {broker id: addr}, merged over all routes
+        self.routes: dict[str, TopicRouteData] = {}
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._fetched_at: dict[str, float] = {}  # topic -> loop time
+        self._inflight: dict[str, asyncio.Future[None]] = {}  # topic -> a refresh under way
+        # broker name -> {broker id: addr}, merged over all routes
+        self.broker_addrs: dict[str, dict[int, str]] = {}
 
     # ------------------------------------------------------------------ queries
-    async def query_route(self, topic):
+    async def query_route(self, topic: str) -> TopicRouteData | None:
         """The TopicRouteData, or None on TOPIC_NOT_EXIST. Tries each name server in turn."""
-        last_exc = None
+        last_exc: Exception | None = None
         for _ in range(len(self._namesrvs)):
             addr = self._namesrvs[self._namesrv_index % len(self._namesrvs)]
             cmd = self._remoting.command(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
@@ -148,9 +155,9 @@ class RouteTable:
                 return decode_topic_route(resp.body)
             except ProtocolError as exc:
                 raise errors.ProtocolViolation(f"bad route for {topic!r} from {addr}: {exc}") from None
-        raise last_exc
+        raise last_exc  # type: ignore[misc]  # set: the config names at least one address
 
-    async def refresh(self, topic, *, force=True):
+    async def refresh(self, topic: str, *, force: bool = True) -> None:
         """Fetch the topic's route now (shared by concurrent callers; rule 4)."""
         loop = asyncio.get_running_loop()
         if not force and topic in self.routes:
@@ -165,7 +172,7 @@ class RouteTable:
             fut.add_done_callback(lambda _f: self._inflight.pop(topic, None))
         await asyncio.shield(fut)
 
-    async def _refresh(self, topic):
+    async def _refresh(self, topic: str) -> None:
         route = await self.query_route(topic)
         loop = asyncio.get_running_loop()
         self._fetched_at[topic] = loop.time()
@@ -175,20 +182,20 @@ class RouteTable:
             return
         self._install(topic, route)
 
-    def _install(self, topic, route):
+    def _install(self, topic: str, route: TopicRouteData) -> None:
         self.routes[topic] = route
         for b in route.broker_datas:
             self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
         self._publish[topic] = TopicPublishInfo(topic, route)
 
-    def _lacks_master(self, topic) -> bool:
+    def _lacks_master(self, topic: str) -> bool:
         route = self.routes.get(topic)
         if route is None:
             return False
         masters = {b.broker_name for b in route.broker_datas if b.broker_addrs.get(0)}
         return any(q.broker_name not in masters for q in route.queue_datas)
 
-    async def refresh_degraded(self):
+    async def refresh_degraded(self) -> None:
         """Re-fetch routes that name a broker group without a master (an election is under
         way, rule 5): its queues come back as soon as the new master is published, not on
         the 30 s timer."""
@@ -198,11 +205,11 @@ class RouteTable:
             except errors.TideMQError as exc:
                 log.info("route refresh of %r failed: %s", topic, exc)
 
-    def groups_mastered_by(self, addr) -> set[str]:
+    def groups_mastered_by(self, addr: str) -> set[str]:
         return {name for info in self._publish.values()
                 for name, a in info.master_addrs.items() if a == addr}
 
-    async def master_moved(self, addr, groups: set[str]) -> bool:
+    async def master_moved(self, addr: str, groups: set[str]) -> bool:
         """Rule 6."""
         topics = [t for t, info in self._publish.items()
                   if any(b.broker_name in groups for b in info.route.broker_datas)]
@@ -213,7 +220,7 @@ class RouteTable:
                 log.info("route refresh of %r failed: %s", topic, exc)
         return any(self.master_addr(g) not in (None, addr) for g in groups)
 
-    async def refresh_all(self):
+    async def refresh_all(self) -> None:
         for topic in list(self.routes) + [t for t in self._publish if t not in self.routes]:
             try:
                 await self.refresh(topic, force=True)
@@ -221,10 +228,10 @@ class RouteTable:
                 log.warning("route refresh of %r failed: %s", topic, exc)
 
     # ------------------------------------------------------------------ producers
-    def publish_info_nowait(self, topic):
+    def publish_info_nowait(self, topic: str) -> TopicPublishInfo | None:
         return self._publish.get(topic)
 
-    async def publish_info(self, topic) -> TopicPublishInfo:
+    async def publish_info(self, topic: str) -> TopicPublishInfo:
         info = self._publish.get(topic)
         if info is not None and info.queues:
             return info
@@ -254,7 +261,7 @@ class RouteTable:
         return info
 
     # ------------------------------------------------------------------ consumers and admin
-    async def subscribe_queues(self, topic, *, refresh=False) -> list[MessageQueue]:
+    async def subscribe_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
         if refresh or topic not in self.routes:
             await self.refresh(topic)
         route = self.routes.get(topic)
@@ -263,25 +270,25 @@ class RouteTable:
                                        code=ResponseCode.TOPIC_NOT_EXIST)
         return subscribe_queues(topic, route)
 
-    def master_addr(self, broker_name):
+    def master_addr(self, broker_name: str) -> str | None:
         addrs = self.broker_addrs.get(broker_name) or {}
         return addrs.get(0)
 
-    def read_addr(self, broker_name):
+    def read_addr(self, broker_name: str) -> str | None:
         """The master if known, else the lowest broker id (offset and admin calls, as cpp)."""
         addrs = self.broker_addrs.get(broker_name) or {}
         if not addrs:
             return None
         return addrs.get(0) or addrs[min(addrs)]
 
-    def brokers_of(self, topic) -> list[str]:
+    def brokers_of(self, topic: str) -> list[str]:
         route = self.routes.get(topic)
         if route is None:
             info = self._publish.get(topic)
             route = info.route if info else None
         if route is None:
             return []
-        out = []
+        out: list[str] = []
         for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
             addr = b.broker_addrs.get(0) or (b.broker_addrs[min(b.broker_addrs)] if b.broker_addrs else None)
             if addr:
@@ -289,11 +296,11 @@ class RouteTable:
         return out
 
     def all_broker_addrs(self) -> list[str]:
-        out = set()
+        out: set[str] = set()
         for addrs in self.broker_addrs.values():
             out.update(addrs.values())
         return sorted(out)
 
-    def forget(self, topic):
+    def forget(self, topic: str) -> None:
         self.routes.pop(topic, None)
         self._publish.pop(topic, None)

@@ -25,9 +25,19 @@ import asyncio
 import json
 import sys
 import time
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING, Any
 
 from tidemq.cli import errors as cli_errors
 from tidemq.cli.output import Progress, resolve
+
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
+
+    from tidemq.cli.main import Common
+    from tidemq.consumer.pull import PullConsumer
+    from tidemq.message import MessageExt
+    from tidemq.topic_routes import MessageQueue
 
 PEEK_GROUP = "tidemq-cli-peek"
 PULL_MAX = 32
@@ -35,7 +45,7 @@ IDLE_SLEEP_S = 0.2
 COMMIT_EVERY_S = 1.0
 
 
-def add_parser(sub, common) -> None:
+def add_parser(sub: _SubParsersAction[ArgumentParser], common: type[Common]) -> None:
     p = sub.add_parser("consume", help="read messages as a consumer group (or --peek without "
                        "committing) and print the count and throughput", **common.fmt)
     p.add_argument("topic", help="topic to read")
@@ -59,7 +69,7 @@ def add_parser(sub, common) -> None:
     common.add(p)
 
 
-def check(args) -> None:
+def check(args: Namespace) -> None:
     if not args.group and not args.peek:
         raise ValueError("consume needs a GROUP (or --peek to look without committing)")
     if args.count < 0 or args.timeout < 0:
@@ -71,15 +81,15 @@ def check(args) -> None:
 class _Reader:
     """Per-queue offsets, delivery and commits (rules 1-3)."""
 
-    def __init__(self, pc, args):
+    def __init__(self, pc: PullConsumer, args: Namespace) -> None:
         self.pc, self.args = pc, args
-        self.next: dict = {}          # mq -> next offset to read
-        self.committed: dict = {}     # mq -> offset last committed
+        self.next: dict[MessageQueue, int] = {}          # mq -> next offset to read
+        self.committed: dict[MessageQueue, int] = {}     # mq -> offset last committed
         self.received = 0
-        self.first_at = None
+        self.first_at: float | None = None
         self.text = resolve(args.output) == "table"
 
-    async def start_offsets(self, queues) -> None:
+    async def start_offsets(self, queues: list[MessageQueue]) -> None:
         a = self.args
         for mq in queues:
             if a.offset is not None:
@@ -94,7 +104,7 @@ class _Reader:
                 self.next[mq] = await self.pc.max_offset(mq)
             self.committed[mq] = stored
 
-    async def _committed(self, mq) -> int:
+    async def _committed(self, mq: MessageQueue) -> int:
         """GROUP's committed offset; under --peek read as PEEK_GROUP's guest (rule 5)."""
         if not self.args.peek:
             return await self.pc.committed(mq)
@@ -107,7 +117,7 @@ class _Reader:
         a short read takes from every queue instead of draining the first."""
         if not self.args.count:
             return PULL_MAX
-        rest = self.args.count - self.received
+        rest: int = self.args.count - self.received
         return min(PULL_MAX, -(-rest // max(queues_left, 1)))
 
     async def pull_round(self) -> int:
@@ -136,7 +146,7 @@ class _Reader:
             got += len(msgs)
         return got
 
-    def deliver(self, m) -> None:
+    def deliver(self, m: MessageExt) -> None:
         """Print (a BrokenPipeError propagates before the offset moves: rule 3)."""
         if self.args.print:
             line = _text_line(m, self.args.body_chars) if self.text else \
@@ -156,7 +166,7 @@ class _Reader:
                 self.committed[mq] = offset
 
 
-async def run(args):
+async def run(args: Namespace) -> tuple[dict[str, Any], int]:
     from tidemq.consumer.pull import PullConsumer
     check(args)
     group = PEEK_GROUP if args.peek else args.group
@@ -197,7 +207,7 @@ async def run(args):
     return result, rc
 
 
-async def _loop(reader, args, progress, start) -> int:
+async def _loop(reader: _Reader, args: Namespace, progress: Progress, start: float) -> int:
     deadline = None if args.follow or not args.timeout else start + args.timeout
     last_commit = time.perf_counter()
     try:
@@ -228,7 +238,7 @@ def _silence_stdout() -> None:
         pass
 
 
-def describe(m, body_chars=1000) -> dict:
+def describe(m: MessageExt, body_chars: int = 1000) -> dict[str, Any]:
     body = m.body
     return {"topic": m.topic, "broker": getattr(m, "broker_name", None), "queue_id": m.queue_id,
             "queue_offset": m.queue_offset, "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id,
@@ -236,6 +246,6 @@ def describe(m, body_chars=1000) -> dict:
             "body_bytes": len(body), "body": body[:body_chars].decode("utf-8", "replace")}
 
 
-def _text_line(m, body_chars) -> str:
+def _text_line(m: MessageExt, body_chars: int) -> str:
     body = m.body[:body_chars].decode("utf-8", "replace").replace("\n", "\\n")
     return f"{m.queue_id}:{m.queue_offset} {m.msg_id or '-'} tags={m.tags or '-'} {body}"

@@ -15,16 +15,25 @@ Rules:
 from __future__ import annotations
 
 import json
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING, Any
 
 from tidemq import errors
 from tidemq.protocol.codes import RequestCode, ResponseCode
+
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
+
+    from tidemq.admin import Admin
+    from tidemq.cli.main import Common
 
 # runtime-info keys shown by `broker status` on a terminal (JSON output has them all)
 STATUS_KEYS = ("brokerRole", "haEpoch", "commitLogMaxOffset", "msgPutTotalTodayNow",
                "msgGetTotalTodayNow", "brokerVersionDesc")
 
 
-def add_parsers(sub, common, consumer_sub) -> None:
+def add_parsers(sub: _SubParsersAction[ArgumentParser], common: type[Common],
+                consumer_sub: _SubParsersAction[ArgumentParser]) -> None:
     broker = sub.add_parser("brokers", help="broker runtime status (mqadmin brokerStatus)",
                             **common.fmt)
     bsub = broker.add_subparsers(dest="brokers_command", required=True, metavar="ACTION")
@@ -42,7 +51,7 @@ def add_parsers(sub, common, consumer_sub) -> None:
         common.add(p)
 
 
-async def dispatch(args):
+async def dispatch(args: Namespace) -> dict[str, Any]:
     from tidemq.admin import Admin
     async with Admin(args.broker) as admin:
         if args.command == "brokers":
@@ -51,7 +60,7 @@ async def dispatch(args):
         return await connections(admin, kind, args.group)
 
 
-async def _members(admin) -> list[tuple[str, int, str]]:
+async def _members(admin: Admin) -> list[tuple[str, int, str]]:
     """(group, broker id, address) of every broker ADDR leads to."""
     brokers = await admin.cluster_brokers()
     if brokers is None:
@@ -60,10 +69,10 @@ async def _members(admin) -> list[tuple[str, int, str]]:
     return [(g, i, addr) for g, ids in sorted(brokers.items()) for i, addr in sorted(ids.items())]
 
 
-async def broker_status(admin, all_keys=False) -> dict:
+async def broker_status(admin: Admin, all_keys: bool = False) -> dict[str, Any]:
     rows = []
     for group, broker_id, addr in await _members(admin):
-        row = {"broker_group": group, "broker_id": broker_id, "addr": addr}
+        row: dict[str, Any] = {"broker_group": group, "broker_id": broker_id, "addr": addr}
         try:
             rt = await admin.runtime_info_of(addr)
             keys = sorted(rt) if all_keys else STATUS_KEYS
@@ -74,11 +83,13 @@ async def broker_status(admin, all_keys=False) -> dict:
     return {"brokers": rows}
 
 
-async def connections(admin, kind: str, group: str) -> dict:
-    code = (RequestCode.GET_CONSUMER_CONNECTION_LIST if kind == "consumer"
+async def connections(admin: Admin, kind: str, group: str) -> dict[str, Any]:
+    code: int = (RequestCode.GET_CONSUMER_CONNECTION_LIST if kind == "consumer"
             else RequestCode.GET_PRODUCER_CONNECTION_LIST)
     ext = {"consumerGroup" if kind == "consumer" else "producerGroup": group}
-    rows, subs, extra = [], {}, {}
+    rows: list[dict[str, Any]] = []
+    subs: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
     for bgroup, broker_id, addr in await _members(admin):
         try:
             resp = await admin._instance.call(addr, code, ext, what=f"{kind} connections of "
@@ -101,7 +112,7 @@ async def connections(admin, kind: str, group: str) -> dict:
         code = ResponseCode.CONSUMER_NOT_ONLINE if kind == "consumer" else ResponseCode.SYSTEM_ERROR
         raise errors.error_for_code(code, f"no {kind} of group {group!r} is connected to any "
                                     f"broker")
-    out = {"group": group, "connections": rows}
+    out: dict[str, Any] = {"group": group, "connections": rows}
     if kind == "consumer":
         out.update(subscriptions=subs, **extra)
     return out

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import os
 import sys
+from typing import Any
 
 from tidemq import errors, security
 from tidemq.cli import consume as cli_consume
@@ -46,7 +47,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (when it has a meaningful one and the help does not name
     it already) and keeps the descriptions' line breaks."""
 
-    def _get_help_string(self, action):
+    def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         default = action.default
         if (default in (None, False, argparse.SUPPRESS) or "default" in text
@@ -58,10 +59,10 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 class Common:
     """What every subcommand parser gets: the help formatter and the -b/-o options."""
 
-    fmt = {"formatter_class": _Formatter}
+    fmt: dict[str, Any] = {"formatter_class": _Formatter}
 
     @staticmethod
-    def add(parser, default=argparse.SUPPRESS) -> None:
+    def add(parser: argparse.ArgumentParser, default: str | None = argparse.SUPPRESS) -> None:
         parser.add_argument("-b", "-n", "--broker", "--namesrv", dest="broker", default=default,
                             help="broker host:port, or name servers \"ns1:9876;ns2:9876\" "
                             f"(env TIDEMQ_BROKER or NAMESRV_ADDR; else {DEFAULT_BROKER})")
@@ -77,7 +78,7 @@ def version() -> str:
         return "0.1.0+source"
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tidemq", description=__doc__, **Common.fmt)
     Common.add(top, None)
     top.add_argument("--version", action="version", version=f"tidemq {version()}")
@@ -107,7 +108,7 @@ _SERVERS = {"broker": ("tidemq.node.main", "run_broker"), "certs": ("tidemq.node
             "namesrv": ("tidemq.node.namesrv.server", "run_namesrv"), "handoff": ("tidemq.coordinator.handoff", "main")}
 
 
-def _run_server(name, argv) -> int:
+def _run_server(name: str, argv: list[str]) -> int:
     """Lazily: the SDK must not need the server's packages; a missing one is one line."""
     import importlib
     module, fn = _SERVERS[name]
@@ -119,10 +120,11 @@ def _run_server(name, argv) -> int:
         print(f"tidemq {name}: missing Python package {package!r} (hint: pip install {install})",
               file=sys.stderr)
         return cli_errors.EXIT_ERROR
-    return entry(argv)
+    rc: int = entry(argv)
+    return rc
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     at = _subcommand_index(argv)
     if at is not None and argv[at] in _SERVERS:
@@ -143,6 +145,7 @@ def main(argv=None):
         return cli_errors.EXIT_ERROR
     except KeyboardInterrupt:
         return cli_errors.EXIT_INTERRUPTED
+    rc: int
     result, rc = result if isinstance(result, tuple) else (result, cli_errors.EXIT_OK)
     try:
         cli_output.emit(result, args.output)
@@ -156,7 +159,7 @@ def _broken_pipe() -> int:
     return cli_errors.EXIT_PIPE
 
 
-def _subcommand_index(argv):
+def _subcommand_index(argv: list[str]) -> int | None:
     """Index of the subcommand, skipping the global options before it."""
     i = 0
     while i < len(argv):
@@ -173,7 +176,7 @@ def _subcommand_index(argv):
     return None
 
 
-async def _dispatch(args):
+async def _dispatch(args: argparse.Namespace) -> Any:
     if args.command == "topic":
         return await cli_topic.dispatch(args)
     if args.command == "produce":

@@ -12,13 +12,25 @@ its own ("tidemq-cli-dlq"), so it never moves anyone's progress.
 
 from __future__ import annotations
 
+from argparse import ArgumentParser, Namespace
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 from tidemq.consumer import send_back as retry
+
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
+
+    from tidemq.admin import Admin
+    from tidemq.cli.main import Common
+    from tidemq.message import MessageExt
 
 DLQ_READER_GROUP = "tidemq-cli-dlq"
 _PULL_MAX = 32
 
 
-def add_parsers(sub, common) -> None:
+def add_parsers(sub: _SubParsersAction[ArgumentParser],
+                common: type[Common]) -> _SubParsersAction[ArgumentParser]:
     dlq = sub.add_parser("dlq", help="show dead-lettered messages of a consumer group", **common.fmt)
     dlq.add_argument("group", help="consumer group")
     dlq.add_argument("--count", type=int, default=100, help="show at most N")
@@ -43,7 +55,7 @@ def add_parsers(sub, common) -> None:
 COMMANDS = ("dlq", "txn")
 
 
-async def dispatch(args):
+async def dispatch(args: Namespace) -> Any:
     """Through name servers, progress and parked transactions are read from every broker
     group (client/admin_fanout.py); progress rows name their group, parked transactions are
     listed per group."""
@@ -53,28 +65,30 @@ async def dispatch(args):
     from tidemq.admin_fanout import everywhere
     async with Admin(args.broker) as admin:
         if args.command == "txn":
-            async def parked(a):
+            async def parked(a: Admin) -> dict[str, Any]:
                 return await parked_transactions(a, args.begin, args.count)
             per_group, here = await everywhere(admin, parked, "list parked transactions",
                                                write=False)
             return here if per_group is None else {"broker_groups": per_group}
 
-        async def progress(a):
+        async def progress(a: Admin) -> dict[str, Any]:
             return await a.consumer_progress(args.group, args.topic)
         per_group, here = await everywhere(admin, progress, f"read progress of {args.group!r}",
                                            write=False, topic=args.topic)
         if per_group is None:
             return here
-        key = lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
+        key: Callable[[dict[str, Any]], tuple[Any, ...]] = \
+            lambda r: (str(r["topic"]), str(r["broker"]), r["queue_id"])  # noqa: E731
         return {"group": args.group,
                 "queues": sorted((r for p in per_group.values() for r in p["queues"]), key=key),
                 "broadcast": [r for p in per_group.values() for r in p["broadcast"]]}
 
 
-async def parked_transactions(admin, begin, count):
+async def parked_transactions(admin: Admin, begin: int, count: int) -> dict[str, Any]:
     if count <= 0 or begin < 0:
         raise ValueError("--count must be positive and --from >= 0")
-    found, offset = [], begin
+    found: list[MessageExt] = []
+    offset = begin
     while len(found) < count:
         msgs, nxt, lo, hi = await admin.parked_transactions(offset, min(_PULL_MAX, count - len(found)))
         found.extend(msgs)
@@ -85,7 +99,7 @@ async def parked_transactions(admin, begin, count):
             "next_offset": offset, "messages": [describe_parked(m) for m in found[:count]]}
 
 
-def describe_parked(m, body_chars=200):
+def describe_parked(m: MessageExt, body_chars: int = 200) -> dict[str, Any]:
     body = m.body
     return {"queue_offset": m.queue_offset, "offset_msg_id": m.offset_msg_id,
             "transaction_id": m.get_property("__transactionId__"), "msg_id": m.msg_id,
@@ -96,13 +110,13 @@ def describe_parked(m, body_chars=200):
             "body": body[:body_chars].decode("utf-8", "replace")}
 
 
-async def dead_letters(broker, group, count):
+async def dead_letters(broker: str, group: str, count: int) -> dict[str, Any]:
     from tidemq.consumer.broker_calls import PullStatus
     from tidemq.consumer.pull import PullConsumer
     if count <= 0:
         raise ValueError("--count must be positive")
     topic = retry.dlq_topic(group)
-    found = []
+    found: list[MessageExt] = []
     async with PullConsumer(DLQ_READER_GROUP, broker) as pc:
         for mq in await pc.fetch_queues(topic):
             offset, end = await pc.min_offset(mq), await pc.max_offset(mq)
@@ -116,7 +130,7 @@ async def dead_letters(broker, group, count):
             "messages": [describe_dead(m) for m in found[:count]]}
 
 
-def describe_dead(m, body_chars=200):
+def describe_dead(m: MessageExt, body_chars: int = 200) -> dict[str, Any]:
     body = m.body
     return {"queue_offset": m.queue_offset, "msg_id": m.msg_id, "offset_msg_id": m.offset_msg_id,
             "original_topic": m.get_property(retry.PROP_RETRY_TOPIC) or m.topic,

@@ -33,6 +33,7 @@ import asyncio
 import datetime
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 from tidemq import errors
 from tidemq.admin_fanout import everywhere
@@ -40,10 +41,16 @@ from tidemq.cli import errors as cli_errors
 from tidemq.consumer import send_back as retry
 from tidemq.protocol.codes import ResponseCode
 
+if TYPE_CHECKING:
+    from tidemq.admin import Admin
+    from tidemq.cli.main import Common
+
+SubParsers = argparse._SubParsersAction  # the type of add_subparsers()' answer
+
 LATEST_MS = 2 ** 62  # "a time after every message": offset_by_time answers the max offset
 
 
-def add_parsers(sub, common) -> None:
+def add_parsers(sub: SubParsers[argparse.ArgumentParser], common: type[Common]) -> None:
     group = sub.add_parser("group", help="operator commands on a consumer group", **common.fmt)
     gsub = group.add_subparsers(dest="group_command", required=True, metavar="ACTION")
     reset = gsub.add_parser("reset", help="move a group's offsets on a topic", **common.fmt)
@@ -91,7 +98,7 @@ def add_parsers(sub, common) -> None:
         common.add(p)
 
 
-def _launch_parsers(csub, common) -> None:
+def _launch_parsers(csub: SubParsers[argparse.ArgumentParser], common: type[Common]) -> None:
     launch_dir = os.path.join("~", "tidemq", "cluster")
     cup = csub.add_parser("up", help="start ZooKeeper, name servers and broker groups as local "
                           "processes on 127.0.0.1", **common.fmt)
@@ -121,7 +128,7 @@ def _launch_parsers(csub, common) -> None:
 COMMANDS = ("group", "cluster", "dlq-resend")
 
 
-async def dispatch(args):
+async def dispatch(args: argparse.Namespace) -> dict[str, Any]:
     if args.command == "cluster" and args.cluster_command != "list":
         return await asyncio.to_thread(launch, args)
     from tidemq.admin import Admin
@@ -139,20 +146,21 @@ def _flag(text: str) -> bool:
     return text.lower() == "true"
 
 
-async def group_command(admin, args):
+async def group_command(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
+    per_group: dict[str, Any] | None  # per broker group: None on a standalone broker
     if args.group_command == "list":
         return await list_groups(admin)
     if args.group_command in ("update", "get"):
         return await group_settings(admin, args)
     if args.group_command == "delete":
-        async def delete(a):
+        async def delete(a: Admin) -> None:
             await a.delete_group(args.group)
         per_group, _ = await everywhere(admin, delete, f"delete group {args.group!r}",
                                         write=True, absent=())
         return _with_groups({"deleted_group": args.group}, per_group)
     ts = 0 if args.earliest else LATEST_MS if args.latest else parse_time(args.timestamp)
 
-    async def reset(a):
+    async def reset(a: Admin) -> dict[str, int]:
         offsets = await a.reset_offsets(args.group, args.topic, ts, force=not args.no_force)
         return {str(q): o for q, o in sorted(offsets.items())}
     out = {"group": args.group, "topic": args.topic, "timestamp": ts}
@@ -161,13 +169,13 @@ async def group_command(admin, args):
     return dict(out, offsets=here) if per_group is None else dict(out, broker_groups=per_group)
 
 
-async def list_groups(admin) -> dict:
+async def list_groups(admin: Admin) -> dict[str, Any]:
     """Every broker group's known consumer groups, merged: one row per consumer group."""
-    async def groups(a):
+    async def groups(a: Admin) -> dict[str, Any]:
         return await a.subscription_groups()
     per_group, here = await everywhere(admin, groups, "list consumer groups", write=False)
-    rows: dict = {}
-    for bgroup, table in (per_group or {"": here}).items():
+    rows: dict[str, dict[str, Any]] = {}
+    for bgroup, table in (per_group or {"": here}).items():  # type: ignore[dict-item]
         for name, conf in sorted(table.items()):
             row = rows.setdefault(name, {"group": name, "broker_groups": [],
                                          "consume_enable": conf.get("consumeEnable"),
@@ -182,7 +190,7 @@ async def list_groups(admin) -> dict:
     return {"groups": out}
 
 
-async def group_settings(admin, args) -> dict:
+async def group_settings(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     """`group update` (200 on every master) or `group get` (201 from every group)."""
     if args.group_command == "update":
         changes = {k: v for k, v in (("consumeEnable", args.consume_enable),
@@ -192,27 +200,28 @@ async def group_settings(admin, args) -> dict:
             raise cli_errors.Detailed("nothing to update: give --consume-enable, "
                                       "--retry-max-times or --broadcast")
 
-        async def call(a):
+        async def call(a: Admin) -> dict[str, Any]:
             return await a.update_subscription_group(args.group, **changes)
         what, write = f"update group {args.group!r}", True
     else:
-        async def call(a):
+        async def call(a: Admin) -> dict[str, Any]:
             table = await a.subscription_groups()
             if args.group not in table:
                 raise errors.SubscriptionGroupNotExist(f"group {args.group!r} is not known")
-            return table[args.group]
+            settings: dict[str, Any] = table[args.group]
+            return settings
         what, write = f"get group {args.group!r}", False
     per_group, here = await everywhere(admin, call, what, write=write, absent=(
         errors.SubscriptionGroupNotExist,) if not write else ())
     return {"settings": here} if per_group is None else {"broker_groups": per_group}
 
 
-def _with_groups(out: dict, per_group: dict | None) -> dict:
+def _with_groups(out: dict[str, Any], per_group: dict[str, Any] | None) -> dict[str, Any]:
     """Through name servers the output names the broker groups that did it."""
     return out if per_group is None else dict(out, broker_groups=sorted(per_group))
 
 
-def launch(args) -> dict:
+def launch(args: argparse.Namespace) -> dict[str, Any]:
     from tidemq.node.tools import cluster_launcher as launcher  # lazily: the SDK must not need the server's packages
     try:
         if args.cluster_command == "up":
@@ -229,22 +238,24 @@ def launch(args) -> dict:
         raise cli_errors.Detailed(str(exc)) from None
 
 
-async def topic_command(admin, args):
+async def topic_command(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
+    per_group: dict[str, Any] | None  # per broker group: None on a standalone broker
     if args.topic_command == "delete":
-        async def delete(a):
+        async def delete(a: Admin) -> None:
             await a.delete_topic(args.topic)
         per_group, _ = await everywhere(admin, delete, f"delete topic {args.topic!r}", write=True,
                                         topic=args.topic, absent=(errors.TopicNotExist,))
         return _with_groups({"deleted_topic": args.topic}, per_group)
 
-    async def update(a):
+    async def update(a: Admin) -> dict[str, Any]:
         return await _update_topic(a, args)
     per_group, here = await everywhere(admin, update, f"update topic {args.topic!r}", write=True,
                                        topic=args.topic, absent=(errors.TopicNotExist,))
-    return here if per_group is None else _with_groups(next(iter(per_group.values())), per_group)
+    return (here if per_group is None  # type: ignore[return-value]  # here: on a broker
+            else _with_groups(next(iter(per_group.values())), per_group))
 
 
-async def _update_topic(admin, args):
+async def _update_topic(admin: Admin, args: argparse.Namespace) -> dict[str, Any]:
     from tidemq.cli.topic import PERMS, perm_name
     current = (await admin.topic_configs()).get(args.topic)
     if current is None:
@@ -270,7 +281,7 @@ def parse_time(text: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-async def cluster_list(admin) -> dict:
+async def cluster_list(admin: Admin) -> dict[str, Any]:
     try:
         info = await admin.cluster_info()
     except errors.BrokerError as exc:   # a standalone broker: a cluster of itself
@@ -285,7 +296,7 @@ async def cluster_list(admin) -> dict:
     for name, b in sorted((info.get("brokerAddrTable") or {}).items()):
         members = []
         for broker_id, addr in sorted((b.get("brokerAddrs") or {}).items(), key=lambda x: int(x[0])):
-            row = {"broker_id": int(broker_id), "addr": addr}
+            row: dict[str, Any] = {"broker_id": int(broker_id), "addr": addr}
             try:
                 rt = await admin.runtime_info_of(addr)
                 row.update(role=rt.get("brokerRole"), epoch=int(rt.get("haEpoch", 0)),
@@ -298,7 +309,8 @@ async def cluster_list(admin) -> dict:
             "groups": groups}
 
 
-async def resend_dead_letter(admin, broker, group, msg_id, to_topic=None) -> dict:
+async def resend_dead_letter(admin: Admin, broker: str, group: str, msg_id: str,
+                             to_topic: str | None = None) -> dict[str, Any]:
     from tidemq.message import Message
     from tidemq.producer.producer import Producer
     dlq = retry.dlq_topic(group)

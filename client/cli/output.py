@@ -16,25 +16,26 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any, TextIO
 
 MODES = ("auto", "json", "table")
 
 
-def resolve(mode: str, stream=None) -> str:
+def resolve(mode: str, stream: TextIO | None = None) -> str:
     stream = stream or sys.stdout
     if mode in ("json", "table"):
         return mode
     return "table" if _isatty(stream) else "json"
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
 
-def emit(result, mode: str, stream=None) -> None:
+def emit(result: object, mode: str, stream: TextIO | None = None) -> None:
     stream = stream or sys.stdout
     if resolve(mode, stream) == "json":
         print(json.dumps(result, sort_keys=True), file=stream, flush=True)
@@ -42,7 +43,7 @@ def emit(result, mode: str, stream=None) -> None:
         print(render(result).rstrip("\n"), file=stream, flush=True)
 
 
-def _cell(v) -> str:
+def _cell(v: object) -> str:
     if v is None:
         return "-"
     if isinstance(v, (list, tuple)) and all(not isinstance(x, (dict, list)) for x in v):
@@ -52,10 +53,10 @@ def _cell(v) -> str:
     return str(v)
 
 
-def _flatten(rows: list[dict]) -> list[dict]:
+def _flatten(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A column holding records (a group's members) becomes one row per record, the parent's
     other fields repeated."""
-    out = []
+    out: list[dict[str, Any]] = []
     for r in rows:
         nested = [k for k, v in r.items() if isinstance(v, list) and v
                   and all(isinstance(x, dict) for x in v)]
@@ -73,7 +74,7 @@ def _header(name: str) -> str:
                    for i, c in enumerate(name)).upper()
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict[str, Any]]) -> str:
     rows = _flatten(rows)
     cols: list[str] = []
     for r in rows:
@@ -87,10 +88,11 @@ def table(rows: list[dict]) -> str:
     return "\n".join([head.rstrip()] + body) + "\n"
 
 
-def render(result, indent: str = "") -> str:
+def render(result: object, indent: str = "") -> str:
     if not isinstance(result, dict):
         return indent + _cell(result) + "\n"
-    out, later = [], []
+    out: list[str] = []
+    later: list[tuple[str, str]] = []
     for k in sorted(result):
         v = result[k]
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
@@ -111,7 +113,7 @@ def render(result, indent: str = "") -> str:
 class Progress:
     """Rule 2: `tick(done, total)` draws `what: done/total (rate/s)` on a terminal."""
 
-    def __init__(self, what: str, stream=None, interval_s: float = 1.0):
+    def __init__(self, what: str, stream: TextIO | None = None, interval_s: float = 1.0) -> None:
         self.what, self.stream, self.interval_s = what, stream or sys.stderr, interval_s
         self.enabled = _isatty(self.stream)
         self.start = self._last = time.monotonic()

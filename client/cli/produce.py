@@ -18,12 +18,23 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from argparse import ArgumentParser, Namespace
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tidemq.cli import errors as cli_errors
 from tidemq.cli.output import Progress
 
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
 
-def add_parser(sub, common) -> None:
+    from tidemq.cli.main import Common
+    from tidemq.producer.producer import SendResult
+
+T = TypeVar("T")
+
+
+def add_parser(sub: _SubParsersAction[ArgumentParser], common: type[Common]) -> None:
     p = sub.add_parser("produce", help="send messages (a body you give, a file, stdin lines, or "
                        "generated load) and print the counts and throughput", **common.fmt)
     p.add_argument("topic", help="topic to send to")
@@ -42,7 +53,7 @@ def add_parser(sub, common) -> None:
     common.add(p)
 
 
-def bodies(args) -> list[bytes]:
+def bodies(args: Namespace) -> list[bytes]:
     """The bodies to send, in order (rule 3)."""
     if args.stdin:
         if args.count is not None:
@@ -69,7 +80,7 @@ def bodies(args) -> list[bytes]:
     return [(b"tidemq-" * (args.size // 7 + 1))[:args.size]] * count
 
 
-async def run(args):
+async def run(args: Namespace) -> tuple[dict[str, Any], int]:
     from tidemq.message import Message
     from tidemq.producer.producer import Producer
     if args.batch <= 0 or args.in_flight <= 0:
@@ -80,18 +91,18 @@ async def run(args):
     chunks = [payloads[i:i + args.batch] for i in range(0, len(payloads), args.batch)]
     window = args.in_flight if args.batch == 1 else max(args.in_flight // args.batch, 1)
     counts = {"sent": 0, "failed": 0, "maybe": 0, "bytes": 0}
-    first_error = []
+    first_error: list[BaseException] = []
     progress = Progress(f"produce {args.topic}")
     producer = Producer(args.group, args.broker)
     await producer.start()
 
-    def start_one(chunk):
+    def start_one(chunk: list[bytes]) -> asyncio.Future[SendResult]:
         msgs = [Message(args.topic, b, tags=args.tag, keys=args.key) for b in chunk]
         if args.batch == 1:
             return producer.send_async(msgs[0])
         return asyncio.ensure_future(producer.send_batch(msgs))
 
-    def finished(chunk, fut):
+    def finished(chunk: list[bytes], fut: asyncio.Future[SendResult]) -> None:
         exc = None if fut.cancelled() else fut.exception()
         if exc is None and not fut.cancelled() and fut.result().ok:
             counts["sent"] += len(chunk)
@@ -125,25 +136,27 @@ async def run(args):
     return result, cli_errors.EXIT_OK
 
 
-async def windowed(items, window, start_one, finished):
+async def windowed(items: Iterable[T], window: int,
+                   start_one: Callable[[T], asyncio.Future[Any]],
+                   finished: Callable[[T, asyncio.Future[Any]], None]) -> None:
     """Keep at most `window` of start_one(item) futures running until all items are done."""
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
+    done: asyncio.Future[None] = loop.create_future()
     it = iter(items)
     state = {"running": 0, "exhausted": False}
 
-    def launch():
+    def launch() -> None:
         while state["running"] < window and not state["exhausted"]:
             item = next(it, None)
             if item is None:
                 state["exhausted"] = True
                 break
             state["running"] += 1
-            start_one(item).add_done_callback(lambda f, n=item: on_done(n, f))
+            start_one(item).add_done_callback(lambda f, n=item: on_done(n, f))  # type: ignore[misc]
         if state["exhausted"] and state["running"] == 0 and not done.done():
             done.set_result(None)
 
-    def on_done(item, fut):
+    def on_done(item: T, fut: asyncio.Future[Any]) -> None:
         state["running"] -= 1
         finished(item, fut)
         launch()

@@ -20,17 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from argparse import ArgumentParser, Namespace
+from typing import TYPE_CHECKING, Any
 
 from tidemq import errors
 from tidemq.admin_fanout import everywhere
 from tidemq.protocol.codes import PermName
+
+if TYPE_CHECKING:
+    from argparse import _SubParsersAction
+
+    from tidemq.admin import Admin
+    from tidemq.cli.main import Common
+    from tidemq.message import MessageExt
 
 ROUTE_WAIT_S = 10.0   # cluster-mode `topic create`: how long to wait for the name server's route
 PERMS = {"rw": int(PermName.READ | PermName.WRITE), "r": int(PermName.READ),
          "w": int(PermName.WRITE), "none": 0}
 
 
-def add_parsers(sub, common) -> None:
+def add_parsers(sub: _SubParsersAction[ArgumentParser], common: type[Common]) -> None:
     topic = sub.add_parser("topic", help="create, update, delete, list, inspect topics", **common.fmt)
     tsub = topic.add_subparsers(dest="topic_command", required=True, metavar="ACTION")
     create = tsub.add_parser("create", help="create a topic (on every broker group)", **common.fmt)
@@ -75,7 +84,7 @@ def add_parsers(sub, common) -> None:
         common.add(p)
 
 
-async def dispatch(args):
+async def dispatch(args: Namespace) -> Any:
     from tidemq.admin import Admin
     from tidemq.cli import ops as cli_ops
     async with Admin(args.broker) as admin:
@@ -91,18 +100,18 @@ async def dispatch(args):
         return await cli_ops.topic_command(admin, args)
 
 
-async def _list(admin) -> list[str]:
+async def _list(admin: Admin) -> list[str]:
     if await admin.cluster_brokers() is not None:
         return await admin.topic_list()
     return sorted(await admin.topic_configs())
 
 
-async def _create(admin, args):
+async def _create(admin: Admin, args: Namespace) -> dict[str, Any]:
     read, write = args.read_queues or args.queues, args.write_queues or args.queues
     if min(read, write) <= 0:
         raise ValueError("queue counts must be positive")
 
-    async def create(a):
+    async def create(a: Admin) -> None:
         await a.create_topic(args.topic, args.queues, read_queues=args.read_queues,
                              write_queues=args.write_queues, order=args.order)
     out = {"created": args.topic, "read_queues": read, "write_queues": write}
@@ -113,7 +122,8 @@ async def _create(admin, args):
     return dict(out, groups=sorted(per_group), route_ready=ready)
 
 
-async def _wait_for_route(namesrv, topic, groups, read, write, timeout_s=ROUTE_WAIT_S):
+async def _wait_for_route(namesrv: Admin, topic: str, groups: set[str], read: int, write: int,
+                          timeout_s: float = ROUTE_WAIT_S) -> bool:
     """True once the name server's route lists the topic on every group with these queue
     counts. The name server learns topics from ZooKeeper watches, a moment after the masters
     wrote them: a client sending before then gets no route (or one naming only some groups)
@@ -136,17 +146,18 @@ async def _wait_for_route(namesrv, topic, groups, read, write, timeout_s=ROUTE_W
         await asyncio.sleep(0.05)
 
 
-async def _stats(admin, topic):
-    async def stats(a):
+async def _stats(admin: Admin, topic: str) -> dict[str, Any]:
+    async def stats(a: Admin) -> list[dict[str, Any]]:
         return await a.topic_stats(topic)
     per_group, here = await everywhere(admin, stats, f"read stats of {topic!r}", write=False,
                                        topic=topic)
-    rows = here if per_group is None else [r for g in per_group.values() for r in g]
+    rows: list[dict[str, Any]] = (here if per_group is None  # type: ignore[assignment]
+                                  else [r for g in per_group.values() for r in g])
     return {"topic": topic, "queues": rows,
             "messages": sum(max(r["max_offset"] - r["min_offset"], 0) for r in rows)}
 
 
-async def _route(admin, topic):
+async def _route(admin: Admin, topic: str) -> dict[str, Any]:
     route = await admin.topic_route(topic)
     if route is None:
         raise errors.TopicNotExist(f"no route for topic {topic!r}")
@@ -165,7 +176,7 @@ def perm_name(perm: int) -> str:
     return ("r" if p & PermName.READ else "") + ("w" if p & PermName.WRITE else "") or "none"
 
 
-async def message_query(args):
+async def message_query(args: Namespace) -> dict[str, Any]:
     if args.message_command == "get":
         return await message_get(args)
     from tidemq.admin import Admin
@@ -177,7 +188,8 @@ async def message_query(args):
     return {"found": len(msgs), "messages": [describe(m) for m in msgs]}
 
 
-async def find(admin, topic, *, key=None, msg_id=None):
+async def find(admin: Admin, topic: str | None, *, key: str | None = None,
+               msg_id: str | None = None) -> list[MessageExt]:
     """Rule 3 for an offsetMsgId, else by key / UNIQ_KEY on every group."""
     from tidemq.protocol.record import RecordError, decode_offset_msg_id
     if msg_id:
@@ -193,15 +205,16 @@ async def find(admin, topic, *, key=None, msg_id=None):
         if not topic:
             return []
 
-    async def query(a):
+    async def query(a: Admin) -> list[MessageExt]:  # a topic here; a key unless msg_id
         if msg_id:
-            return await a.query_by_key(topic, msg_id, unique=True)
-        return await a.query_by_key(topic, key)
+            return await a.query_by_key(topic, msg_id, unique=True)  # type: ignore[arg-type]
+        return await a.query_by_key(topic, key)  # type: ignore[arg-type]
     per_group, here = await everywhere(admin, query, f"query {topic!r}", write=False, topic=topic)
-    return here if per_group is None else [m for g in per_group.values() for m in g]
+    return (here if per_group is None  # type: ignore[return-value]  # here: on a broker
+            else [m for g in per_group.values() for m in g])
 
 
-async def message_get(args):
+async def message_get(args: Namespace) -> dict[str, Any]:
     from tidemq.cli.consume import PEEK_GROUP, describe
     from tidemq.consumer.broker_calls import PullStatus
     from tidemq.consumer.pull import PullConsumer

@@ -60,7 +60,7 @@ class OrderlyPushConsumer(PushConsumer):
         self.lock_retry_interval_s = lock_retry_interval_s
         self.lock_valid_s = lock_valid_s
         self.max_local_retries = max_local_retries
-        self._wanted: dict[str, list[MessageQueue]] = {}  # topic -> queues allocated to us
+        self._wanted: dict[str, set[MessageQueue]] = {}  # topic -> queues allocated to us
         self._locked_at: dict[MessageQueue, float] = {}  # loop time of the last grant
 
     def _inst(self) -> ClientInstance:
@@ -75,7 +75,7 @@ class OrderlyPushConsumer(PushConsumer):
 
     # ------------------------------------------------------------------ locks (rules 1-3)
     async def _rebalance_topic(self, topic: str) -> None:
-        mine: list[MessageQueue] | None = await self._allocated(topic)
+        mine: set[MessageQueue] | None = await self._allocated(topic)
         if mine is None:
             return
         self._wanted[topic] = mine

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
 class PulledBatch:
     __slots__ = ("msgs", "idx", "next_begin")
 
-    def __init__(self, msgs: Sequence[MessageExt], next_begin: int) -> None:
+    def __init__(self, msgs: list[MessageExt], next_begin: int) -> None:
         self.msgs = msgs
         self.idx = 0
         self.next_begin = next_begin
@@ -46,11 +45,12 @@ class ProcessQueue:
         self.has_work = asyncio.Event()
         self.space = asyncio.Event()
         self.space.set()
-        self.pull_task: asyncio.Task[Any] | None = None
-        self.consume_task: asyncio.Task[Any] | None = None
+        # set by the consumer right after construction
+        self.pull_task: asyncio.Task[Any] = None  # type: ignore[assignment]
+        self.consume_task: asyncio.Task[Any] = None  # type: ignore[assignment]
         self.consumed = 0
 
-    def add(self, msgs: Sequence[MessageExt], next_begin: int) -> None:
+    def add(self, msgs: list[MessageExt], next_begin: int) -> None:
         self.batches.append(PulledBatch(msgs, next_begin))
         self.cached += len(msgs)
         self.pulled_upto = next_begin

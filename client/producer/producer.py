@@ -42,6 +42,8 @@ import asyncio
 import enum
 import logging
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ProducerConfig, make_config
@@ -51,10 +53,11 @@ from tidemq.message import Message, check_topic, compress_body, encode_propertie
 from tidemq.producer.send_codec import SendHeaderTemplate, encode_batch_body
 from tidemq.protocol.codes import FLAG_ONEWAY
 from tidemq.protocol.record import PROP_UNIQ_KEY
+from tidemq.protocol.remoting import RemotingCommand
 from tidemq.protocol.route_json import HeartbeatData
-from tidemq.remoting_client import serialize_type_for
+from tidemq.remoting_client import RemotingConnection, serialize_type_for
 from tidemq.stall_watch import StallWatch
-from tidemq.topic_routes import MessageQueue
+from tidemq.topic_routes import MessageQueue, TopicPublishInfo
 
 log = logging.getLogger(__name__)
 STALL_CHECK_S = 0.05  # how often stalled addresses are looked for (rule 6)
@@ -76,8 +79,9 @@ class SendResult:
     __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "region_id",
                  "transaction_id")
 
-    def __init__(self, status, msg_id, offset_msg_id, queue, queue_offset, region_id=None,
-                 transaction_id=None):
+    def __init__(self, status: SendStatus, msg_id: str, offset_msg_id: str | None,
+                 queue: MessageQueue | None, queue_offset: int, region_id: str | None = None,
+                 transaction_id: str | None = None) -> None:
         self.status = status
         self.msg_id = msg_id
         self.offset_msg_id = offset_msg_id
@@ -95,7 +99,7 @@ class SendResult:
     def maybe_stored(self) -> bool:
         return self.status is not SendStatus.SEND_OK
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"SendResult({self.status.name}, msg_id={self.msg_id}, queue={self.queue}, "
                 f"queue_offset={self.queue_offset})")
 
@@ -105,9 +109,16 @@ class _Prepared:
 
     __slots__ = ("topic", "body", "sys_flag", "flag", "props_wire", "uniq_key", "batch")
 
-    def __init__(self, topic, body, sys_flag, flag, props_wire, uniq_key, batch):
+    def __init__(self, topic: str, body: bytes, sys_flag: int, flag: int, props_wire: bytes,
+                 uniq_key: str, batch: bool) -> None:
         self.topic, self.body, self.sys_flag, self.flag = topic, body, sys_flag, flag
         self.props_wire, self.uniq_key, self.batch = props_wire, uniq_key, batch
+
+
+# A send's completion: its Future, or the user's callback(result, exc) (send_callback).
+SendCallback = Callable[[SendResult | None, BaseException | None], object]
+SendTarget = asyncio.Future[SendResult] | SendCallback
+Selector = Callable[[TopicPublishInfo], MessageQueue]  # picks a send's queue
 
 
 class _SendOp:
@@ -117,20 +128,22 @@ class _SendOp:
     __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
                  "mq", "addr", "maybe_stored", "waiting_on")
 
-    def __init__(self, producer, prep, fut, deadline, retries, select):
+    def __init__(self, producer: Producer, prep: _Prepared, fut: SendTarget, deadline: float,
+                 retries: int, select: Selector | None) -> None:
         self.p = producer
         self.prep = prep
         self.fut = fut
         self.deadline = deadline
         self.retries_left = retries
-        self.prefer_broker = None
+        self.prefer_broker: str | None = None
         self.select = select  # None = round robin; else info -> MessageQueue
-        self.mq = None
-        self.addr = None
+        self.mq: MessageQueue | None = None
+        self.addr: str | None = None
         self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
-        self.waiting_on = None  # the address of the attempt written and not yet ended (rule 6)
+        # the address of the attempt written and not yet ended (rule 6)
+        self.waiting_on: str | None = None
 
-    def attempt_fast(self):
+    def attempt_fast(self) -> None:
         p = self.p
         info = p._instance.routes.publish_info_nowait(self.prep.topic)
         if info is not None and info.queues:
@@ -146,7 +159,7 @@ class _SendOp:
                 return
         p._instance.spawn(self._attempt_slow(None), name="send-slow")
 
-    async def _attempt_slow(self, exc):
+    async def _attempt_slow(self, exc: errors.TideMQError | None) -> None:
         p = self.p
         try:
             if exc is not None:
@@ -171,7 +184,7 @@ class _SendOp:
             raise
         self._write(conn, mq)
 
-    def _write(self, conn, mq):
+    def _write(self, conn: RemotingConnection, mq: MessageQueue) -> None:
         p = self.p
         timeout_s = min(self.deadline - p._loop.time(), p.config.request_timeout_s)
         if timeout_s <= 0:
@@ -188,14 +201,14 @@ class _SendOp:
             len(prep.body))
         conn.request_raw(opaque, head, prep.body, timeout_s, self.on_reply)
 
-    def on_reply(self, cmd, exc):
+    def on_reply(self, cmd: RemotingCommand | None, exc: errors.TideMQError | None) -> None:
         if self.waiting_on is not None:
             self.p._stalls.ended(self.waiting_on, cmd is not None)
             self.waiting_on = None
-        if exc is None:
-            status = _STATUS_BY_CODE.get(cmd.code)
+        if exc is None:  # then cmd is the reply
+            status = _STATUS_BY_CODE.get(cmd.code)  # type: ignore[union-attr]
             if status is not None:
-                ext = cmd.ext
+                ext = cmd.ext  # type: ignore[union-attr]
                 try:
                     queue_offset = int(ext.get("queueOffset", -1))
                 except ValueError:
@@ -211,7 +224,8 @@ class _SendOp:
                 else:
                     self._callback(result, None)
                 return
-            exc = errors.error_for_response(cmd, addr=self.addr, what=f"send to {self.prep.topic!r}")
+            exc = errors.error_for_response(cmd, addr=self.addr,  # type: ignore[arg-type]
+                                            what=f"send to {self.prep.topic!r}")
         self.maybe_stored = self.maybe_stored or exc.maybe_stored
         if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
                 and self.deadline > self.p._loop.time() and not self.p._closing):
@@ -222,7 +236,7 @@ class _SendOp:
             return
         self._finish_exc(exc)
 
-    def _reply_queue(self, ext):
+    def _reply_queue(self, ext: dict[str, Any]) -> MessageQueue | None:
         """The queue the broker names (rule 7): a retry answered from the duplicate window
         names the original's queue, which may not be the one this attempt asked for."""
         mq, qid = self.mq, ext.get("queueId")
@@ -234,7 +248,7 @@ class _SendOp:
             return mq
         return mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
 
-    def _finish_exc(self, exc):
+    def _finish_exc(self, exc: BaseException) -> None:
         self.p._inflight -= 1
         if self.maybe_stored and isinstance(exc, errors.TideMQError) and not exc.maybe_stored:
             exc.maybe_stored = True   # the LAST attempt failed cleanly, an earlier one may not
@@ -245,21 +259,21 @@ class _SendOp:
         else:
             self._callback(None, exc)
 
-    def _callback(self, result, exc):
+    def _callback(self, result: SendResult | None, exc: BaseException | None) -> None:
         try:
-            self.fut(result, exc)
+            self.fut(result, exc)  # type: ignore[operator]  # a callback: Futures never get here
         except Exception:  # the user's callback must not break the connection's reader
             log.exception("send callback failed")
 
 
-def _given_uniq_key(msg):
+def _given_uniq_key(msg: Message) -> str | None:
     """A UNIQ_KEY the caller set in `properties` (Java keeps one already set too): a writer
     that replays a batch after a crash reuses its keys, so the broker's window drops the copy."""
     props = msg.properties
     return props.get(PROP_UNIQ_KEY) if props else None
 
 
-def _properties_text(msg, uniq):
+def _properties_text(msg: Message, uniq: str) -> str:
     """The message's properties with its UNIQ_KEY, as the wire text (rule 1: made once)."""
     if msg.properties or msg.tags or msg.keys or msg.delay_level:
         props = msg.wire_properties()
@@ -271,21 +285,26 @@ def _properties_text(msg, uniq):
 class Producer(AsyncLifecycle):
     """asyncio producer. Options are the fields of client.config.ProducerConfig."""
 
-    def __init__(self, group="DEFAULT_PRODUCER", namesrv_or_broker=DEFAULT_ADDR, **options):
+    def __init__(self, group: str = "DEFAULT_PRODUCER", namesrv_or_broker: str = DEFAULT_ADDR,
+                 **options: Any) -> None:
         self.config = make_config(ProducerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
         self._serialize_type = serialize_type_for(self.config.header_format)
-        self._templates = {}
-        self._instance = None
-        self._loop = None
+        self._templates: dict[tuple[str, bool], SendHeaderTemplate] = {}
+        # None until start(): typed as set so the send paths, which run after
+        # _check_running(), read them without a check each
+        self._instance: ClientInstance = None  # type: ignore[assignment]
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._inflight = 0
         self._closing = False
-        self._known_brokers = set()
-        self._noted = {}  # topic -> the TopicPublishInfo whose brokers were heartbeated
-        self._stalls = None  # StallWatch, from start()
-        self._stalled_groups = {}  # stalled address -> the broker groups it mastered (rule 6)
+        self._known_brokers: set[str] = set()
+        # topic -> the TopicPublishInfo whose brokers were heartbeated
+        self._noted: dict[str, TopicPublishInfo] = {}
+        self._stalls: StallWatch = None  # type: ignore[assignment]  # from start()
+        # stalled address -> the broker groups it mastered (rule 6)
+        self._stalled_groups: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self):
+    async def start(self) -> Producer:
         if self._instance is not None:
             raise errors.ClientStateError("producer already started")
         self._loop = asyncio.get_running_loop()
@@ -297,7 +316,7 @@ class Producer(AsyncLifecycle):
         self._instance.every(STALL_CHECK_S, self._leave_stalled, "stalled-sends")
         return self
 
-    async def shutdown(self):
+    async def shutdown(self) -> None:
         if self._instance is None or self._closing:
             return
         self._closing = True
@@ -307,7 +326,7 @@ class Producer(AsyncLifecycle):
         await self._instance.unregister(producer_group=self.config.group)
         await self._instance.close()
 
-    async def _leave_stalled(self):
+    async def _leave_stalled(self) -> None:
         """Rule 6: drop the connection to a stalled address the route no longer names."""
         routes, watched = self._instance.routes, self._stalled_groups
         stalled = self._stalls.stalled(self.config.stalled_send_refresh_s)
@@ -325,57 +344,65 @@ class Producer(AsyncLifecycle):
                 conn.abort(errors.ConnectionError(
                     f"{addr} stopped answering; the master moved", addr=addr))
 
-    def _heartbeat_data(self):
+    def _heartbeat_data(self) -> HeartbeatData:
         return HeartbeatData(self._instance.client_id, producer_groups=[self.config.group])
 
-    def _check_running(self):
+    def _check_running(self) -> None:
         if self._instance is None or self._closing:
             raise errors.ClientStateError("producer is not running (call start(), not after shutdown())")
 
     # ------------------------------------------------------------------ sends
-    async def send(self, msg: Message, *, timeout_s=None) -> SendResult:
+    async def send(self, msg: Message, *, timeout_s: float | None = None) -> SendResult:
         return await self.send_async(msg, timeout_s=timeout_s)
 
-    def send_async(self, msg: Message, *, timeout_s=None) -> asyncio.Future:
+    def send_async(self, msg: Message, *,
+                   timeout_s: float | None = None) -> asyncio.Future[SendResult]:
         """Start a send and return a Future of its SendResult (no task on the fast path)."""
         self._check_running()
-        fut = self._loop.create_future()
+        fut: asyncio.Future[SendResult] = self._loop.create_future()
         self._start(self._prepare(msg), timeout_s, None, fut)
         return fut
 
-    def send_callback(self, msg: Message, callback, *, timeout_s=None):
+    def send_callback(self, msg: Message, callback: SendCallback, *,
+                      timeout_s: float | None = None) -> None:
         """Start a send; `callback(result, exc)` runs once, in the event loop, when it ends
         (exactly one of the two is None). No Future at all: the cheapest per-message path."""
         self._check_running()
         self._start(self._prepare(msg), timeout_s, None, callback)
 
-    async def send_ordered(self, msg: Message, selector_key, selector=None, *, timeout_s=None):
+    async def send_ordered(
+            self, msg: Message, selector_key: object,
+            selector: Callable[[list[MessageQueue], Message, Any], MessageQueue] | None = None, *,
+            timeout_s: float | None = None) -> SendResult:
         """Send to the queue chosen by `selector(queues, msg, key)`, by default the hash of
         `selector_key` modulo the queue count: one key, one queue, so its order is kept."""
         self._check_running()
+        pick: Selector
         if selector is None:
             pick = lambda info: info.select_by_key(selector_key)  # noqa: E731
         else:
-            def pick(info):
+            def pick(info: TopicPublishInfo) -> MessageQueue:
                 mq = selector(list(info.queues), msg, selector_key)
                 if not isinstance(mq, MessageQueue) or mq not in info.queues:
                     raise errors.IllegalArgument(f"selector returned {mq!r}, not a queue of the topic")
                 return mq
-        fut = self._loop.create_future()
+        fut: asyncio.Future[SendResult] = self._loop.create_future()
         self._start(self._prepare(msg), timeout_s, pick, fut)
         return await fut
 
-    async def send_batch(self, msgs, *, timeout_s=None, queue=None) -> SendResult:
+    async def send_batch(self, msgs: Iterable[Message], *, timeout_s: float | None = None,
+                         queue: MessageQueue | None = None) -> SendResult:
         """One request carrying several messages of one topic (no delay, no compression);
         `queue` (a MessageQueue from publish_queues) pins it, retries included, to that queue."""
         self._check_running()
-        fut = self._loop.create_future()
+        fut: asyncio.Future[SendResult] = self._loop.create_future()
         self._start(self._prepare_batch(msgs), timeout_s,
                     None if queue is None else (lambda info: queue), fut)
         return await fut
 
-    async def send_encoded_batch(self, topic, body: bytes, uniq_keys_csv: str, *, queue,
-                                 timeout_s=None) -> SendResult:
+    async def send_encoded_batch(self, topic: str, body: bytes, uniq_keys_csv: str, *,
+                                 queue: MessageQueue,
+                                 timeout_s: float | None = None) -> SendResult:
         """send_batch for a writer that encoded the batch body itself (send_codec.
         encode_batch_body layout; every entry's properties text carries its UNIQ_KEY, the
         keys joined by commas in `uniq_keys_csv`): no Message objects, so a writer with many
@@ -387,18 +414,18 @@ class Producer(AsyncLifecycle):
         if not body or len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
                                          f"{self.config.max_message_bytes}")
-        fut = self._loop.create_future()
+        fut: asyncio.Future[SendResult] = self._loop.create_future()
         prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
                          uniq_keys_csv, True)
         self._start(prep, timeout_s, lambda info: queue, fut)
         return await fut
 
-    async def publish_queues(self, topic) -> list:
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (MessageQueue), as sends would choose among them."""
         self._check_running()
         return list((await self._instance.routes.publish_info(topic)).queues)
 
-    async def send_oneway(self, msg: Message):
+    async def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no reply, no retry. Waits only while the socket buffer is full."""
         self._check_running()
         prep = self._prepare(msg)
@@ -416,7 +443,8 @@ class Producer(AsyncLifecycle):
         await conn.drain()
 
     # ------------------------------------------------------------------ internals
-    def _start(self, prep, timeout_s, select, fut):
+    def _start(self, prep: _Prepared, timeout_s: float | None, select: Selector | None,
+               fut: SendTarget) -> None:
         """fut: an asyncio.Future or a callback(result, exc)."""
         deadline = self._loop.time() + (timeout_s or self.config.send_timeout_s)
         self._inflight += 1
@@ -424,7 +452,7 @@ class Producer(AsyncLifecycle):
         op.attempt_fast()
         self._note_brokers(prep.topic)
 
-    def _note_brokers(self, topic):
+    def _note_brokers(self, topic: str) -> None:
         """Heartbeat a broker the first time we publish to it: the broker then knows this
         producer group (check-backs of transactions need a live producer of it)."""
         info = self._instance.routes.publish_info_nowait(topic)
@@ -436,7 +464,7 @@ class Producer(AsyncLifecycle):
                 self._known_brokers.add(addr)
                 self._instance.spawn(self._instance.heartbeat([addr]), name="heartbeat-new")
 
-    def _template(self, topic, batch):
+    def _template(self, topic: str, batch: bool) -> SendHeaderTemplate:
         tmpl = self._templates.get((topic, batch))
         if tmpl is None:
             cfg = self.config
@@ -446,7 +474,7 @@ class Producer(AsyncLifecycle):
                 serialize_type=self._serialize_type, v2=cfg.use_v2_header, batch=batch)
         return tmpl
 
-    def _prepare(self, msg):
+    def _prepare(self, msg: Message) -> _Prepared:
         cfg = self.config
         msg.check(cfg.max_message_bytes)
         uniq = _given_uniq_key(msg) or uniq_keys.next()
@@ -459,12 +487,13 @@ class Producer(AsyncLifecycle):
         wire = self._template(msg.topic, False).encode_props(text)
         return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
 
-    def _prepare_batch(self, msgs):
+    def _prepare_batch(self, msgs: Iterable[Message]) -> _Prepared:
         msgs = list(msgs)
         if not msgs:
             raise errors.IllegalArgument("a batch needs at least one message")
         topic = msgs[0].topic
-        entries, keys = [], []
+        entries: list[tuple[int, bytes, str]] = []
+        keys: list[str] = []
         for msg in msgs:
             msg.check(self.config.max_message_bytes)
             if msg.topic != topic:

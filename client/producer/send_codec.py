@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as json_escape  # C-accelerated
 
 from tidemq.protocol import accel
@@ -52,8 +53,9 @@ class SendHeaderTemplate:
     __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
                  "_bin_born_key", "_bin_props_key")
 
-    def __init__(self, group, topic, *, default_topic="TBW102", default_queue_nums=4,
-                 serialize_type=SerializeType.JSON, v2=False, batch=False):
+    def __init__(self, group: str, topic: str, *, default_topic: str = "TBW102",
+                 default_queue_nums: int = 4, serialize_type: int = SerializeType.JSON,
+                 v2: bool = False, batch: bool = False) -> None:
         if batch:
             code = RequestCode.SEND_BATCH_MESSAGE if v2 else RequestCode.SEND_MESSAGE
         else:
@@ -72,8 +74,9 @@ class SendHeaderTemplate:
         else:
             self._build_binary(static_front + static_back, variable)
 
-    def _build_json(self, front, back, variable):
-        def pair(key, value):
+    def _build_json(self, front: list[tuple[str, str]], back: list[tuple[str, str]],
+                    variable: list[str]) -> bytes:
+        def pair(key: str, value: str) -> str:
             return json.dumps(key) + ":" + json.dumps(value, ensure_ascii=True)
 
         lang = LanguageCode(LOCAL_LANGUAGE).name
@@ -85,8 +88,8 @@ class SendHeaderTemplate:
                 f'"{reconsume}":"%d","{props}":%b}}}}')
         return (head + static + tail).encode("ascii")
 
-    def _build_binary(self, static, variable):
-        def pair(key, value):
+    def _build_binary(self, static: list[tuple[str, str]], variable: list[str]) -> None:
+        def pair(key: str, value: str) -> bytes:
             kb, vb = key.encode(), value.encode()
             return _I16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
 
@@ -99,8 +102,8 @@ class SendHeaderTemplate:
         self._bin_born_key = _I16.pack(len(born)) + born.encode()
         self._bin_props_key = _I16.pack(len(props)) + props.encode()
 
-    def _binary_head(self, opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
-                     reconsume_times, frame_flag):
+    def _binary_head(self, opaque: int, queue_id: int, sys_flag: int, born_ms: int, flag: int,
+                     props: bytes, body_len: int, reconsume_times: int, frame_flag: int) -> bytes:
         if (0 <= queue_id < _SMALL_INTS and 0 <= sys_flag < _SMALL_INTS and 0 <= flag < _SMALL_INTS
                 and 0 <= reconsume_times < _SMALL_INTS):
             small_q, small_s, small_f, small_r = self._bin_small
@@ -120,8 +123,9 @@ class SendHeaderTemplate:
                          static, q, s, f, r, self._bin_born_key, _I32.pack(len(born)), born,
                          self._bin_props_key, _I32.pack(len(props)), props))
 
-    def frame_head(self, opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
-                   reconsume_times=0, frame_flag=0):
+    def frame_head(self, opaque: int, queue_id: int, sys_flag: int, born_ms: int, flag: int,
+                   props: bytes, body_len: int, reconsume_times: int = 0,
+                   frame_flag: int = 0) -> bytes:
         """The frame's length prefix + header. `props` = json_escape(text).encode() for JSON
         headers (quotes included), the UTF-8 text for binary ones. frame_flag 2 = oneway."""
         if self.serialize_type == SerializeType.JSON:
@@ -138,9 +142,9 @@ class SendHeaderTemplate:
         return text.encode("utf-8")
 
 
-def encode_batch_body(entries) -> bytes:
+def encode_batch_body(entries: Iterable[tuple[int, bytes, str]]) -> bytes:
     """entries: iterable of (flag, body bytes, properties text). Returns the batch body."""
-    parts = []
+    parts: list[bytes] = []
     for flag, body, props in entries:
         raw = props.encode("utf-8")
         if len(raw) > _PROPS_BYTES_MAX:
@@ -155,9 +159,9 @@ def encode_batch_body(entries) -> bytes:
 encode_batch_body = accel.pick(encode_batch_body)  # a compiled twin when built
 
 
-def decode_batch_body(body) -> list[tuple[int, bytes, str]]:
+def decode_batch_body(body: bytes | bytearray | memoryview) -> list[tuple[int, bytes, str]]:
     """Inverse of encode_batch_body (for tests)."""
-    out = []
+    out: list[tuple[int, bytes, str]] = []
     pos = 0
     while pos < len(body):
         total, _magic, _crc, flag, body_len = _ENTRY_HEAD.unpack_from(body, pos)

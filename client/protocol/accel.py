@@ -17,36 +17,42 @@ Rules:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, TypeVar
 
 PURE_FORCED = os.environ.get("TIDEMQ_PURE_PYTHON", "") not in ("", "0")
 
-_speedups = None
+_speedups: ModuleType | None = None
 if not PURE_FORCED:
     try:
-        from . import _speedups
+        from . import _speedups  # type: ignore[attr-defined,no-redef]
     except ImportError:  # not built here: the pure twins serve (rule 2)
         _speedups = None
 
 COMPILED = _speedups is not None
-PURE: dict = {}  # name -> pure-Python twin, whichever path is in use
+PURE: dict[str, Callable[..., Any]] = {}  # name -> pure-Python twin, whichever path is in use
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def pick(pure):
+def pick(pure: F) -> F:
     """The compiled twin of `pure` when in use (registering `pure` as its fallback), else pure."""
     name = pure.__name__
     PURE[name] = pure
     if _speedups is None:
         return pure
     _speedups.set_fallback(name, pure)
-    return getattr(_speedups, name)
+    compiled: F = getattr(_speedups, name)
+    return compiled
 
 
-def compiled_module():
+def compiled_module() -> ModuleType | None:
     """The extension module, or None; importable for tests even when pure is forced."""
     if _speedups is not None:
         return _speedups
     try:
-        from . import _speedups as mod
+        from . import _speedups as mod  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return mod
+    module: ModuleType = mod
+    return module

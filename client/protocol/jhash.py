@@ -22,6 +22,7 @@ _SIGN32 = 0x80000000
 @lru_cache(maxsize=65536)
 def java_string_hash(s: str) -> int:
     """Return Java's `s.hashCode()` as a signed int32."""
+    units: bytes | memoryview
     if s.isascii():
         units = s.encode("ascii")  # one byte per code unit; iterating bytes yields ints
     else:

@@ -43,9 +43,16 @@ from __future__ import annotations
 import socket
 import struct
 import zlib
+from typing import TYPE_CHECKING
 
 from tidemq.protocol import accel
 from tidemq.protocol.jhash import java_string_hash
+
+if TYPE_CHECKING:
+    from mmap import mmap
+
+    ReadBuffer = bytes | bytearray | memoryview | mmap  # what a record is decoded from
+    WriteBuffer = bytearray | memoryview | mmap  # what a record is encoded into
 
 MAGIC_V1 = 0xDAA320A7
 MAGIC_V2 = 0xDAA320AB
@@ -111,7 +118,7 @@ class RecordError(Exception):
     """Bytes that are not a valid record (the one error type the decoders raise)."""
 
 
-def body_crc(body) -> int:
+def body_crc(body: ReadBuffer) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
@@ -139,7 +146,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
     return "".join(f"{k}\x01{v}\x02" for k, v in props.items() if v is not None).encode()
 
 
-def decode_properties(raw) -> dict[str, str]:
+def decode_properties(raw: bytes | str) -> dict[str, str]:
     """Inverse of encode_properties, lenient like string2messageProperties."""
     text = raw.decode("utf-8", "replace") if not isinstance(raw, str) else raw
     out: dict[str, str] = {}
@@ -166,7 +173,7 @@ def first_prop(framed: bytes, name: bytes) -> str | None:
     return framed[i:j if j >= 0 else len(framed)].decode("utf-8", "replace") or None
 
 
-def prop_fields(raw: bytes) -> tuple:
+def prop_fields(raw: bytes) -> tuple[str | None, str | None, str | None, int]:
     """(TAGS, KEYS, UNIQ_KEY, tag code) of serialized properties, without building a dict;
     the tag code is Java's hashCode of TAGS (0 without tags)."""
     framed = b"\x02" + raw
@@ -191,10 +198,10 @@ def record_size(body_len: int, topic_len: int, props_len: int, born_v6: bool = F
     return size + (CRC_RESERVED_BYTES if with_crc else 0)
 
 
-def encode_into(buf, pos: int, topic: bytes, queue_id: int, flag: int, queue_offset: int,
+def encode_into(buf: WriteBuffer, pos: int, topic: bytes, queue_id: int, flag: int, queue_offset: int,
                 physical_offset: int, sys_flag: int, born_timestamp: int, born_host: bytes,
                 store_timestamp: int, store_host: bytes, reconsume_times: int,
-                prepared_tx_offset: int, body, properties: bytes, with_crc: bool = True,
+                prepared_tx_offset: int, body: ReadBuffer, properties: bytes, with_crc: bool = True,
                 total: int = 0) -> int:
     """Write one record at buf[pos:]; return its size (pass `total` when already known, from
     record_size()). Host byte lengths (8 or 20) pick the IPv4/IPv6 sysflag bits. Hot path:
@@ -244,9 +251,11 @@ def encode_into(buf, pos: int, topic: bytes, queue_id: int, flag: int, queue_off
 encode_into = accel.pick(encode_into)
 
 
-def _encode_head_v6(buf, pos, total, magic, bcrc, queue_id, flag, queue_offset,
-                    physical_offset, sys_flag, born_timestamp, born_host, store_timestamp,
-                    store_host, reconsume_times, prepared_tx_offset, body_len) -> int:
+def _encode_head_v6(buf: WriteBuffer, pos: int, total: int, magic: int, bcrc: int, queue_id: int,
+                    flag: int, queue_offset: int, physical_offset: int, sys_flag: int,
+                    born_timestamp: int, born_host: bytes, store_timestamp: int,
+                    store_host: bytes, reconsume_times: int, prepared_tx_offset: int,
+                    body_len: int) -> int:
     sys_flag = (sys_flag & _NOT_V6) | host_sysflag(born_host, store_host)
     _PREFIX.pack_into(buf, pos, total, magic, bcrc, queue_id, flag, queue_offset,
                       physical_offset, sys_flag, born_timestamp)
@@ -261,7 +270,7 @@ def _encode_head_v6(buf, pos, total, magic, bcrc, queue_id, flag, queue_offset,
     return p + 16
 
 
-def encode_blank(buf, pos: int, remaining: int) -> None:
+def encode_blank(buf: WriteBuffer, pos: int, remaining: int) -> None:
     """The 8-byte end-of-file filler: it claims every remaining byte of the file."""
     _BLANK.pack_into(buf, pos, remaining, BLANK_MAGIC)
 
@@ -273,6 +282,24 @@ class MessageExt:
                  "physical_offset", "sys_flag", "born_timestamp", "born_host",
                  "store_timestamp", "store_host", "reconsume_times", "prepared_tx_offset",
                  "body", "topic", "properties_raw", "_props")
+    size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_tx_offset: int
+    body: bytes
+    topic: str
+    properties_raw: bytes
+    _props: dict[str, str] | None
 
     @property
     def properties(self) -> dict[str, str]:
@@ -315,7 +342,7 @@ class MessageExt:
                 f"size={self.size})")
 
 
-def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = False,
+def decode_record(buf: ReadBuffer, pos: int = 0, limit: int | None = None, verify: bool = False,
                   require_crc: bool = False) -> MessageExt:
     """Decode the record at buf[pos:limit]. With verify, both CRCs are checked (and with
     require_crc the whole-record trailer must be there). Raises RecordError for anything that
@@ -377,7 +404,7 @@ def decode_record(buf, pos: int = 0, limit: int | None = None, verify: bool = Fa
     return m
 
 
-def whole_crc_ok(mv, pos: int, total: int, props_raw: bytes, required: bool = False) -> bool:
+def whole_crc_ok(mv: memoryview, pos: int, total: int, props_raw: bytes, required: bool = False) -> bool:
     """True when the __CRC32# trailer matches, or is absent and not required."""
     tail = props_raw[-CRC_RESERVED_BYTES:]
     if len(props_raw) < CRC_RESERVED_BYTES or not tail.startswith(_CRC_PREFIX):
@@ -409,7 +436,7 @@ def decode_offset_msg_id(msg_id: str) -> tuple[str, int, int]:
     return ip, port, _I64.unpack_from(raw, len(raw) - 8)[0]
 
 
-def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool,
+def check_record(buf: ReadBuffer, pos: int, limit: int, expected_phys: int, verify_crc: bool,
                  require_crc: bool = False) -> int:
     """Recovery's validator (CommitLog.checkMessageAndReturnSize, stricter): the size of the
     valid record at buf[pos:limit], 0 for a BLANK filler, -1 for anything else. Besides magic,
@@ -417,11 +444,12 @@ def check_record(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool
     another position never passes. With require_crc (a store that writes the trailer), a
     record whose trailer is missing, e.g. damaged, fails too."""
     r = check_record_layout(buf, pos, limit, expected_phys, verify_crc, require_crc)
-    return r if r.__class__ is int else r[0]
+    return r if r.__class__ is int else r[0]  # type: ignore[index]  # __class__ test: fast
 
 
-def check_record_layout(buf, pos: int, limit: int, expected_phys: int, verify_crc: bool,
-                        require_crc: bool = False):
+def check_record_layout(buf: ReadBuffer, pos: int, limit: int, expected_phys: int,
+                        verify_crc: bool,
+                        require_crc: bool = False) -> int | tuple[int, int, int, int, int]:
     """check_record, but a valid record gives (size, topic position, topic length,
     properties position, properties length) so a caller can read fields without re-walking."""
     if limit - pos < 8:

@@ -27,6 +27,7 @@ Invariants:
 5. A JSON header's word is the plain header length (type 0 in the high byte): exactly what cpp
    1.2.4 writes and expects. A response is encoded with its request's serialize type.
 """
+from __future__ import annotations
 
 import itertools
 import json
@@ -34,9 +35,10 @@ import json
 try:
     from orjson import loads as _orjson_loads
 except ImportError:  # optional speed-up
-    _orjson_loads = None
+    _orjson_loads = None  # type: ignore[assignment]
 import re
 import struct
+from typing import Any, NoReturn
 
 from tidemq.protocol import accel
 from tidemq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, VERSION_V4_9_8, LanguageCode, SerializeType
@@ -63,7 +65,7 @@ class ProtocolError(Exception):
     """Bad bytes or a bad header field from a peer. The one error type this module raises on input."""
 
 
-def _reject_constant(name):
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -80,51 +82,55 @@ class RemotingCommand:
 
     __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type")
 
-    def __init__(self, code, language=LOCAL_LANGUAGE, version=LOCAL_VERSION, opaque=0, flag=0,
-                 remark=None, ext=None, body=b"", serialize_type=SerializeType.JSON):
+    def __init__(self, code: int, language: int = LOCAL_LANGUAGE, version: int = LOCAL_VERSION,
+                 opaque: int = 0, flag: int = 0, remark: str | None = None,
+                 ext: dict[str, Any] | None = None, body: bytes = b"",
+                 serialize_type: int = SerializeType.JSON) -> None:
         self.code = code
         self.language = language
         self.version = version
         self.opaque = opaque
         self.flag = flag
         self.remark = remark
-        self.ext = {} if ext is None else ext
+        self.ext: dict[str, Any] = {} if ext is None else ext
         self.body = body
         self.serialize_type = serialize_type
 
     @classmethod
-    def request(cls, code, ext=None, body=b"", oneway=False, *, opaque=None,
-                serialize_type=SerializeType.JSON):
+    def request(cls, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
+                oneway: bool = False, *, opaque: int | None = None,
+                serialize_type: int = SerializeType.JSON) -> RemotingCommand:
         if opaque is None:
             opaque = next(_opaque_counter) & 0x7FFFFFFF  # cpp keeps opaques >= 0; so do we
         flag = FLAG_ONEWAY if oneway else 0
         return cls(code, LOCAL_LANGUAGE, LOCAL_VERSION, opaque, flag, None, ext, body, serialize_type)
 
     @classmethod
-    def make_response(cls, request, code, ext=None, body=b"", remark=None):
+    def make_response(cls, request: RemotingCommand, code: int, ext: dict[str, Any] | None = None,
+                      body: bytes = b"", remark: str | None = None) -> RemotingCommand:
         # flag is exactly FLAG_RESPONSE like Java's; the serialize type is the request's (cpp
         # parses JSON only).
         return cls(code, LOCAL_LANGUAGE, LOCAL_VERSION, request.opaque, FLAG_RESPONSE, remark,
                    ext, body, request.serialize_type)
 
     @property
-    def is_response(self):
+    def is_response(self) -> bool:
         return bool(self.flag & FLAG_RESPONSE)
 
     @property
-    def is_oneway(self):
+    def is_oneway(self) -> bool:
         return bool(self.flag & FLAG_ONEWAY)
 
-    def ext_str(self, name, default=None):
+    def ext_str(self, name: str, default: Any = None) -> Any:
         value = self.ext.get(name)
         return default if value is None else _wire_str(value)
 
-    def ext_int(self, name, default=None):
+    def ext_int(self, name: str, default: Any = None) -> Any:
         """The field as an int, `default` if absent; ProtocolError if present but not an integer."""
         value = self.ext.get(name)
         return default if value is None else parse_int(name, value)
 
-    def ext_bool(self, name, default=False):
+    def ext_bool(self, name: str, default: bool = False) -> bool:
         """"true" (Java, Go) or "1" (cpp), any case, is True; any other present value is False."""
         value = self.ext.get(name)
         if value is None:
@@ -132,36 +138,36 @@ class RemotingCommand:
         text = _wire_str(value).lower()  # bool True -> "true", int 1 -> "1"
         return text == "true" or text == "1"
 
-    def require_str(self, name):
+    def require_str(self, name: str) -> str:
         return _wire_str(self._required(name))
 
-    def require_int(self, name):
+    def require_int(self, name: str) -> int:
         return parse_int(name, self._required(name))
 
-    def _required(self, name):
+    def _required(self, name: str) -> Any:
         value = self.ext.get(name)
         if value is None:
             raise ProtocolError(f"request code {self.code}: missing header field {name!r}")
         return value
 
-    def _fields(self):
+    def _fields(self) -> tuple[object, ...]:
         return (self.code, self.language, self.version, self.opaque, self.flag, self.remark,
                 self.ext, bytes(self.body), self.serialize_type)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, RemotingCommand):
             return NotImplemented
         return self._fields() == other._fields()
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RemotingCommand(code={self.code}, opaque={self.opaque}, flag={self.flag}, "
                 f"language={self.language!r}, version={self.version}, remark={self.remark!r}, "
                 f"ext={self.ext!r}, body=<{len(self.body)} bytes>, serialize_type={self.serialize_type})")
 
 
-def parse_int(name, value):
+def parse_int(name: str, value: Any) -> int:
     """A header/body integer as Java's Integer/Long.parseInt reads it: optional sign, ASCII digits."""
     if value.__class__ is int:
         return value
@@ -172,7 +178,7 @@ def parse_int(name, value):
     raise ProtocolError(f"header field {name!r} must be an integer, got {value!r}")
 
 
-def _wire_str(value):
+def _wire_str(value: Any) -> str:
     if value.__class__ is str:
         return value
     if value is True or value is False:
@@ -182,7 +188,7 @@ def _wire_str(value):
     return str(value)
 
 
-def _wire_ext(ext):
+def _wire_ext(ext: dict[str, Any]) -> dict[str, Any]:
     """ext as the wire wants it: every value a string, None values omitted (cpp reads only
     string values, Go fails on numbers)."""
     for value in ext.values():
@@ -196,7 +202,7 @@ def _wire_ext(ext):
 _JSON_HEAD = b'{"code":%d,"language":"%s","version":%d,"opaque":%d,"flag":%d'
 
 
-def _encode_json_header(cmd):
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
     head = _JSON_HEAD % (cmd.code, _LANG_NAME_BYTES.get(cmd.language, b"OTHER"), cmd.version,
                          cmd.opaque, cmd.flag)
     ext = _json_encode(_wire_ext(cmd.ext)).encode()
@@ -206,11 +212,11 @@ def _encode_json_header(cmd):
     return b"".join((head, b',"remark":', remark, b',"extFields":', ext, b"}"))
 
 
-_key_prefix_cache = {}  # key -> keyLen i16 + UTF-8 key; keys come from our code, a small set
+_key_prefix_cache: dict[str, bytes] = {}  # key -> keyLen i16 + UTF-8 key; keys come from our code, a small set
 _KEY_CACHE_MAX = 4096
 
 
-def _key_prefix(key):
+def _key_prefix(key: str) -> bytes:
     prefix = _key_prefix_cache.get(key)
     if prefix is None:
         raw = key.encode("utf-8", "replace")
@@ -220,10 +226,10 @@ def _key_prefix(key):
     return prefix
 
 
-def _encode_binary_header(cmd):
+def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     # "replace" maps a lone surrogate to "?", what Java's getBytes(UTF_8) does.
     remark = cmd.remark.encode("utf-8", "replace") if cmd.remark else b""
-    parts = []
+    parts: list[bytes] = []
     append = parts.append
     try:
         for key, value in _wire_ext(cmd.ext).items():
@@ -239,7 +245,7 @@ def _encode_binary_header(cmd):
                          f"opaque/flag i32, ext keys < 32 KiB): {cmd!r}") from exc
 
 
-def encode_frame_head(cmd):
+def encode_frame_head(cmd: RemotingCommand) -> bytes:
     """Length prefix + header, without the body: lets a transport write a large body uncopied."""
     if cmd.serialize_type == SerializeType.JSON:
         header = _encode_json_header(cmd)
@@ -256,7 +262,7 @@ def encode_frame_head(cmd):
     return _PREFIX.pack(length, type_bits | header_len) + header
 
 
-def encode_frame(cmd):
+def encode_frame(cmd: RemotingCommand) -> bytes:
     """The whole frame as bytes."""
     head = encode_frame_head(cmd)
     return head + cmd.body if cmd.body else head
@@ -264,7 +270,7 @@ def encode_frame(cmd):
 
 # ---------------------------------------------------------------------------------- decoding
 
-def _json_ints(obj):
+def _json_ints(obj: dict[str, Any]) -> tuple[int, int, int, int] | list[int]:
     """code (required), version, opaque, flag: a fast check of the usual case, then the precise one."""
     code, version, opaque, flag = obj.get("code"), obj.get("version"), obj.get("opaque"), obj.get("flag")
     if (code.__class__ is int and version.__class__ is int and opaque.__class__ is int
@@ -272,7 +278,7 @@ def _json_ints(obj):
             and _INT32_MIN <= version <= _INT32_MAX and _INT32_MIN <= opaque <= _INT32_MAX
             and _INT32_MIN <= flag <= _INT32_MAX):
         return code, version, opaque, flag
-    values = []
+    values: list[int] = []
     for key, default in (("code", None), ("version", 0), ("opaque", 0), ("flag", 0)):
         value = obj.get(key)
         if value is None and default is not None:  # absent or null: Java keeps the field's default
@@ -283,7 +289,7 @@ def _json_ints(obj):
     return values
 
 
-def _json_language(value):
+def _json_language(value: Any) -> LanguageCode:
     if value is None:
         return LanguageCode.JAVA  # Java's default for an absent language
     if value.__class__ is str:
@@ -293,7 +299,7 @@ def _json_language(value):
     raise ProtocolError(f"JSON header field 'language' must be a name or int, got {value!r}")
 
 
-def _json_ext(ext):
+def _json_ext(ext: Any) -> dict[str, str]:
     if ext is None:
         return {}
     if ext.__class__ is not dict:
@@ -303,7 +309,7 @@ def _json_ext(ext):
             break
     else:
         return ext  # the common case: already all strings
-    out = {}
+    out: dict[str, str] = {}
     for key, value in ext.items():
         if value is None:
             continue
@@ -313,7 +319,7 @@ def _json_ext(ext):
     return out
 
 
-def _sanitize(text):
+def _sanitize(text: str) -> str:
     """Replace lone surrogates (from JSON \\ud800 escapes) by "?", as Java's encoder would."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
@@ -323,7 +329,7 @@ def _sanitize(text):
 _JSON_FLOAT = re.compile(rb":\s*-?[0-9]+(?:\.|[eE])")
 
 
-def _fast_json(raw):
+def _fast_json(raw: bytes) -> dict[str, Any] | None:
     """orjson's answer when it is one the stdlib decoder would give too (a dict with no float
     anywhere TideMQ reads; floats keep their wire text only on the stdlib path), else None.
     orjson is optional (client-only installs stay stdlib-only); it parses a SEND header about
@@ -337,11 +343,12 @@ def _fast_json(raw):
     return obj if obj.__class__ is dict else None
 
 
-def json_header_fields(raw):
+def json_header_fields(
+        raw: bytes) -> tuple[int, Any, int, int, int, str | None, dict[str, str]]:
     """(code, language as sent, version, opaque, flag, remark, ext) of a JSON header, checked;
     ProtocolError otherwise. A compiled twin when built (client/protocol/accel.py)."""
     obj = _fast_json(raw) if _orjson_loads is not None else None
-    text = None
+    text: str | None = None
     if obj is None:
         text = raw.decode("utf-8", "replace")
         try:
@@ -366,7 +373,7 @@ def json_header_fields(raw):
 json_header_fields = accel.pick(json_header_fields)
 
 
-def _decode_json_header(raw, body, serialize_type):
+def _decode_json_header(raw: bytes, body: bytes, serialize_type: int) -> RemotingCommand:
     code, wire_language, version, opaque, flag, remark, ext = json_header_fields(raw)
     language = _LANG_BY_NAME.get(wire_language) if wire_language.__class__ is str else None
     if language is None:  # not a known name: the slow path decides
@@ -374,12 +381,12 @@ def _decode_json_header(raw, body, serialize_type):
     return RemotingCommand(code, language, version, opaque, flag, remark, ext, body, serialize_type)
 
 
-def decode_binary_ext(raw, pos, end):
+def decode_binary_ext(raw: bytes, pos: int, end: int) -> dict[str, str]:
     """The pairs in raw[pos:end] (a compiled twin when built: client/protocol/accel.py). Text is
     sliced from raw decoded as Latin-1: char i is byte i, so a slice is the exact text when
     ASCII (an O(1) check), and only non-ASCII is decoded as UTF-8."""
     latin = raw.decode("latin-1")
-    ext = {}
+    ext: dict[str, str] = {}
     unpack_i16, unpack_i32 = _I16.unpack_from, _I32.unpack_from
     while pos < end:
         if pos + 2 > end:
@@ -408,7 +415,7 @@ def decode_binary_ext(raw, pos, end):
 decode_binary_ext = accel.pick(decode_binary_ext)
 
 
-def _decode_binary_header(raw, body, serialize_type):
+def _decode_binary_header(raw: bytes, body: bytes, serialize_type: int) -> RemotingCommand:
     size = len(raw)
     if size < _BIN_FIXED.size + 4:
         raise ProtocolError(f"ROCKETMQ header too short: {size} bytes")
@@ -428,7 +435,7 @@ def _decode_binary_header(raw, body, serialize_type):
                            flag, remark, ext, body, serialize_type)
 
 
-def _decode_command(view, start, end, word):
+def _decode_command(view: memoryview, start: int, end: int, word: int) -> RemotingCommand:
     """The command in view[start:end], the bytes after the 8-byte prefix; `word` is its 2nd word."""
     serialize_type, header_len = word >> 24, word & _HEADER_LEN_MAX
     if header_len > end - start:
@@ -448,17 +455,17 @@ class FrameDecoder:
 
     __slots__ = ("_buf", "_max_frame_bytes", "_error")
 
-    def __init__(self, max_frame_bytes=MAX_FRAME_BYTES):
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         assert 8 <= max_frame_bytes <= _INT32_MAX + 4, max_frame_bytes
         self._buf = bytearray()
         self._max_frame_bytes = max_frame_bytes
-        self._error = None
+        self._error: str | None = None
 
     @property
-    def buffered_bytes(self):
+    def buffered_bytes(self) -> int:
         return len(self._buf)
 
-    def feed(self, data):
+    def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         if self._error is not None:
             raise ProtocolError(f"decoder already failed: {self._error}")
         try:
@@ -471,14 +478,15 @@ class FrameDecoder:
             # Rule 1 holds even for a bug of ours; the chained cause keeps it visible.
             raise ProtocolError(f"undecodable frame: {exc!r}") from exc
 
-    def _feed(self, data):
+    def _feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buf
+        src: bytes | bytearray | memoryview
         if buf:
             buf += data
             src = buf
         else:
             src = data  # fast path: nothing pending, parse the chunk in place
-        commands = []
+        commands: list[RemotingCommand] = []
         size = len(src)
         pos = 0
         with memoryview(src) as view:  # released before `del buf[...]`: a viewed bytearray can't resize
@@ -504,7 +512,8 @@ class FrameDecoder:
         return commands
 
 
-def decode_frame(frame, max_frame_bytes=MAX_FRAME_BYTES):
+def decode_frame(frame: bytes | bytearray | memoryview,
+                 max_frame_bytes: int = MAX_FRAME_BYTES) -> RemotingCommand:
     """Decode exactly one complete frame, length prefix included; ProtocolError otherwise."""
     decoder = FrameDecoder(max_frame_bytes)
     commands = decoder.feed(frame)

@@ -27,6 +27,7 @@ Invariants:
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from tidemq.protocol.jhash import java_string_hash
 from tidemq.protocol.remoting import ProtocolError, parse_int
@@ -43,6 +44,7 @@ CONSUME_FROM_WHERE = (
     "CONSUME_FROM_TIMESTAMP",
 )
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -97,7 +99,7 @@ class HeartbeatData:
     consumers: list[ConsumerData] = field(default_factory=list)
 
 
-def _dumps(doc):
+def _dumps(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
@@ -105,13 +107,13 @@ def _dumps(doc):
 _FASTJSON_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|([{,]\s*)(-?\d+)(\s*:)')
 
 
-def _quote_numeric_keys(match):
+def _quote_numeric_keys(match: re.Match[str]) -> str:
     if match.group(1) is None:
         return match.group(0)
     return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
 
 
-def _loads(body, what):
+def _loads(body: bytes | bytearray | memoryview, what: str) -> Any:
     text = bytes(body).decode("utf-8", "replace")
     try:
         try:
@@ -122,7 +124,8 @@ def _loads(body, what):
         raise ProtocolError(f"malformed {what} JSON: {exc}") from None
 
 
-def _get(obj, key, kind, default=None, what="field"):
+def _get(obj: dict[str, Any], key: str, kind: type[T], default: T | None = None,
+         what: str = "field") -> T:
     """obj[key] checked against `kind` (int excludes bool); absent or null gives `default`."""
     value = obj.get(key)
     if value is None:
@@ -134,7 +137,7 @@ def _get(obj, key, kind, default=None, what="field"):
     return value
 
 
-def _objects(obj, key, what):
+def _objects(obj: dict[str, Any], key: str, what: str) -> list[dict[str, Any]]:
     items = _get(obj, key, list, [], what)
     if not all(item.__class__ is dict for item in items):
         raise ProtocolError(f"{what}: {key!r} must be a list of objects")
@@ -143,8 +146,8 @@ def _objects(obj, key, what):
 
 # ---------------------------------------------------------------------------------- routes
 
-def encode_topic_route(route):
-    doc = {
+def encode_topic_route(route: TopicRouteData) -> bytes:
+    doc: dict[str, Any] = {
         "brokerDatas": [
             {"brokerAddrs": {str(broker_id): addr for broker_id, addr in b.broker_addrs.items()},
              "brokerName": b.broker_name, "cluster": b.cluster}
@@ -160,13 +163,13 @@ def encode_topic_route(route):
     return _dumps(doc)
 
 
-def _broker_id(key):
+def _broker_id(key: str) -> int:
     if key.isascii() and key.isdigit() and len(key) <= 19:
         return int(key)
     raise ProtocolError(f"BrokerData: brokerAddrs key {key!r} is not a broker id")
 
 
-def _parse_broker_data(obj):
+def _parse_broker_data(obj: dict[str, Any]) -> BrokerData:
     addrs = _get(obj, "brokerAddrs", dict, {}, "BrokerData")
     if not all(addr.__class__ is str for addr in addrs.values()):
         raise ProtocolError("BrokerData: brokerAddrs values must be strings")
@@ -174,8 +177,8 @@ def _parse_broker_data(obj):
                       {_broker_id(key): addr for key, addr in addrs.items()})
 
 
-def _parse_queue_data(obj):
-    def num(key, default=None):
+def _parse_queue_data(obj: dict[str, Any]) -> QueueData:
+    def num(key: str, default: int | None = None) -> int:
         return _get(obj, key, int, default, "QueueData")
 
     sys_flag = num("topicSysFlag", 0) if "topicSysFlag" in obj else num("topicSynFlag", 0)  # 4.3 spelling
@@ -183,7 +186,7 @@ def _parse_queue_data(obj):
                      num("writeQueueNums"), num("perm"), sys_flag)
 
 
-def decode_topic_route(body):
+def decode_topic_route(body: bytes | bytearray | memoryview) -> TopicRouteData:
     doc = _loads(body, "TopicRouteData")
     if doc.__class__ is not dict:
         raise ProtocolError("TopicRouteData must be a JSON object")
@@ -198,7 +201,7 @@ def decode_topic_route(body):
 
 # ---------------------------------------------------------------------------------- heartbeat
 
-def _enum_name(value, names):
+def _enum_name(value: object, names: tuple[str, ...]) -> str | None:
     """Java's enum name for a cpp ordinal or a Java/Go name (any case); None if unknown."""
     if value.__class__ is int:
         return names[value] if 0 <= value < len(names) else None
@@ -208,13 +211,13 @@ def _enum_name(value, names):
     return None
 
 
-def _as_bool(value):
+def _as_bool(value: object) -> bool:
     if value.__class__ is bool:
         return value
     return str(value).lower() in ("true", "1")
 
 
-def _sub_version(value):
+def _sub_version(value: Any) -> int:
     if value.__class__ is str:  # cpp sends the subscription's creation time as a decimal string
         value = parse_int("subVersion", value)
     if value.__class__ is not int or not _INT64_MIN <= value <= _INT64_MAX:
@@ -222,7 +225,7 @@ def _sub_version(value):
     return value
 
 
-def _parse_subscription(obj):
+def _parse_subscription(obj: dict[str, Any]) -> SubscriptionData:
     what = "SubscriptionData"
     tags = _get(obj, "tagsSet", list, [], what)
     if not all(tag.__class__ is str for tag in tags):
@@ -234,7 +237,7 @@ def _parse_subscription(obj):
         _get(obj, "expressionType", str, "TAG", what), _as_bool(obj.get("classFilterMode", False)))
 
 
-def _parse_consumer(obj):
+def _parse_consumer(obj: dict[str, Any]) -> ConsumerData:
     return ConsumerData(
         _get(obj, "groupName", str, what="ConsumerData"),
         _enum_name(obj.get("consumeType"), CONSUME_TYPES),
@@ -244,7 +247,7 @@ def _parse_consumer(obj):
         [_parse_subscription(s) for s in _objects(obj, "subscriptionDataSet", "ConsumerData")])
 
 
-def decode_heartbeat(body):
+def decode_heartbeat(body: bytes | bytearray | memoryview) -> HeartbeatData:
     doc = _loads(body, "HeartbeatData")
     if doc.__class__ is not dict:
         raise ProtocolError("HeartbeatData must be a JSON object")
@@ -254,7 +257,7 @@ def decode_heartbeat(body):
                          [_parse_consumer(c) for c in _objects(doc, "consumerDataSet", "HeartbeatData")])
 
 
-def encode_heartbeat(heartbeat):
+def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:
     """Java's form: enum names, subVersion a number, codeSet recomputed from tagsSet."""
     consumers = [
         {"groupName": c.group_name, "consumeType": c.consume_type, "messageModel": c.message_model,
