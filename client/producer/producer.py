@@ -34,8 +34,11 @@ Rules:
 7. A SendResult names the queue of the broker's reply (queueId), as Java's does: a retry the
    broker answers from its duplicate window was stored by an earlier attempt, maybe in
    another queue of the group, and the reply's offset is that queue's.
+8. A batch holds at most `max_batch_messages` messages and `max_message_bytes` of body, the
+   broker's caps: a bigger one is refused before anything is sent (IllegalArgument), never
+   split, as a batch is stored whole or not at all; split_batch() cuts a list into batches
+   that fit (client/producer/batch_split.py).
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -48,6 +51,7 @@ from tidemq.config import DEFAULT_ADDR, ProducerConfig, make_config
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
 from tidemq.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
+from tidemq.producer.batch_split import split_batches
 from tidemq.producer.send_codec import SendHeaderTemplate, encode_batch_body
 from tidemq.protocol.codes import FLAG_ONEWAY
 from tidemq.protocol.record import PROP_UNIQ_KEY
@@ -268,6 +272,15 @@ def _properties_text(msg, uniq):
     return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
 
 
+_UNIQ_PLACEHOLDER = "0" * 32  # a made UNIQ_KEY's length (message.uniq_keys)
+
+
+def _entry_bytes(msg) -> int:
+    """The message's entry in a batch body (send_codec.encode_batch_body's layout)."""
+    props = _properties_text(msg, _given_uniq_key(msg) or _UNIQ_PLACEHOLDER)
+    return 22 + len(msg.body) + len(props.encode())
+
+
 class Producer(AsyncLifecycle):
     """asyncio producer. Options are the fields of client.config.ProducerConfig."""
 
@@ -374,6 +387,11 @@ class Producer(AsyncLifecycle):
                     None if queue is None else (lambda info: queue), fut)
         return await fut
 
+    def split_batch(self, msgs) -> list[list]:
+        """`msgs` cut into consecutive lists that send_batch takes (rule 8)."""
+        cfg = self.config
+        return split_batches(msgs, cfg.max_batch_messages, cfg.max_message_bytes, _entry_bytes)
+
     async def send_encoded_batch(self, topic, body: bytes, uniq_keys_csv: str, *, queue,
                                  timeout_s=None) -> SendResult:
         """send_batch for a writer that encoded the batch body itself (send_codec.
@@ -387,6 +405,7 @@ class Producer(AsyncLifecycle):
         if not body or len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
                                          f"{self.config.max_message_bytes}")
+        self._check_batch_count(uniq_keys_csv.count(",") + 1)
         fut = self._loop.create_future()
         prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
                          uniq_keys_csv, True)
@@ -459,10 +478,18 @@ class Producer(AsyncLifecycle):
         wire = self._template(msg.topic, False).encode_props(text)
         return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
 
+    def _check_batch_count(self, n: int) -> None:
+        cap = self.config.max_batch_messages
+        if n > cap:
+            raise errors.IllegalArgument(
+                f"a batch of {n} messages is over the broker's limit of {cap} "
+                f"(max_batch_messages); cut it with Producer.split_batch and send each part")
+
     def _prepare_batch(self, msgs):
         msgs = list(msgs)
         if not msgs:
             raise errors.IllegalArgument("a batch needs at least one message")
+        self._check_batch_count(len(msgs))
         topic = msgs[0].topic
         entries, keys = [], []
         for msg in msgs:
