@@ -37,11 +37,11 @@ class KernelColumns:
 
     def __init__(self, topic: str, broker: str, queue_id: int):
         self.topic, self.broker, self.queue_id = topic, broker, queue_id
-        self._replies = []  # the reply bodies, joined into one buffer by batch()
+        self._replies: list[bytes] = []  # the reply bodies, joined into one buffer by batch()
         self._base = 0  # where the next reply starts in that buffer
         self._bounds = array.array("i", [0])  # segment boundaries in the joined buffer
         self._starts = array.array("i")  # where each record starts in the joined buffer
-        self._compressed = []  # rows with a zlib body
+        self._compressed: list[int] = []  # rows with a zlib body
         self.offsets, self.born, self.stored = array.array("q"), array.array("q"), array.array("q")
         self.rows = 0
 

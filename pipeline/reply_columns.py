@@ -98,7 +98,7 @@ def _scan(buf, end_offset):
     return out
 
 
-def _put_str(cols, off_i, data_i, value: bytes) -> None:
+def _put_str(cols, off_i, data_i, value) -> None:
     cols[data_i] += value
     cols[off_i] += _N32.pack(len(cols[data_i]))
 
@@ -134,17 +134,17 @@ def decode_reply_into(buf, end_offset, cols) -> int:
                 named[name] = value  # rule 3: the last one
         cols[MAP_OFF] += _N32.pack(_N32.unpack_from(cols[MAP_OFF], len(cols[MAP_OFF]) - 4)[0] + kept)
         uniq = named.get(b"UNIQ_KEY")
-        if uniq is None:
+        if uniq is None:  # the offset msg id
             at = pos + 56 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8)
             host = bytes(view[at:at + (20 if sysflag & rec.SYSFLAG_STOREHOST_V6 else 8)])
             phys = _I64.unpack_from(buf, pos + rec.POS_PHYSICAL_OFFSET)[0]
             uniq = rec.offset_msg_id(host, phys).encode()
         _put_str(cols, ID_OFF, ID_DATA, uniq)
-        for name, off_i, data_i, valid_i in ((b"TAGS", TAGS_OFF, TAGS_DATA, TAGS_VALID),
+        for prop, off_i, data_i, valid_i in ((b"TAGS", TAGS_OFF, TAGS_DATA, TAGS_VALID),
                                              (b"KEYS", KEYS_OFF, KEYS_DATA, KEYS_VALID)):
-            value = named.get(name)
-            _put_str(cols, off_i, data_i, value or b"")
-            cols[valid_i].append(value is not None)
+            found = named.get(prop)
+            _put_str(cols, off_i, data_i, found or b"")
+            cols[valid_i].append(found is not None)
         row += 1
     return len(taken)
 
