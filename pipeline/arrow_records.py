@@ -38,6 +38,7 @@ class BufferColumns:
         self.topic, self.broker, self.queue_id = topic, broker, queue_id
         self._cols = rc.new_columns()
         self.rows = 0
+        self.nbytes = 0  # of the replies taken
 
     def __len__(self) -> int:
         return self.rows
@@ -46,6 +47,7 @@ class BufferColumns:
         """Take the records of one pull-reply body (below `end_offset`); returns how many."""
         n = rc.decode_reply_into(buf, end_offset, self._cols)
         self.rows += n
+        self.nbytes += len(buf) if n else 0
         return n
 
     def batch(self) -> pa.RecordBatch:

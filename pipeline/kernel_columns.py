@@ -44,6 +44,7 @@ class KernelColumns:
         self._compressed: list[int] = []  # rows with a zlib body
         self.offsets, self.born, self.stored = array.array("q"), array.array("q"), array.array("q")
         self.rows = 0
+        self.nbytes = 0  # of the replies taken
 
     def __len__(self) -> int:
         return self.rows
@@ -92,6 +93,7 @@ class KernelColumns:
         if n:
             self._replies.append(buf)
             self._base += len(buf)
+            self.nbytes += len(buf)
             self.rows += n
         return n
 
