@@ -1601,6 +1601,24 @@ static inline int64_t rc_get64(const unsigned char *p)
     return (int64_t)(((uint64_t)(uint32_t)get32(p) << 32) | (uint32_t)get32(p + 4));
 }
 
+/* (*out)[n] = *r, growing *out (*cap records) when full; -1 with MemoryError set. */
+static int
+rc_push(rc_record **out, Py_ssize_t *cap, Py_ssize_t n, const rc_record *r)
+{
+    if (n == *cap) {
+        Py_ssize_t grown = *cap ? *cap * 2 : 256;
+        rc_record *more = PyMem_Realloc(*out, (size_t)grown * sizeof(rc_record));
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *out = more;
+        *cap = grown;
+    }
+    (*out)[n] = *r;
+    return 0;
+}
+
 /* Pass 1: the twin's _scan. Returns the number of records (filled into *out, grown as
    needed), or -1 when the twin must run (it raises), or -2 with a MemoryError set. */
 static Py_ssize_t
@@ -1653,17 +1671,8 @@ rc_scan(const unsigned char *b, Py_ssize_t size, int has_end, int64_t end_offset
             return -1;
         r.props_at += 2;
         r.props_end = r.props_at + props_len;
-        if (n == *cap) {
-            Py_ssize_t grown = *cap ? *cap * 2 : 256;
-            rc_record *more = PyMem_Realloc(*out, (size_t)grown * sizeof(rc_record));
-            if (more == NULL) {
-                PyErr_NoMemory();
-                return -2;
-            }
-            *out = more;
-            *cap = grown;
-        }
-        (*out)[n++] = r;
+        if (rc_push(out, cap, n++, &r) < 0)
+            return -2;
         pos = rec_end;
     }
     return n;
