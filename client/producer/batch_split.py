@@ -15,16 +15,22 @@ Rules:
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
 from tidemq import errors
+
+M = TypeVar("M")
 
 DEFAULT_MAX_BATCH_MESSAGES = 512  # the broker's max_batch_messages default
 
 
-def split_batches(msgs, max_messages: int, max_bytes: int, entry_bytes) -> list[list]:
+def split_batches(msgs: Iterable[M], max_messages: int, max_bytes: int,
+                  entry_bytes: Callable[[M], int]) -> list[list[M]]:
     """`msgs` as consecutive lists within both caps; `entry_bytes(msg)` is the size of the
     message's entry in the batch body."""
-    parts: list[list] = []
-    part: list = []
+    parts: list[list[M]] = []
+    part: list[M] = []
     part_bytes = 0
     for msg in msgs:
         size = entry_bytes(msg)

@@ -39,6 +39,7 @@ Rules:
    split, as a batch is stored whole or not at all; split_batch() cuts a list into batches
    that fit (client/producer/batch_split.py).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -275,7 +276,7 @@ def _properties_text(msg, uniq):
 _UNIQ_PLACEHOLDER = "0" * 32  # a made UNIQ_KEY's length (message.uniq_keys)
 
 
-def _entry_bytes(msg) -> int:
+def _entry_bytes(msg: Message) -> int:
     """The message's entry in a batch body (send_codec.encode_batch_body's layout)."""
     props = _properties_text(msg, _given_uniq_key(msg) or _UNIQ_PLACEHOLDER)
     return 22 + len(msg.body) + len(props.encode())
@@ -387,11 +388,6 @@ class Producer(AsyncLifecycle):
                     None if queue is None else (lambda info: queue), fut)
         return await fut
 
-    def split_batch(self, msgs) -> list[list]:
-        """`msgs` cut into consecutive lists that send_batch takes (rule 8)."""
-        cfg = self.config
-        return split_batches(msgs, cfg.max_batch_messages, cfg.max_message_bytes, _entry_bytes)
-
     async def send_encoded_batch(self, topic, body: bytes, uniq_keys_csv: str, *, queue,
                                  timeout_s=None) -> SendResult:
         """send_batch for a writer that encoded the batch body itself (send_codec.
@@ -402,10 +398,10 @@ class Producer(AsyncLifecycle):
         check_topic(topic)
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        self._check_batch_count(uniq_keys_csv.count(",") + 1)
         if not body or len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
                                          f"{self.config.max_message_bytes}")
-        self._check_batch_count(uniq_keys_csv.count(",") + 1)
         fut = self._loop.create_future()
         prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
                          uniq_keys_csv, True)
@@ -478,18 +474,10 @@ class Producer(AsyncLifecycle):
         wire = self._template(msg.topic, False).encode_props(text)
         return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
 
-    def _check_batch_count(self, n: int) -> None:
-        cap = self.config.max_batch_messages
-        if n > cap:
-            raise errors.IllegalArgument(
-                f"a batch of {n} messages is over the broker's limit of {cap} "
-                f"(max_batch_messages); cut it with Producer.split_batch and send each part")
-
     def _prepare_batch(self, msgs):
         msgs = list(msgs)
         if not msgs:
             raise errors.IllegalArgument("a batch needs at least one message")
-        self._check_batch_count(len(msgs))
         topic = msgs[0].topic
         entries, keys = [], []
         for msg in msgs:
@@ -503,11 +491,24 @@ class Producer(AsyncLifecycle):
             entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        self._check_batch_count(len(entries))
         body = encode_batch_body(entries)
         if len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {self.config.max_message_bytes}")
         wire = self._template(topic, True).encode_props("")
         return _Prepared(topic, body, 0, 0, wire, ",".join(keys), True)
+
+    def split_batch(self, msgs: list[Message]) -> list[list[Message]]:
+        """`msgs` cut into consecutive lists that send_batch takes (rule 8)."""
+        cfg = self.config
+        return split_batches(msgs, cfg.max_batch_messages, cfg.max_message_bytes, _entry_bytes)
+
+    def _check_batch_count(self, n: int) -> None:
+        cap = self.config.max_batch_messages
+        if n > cap:
+            raise errors.IllegalArgument(
+                f"a batch of {n} messages is over the broker's limit of {cap} "
+                f"(max_batch_messages); cut it with Producer.split_batch and send each part")
 
 
 __all__ = ["Producer", "SendResult", "SendStatus", "Message"]
