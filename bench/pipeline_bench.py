@@ -1,6 +1,6 @@
 """Spark pipeline figures: the `tidemq` data source against a real broker it starts itself.
 
-    .venv/bin/python bench/pipeline_bench.py [--quick] [--rows N] [--queues Q]
+    .venv/bin/python bench/pipeline_bench.py [--quick] [--rows N] [--queues Q] [--pure-too]
 
 Produces N 1 KiB messages (incompressible hex text, a tag and a key each) over Q queues, then
 with a local[2] SparkSession measures:
@@ -9,6 +9,11 @@ with a local[2] SparkSession measures:
   - stream_rows_s: readStream (availableNow) -> the tidemq sink into another topic, end to end
     (rows/s over the query's wall time, including the sink's batch sends)
   - stream_read_rows_s: readStream (availableNow) -> the noop sink (the source alone)
+
+With --pure-too the batch read is also measured with the Python workers on the pure-Python
+path (TIDEMQ_PURE_PYTHON=1 in their environment), alternating with the usual reads in the same
+session: `batch_read_pure_rows_s` and `batch_read_pure_cpu_us_per_row` are the same-run
+denominators for what the compiled extension gives.
 
 Prints ONE JSON line. Spark, its Python workers and the broker share this machine's cores;
 `batch_read_cpu_us_per_row` (CPU of all of them per row) varies far less with other loads
@@ -111,11 +116,53 @@ def timed_stream(spark, addr, source, sink, ck, **sink_options):
     return rows, dt
 
 
+def load_source(spark, addr, pure: bool):
+    """A batch DataFrame over BenchIn whose Python workers run pure (or not): the source is
+    registered again with the workers' environment changed (Spark keys its Python workers by
+    that environment, taken when a source is registered)."""
+    from tidemq.pipeline import register
+    env = spark.sparkContext.environment
+    if pure:
+        env["TIDEMQ_PURE_PYTHON"] = "1"
+    else:
+        env.pop("TIDEMQ_PURE_PYTHON", None)
+    register(spark)
+    return spark.read.format("tidemq").option("broker", addr).option("topic", "BenchIn").load()
+
+
+def timed_reads(spark, addr, rows, pure_too: bool) -> dict:
+    """Best rows/s and least CPU per row of 3 batch reads (after a warm-up read that starts
+    the Python workers), for the usual path and, alternating with it, the pure one."""
+    kinds = (False, True) if pure_too else (False,)
+    best = {k: 0.0 for k in kinds}
+    cpu_per_row = {k: float("inf") for k in kinds}
+    for pure in kinds:
+        assert load_source(spark, addr, pure).count() == rows  # warm-up
+    for _ in range(3):
+        for pure in kinds:
+            df = load_source(spark, addr, pure)
+            c0, t0 = tree_cpu_s(), time.perf_counter()
+            n = df.count()
+            best[pure] = max(best[pure], n / (time.perf_counter() - t0))
+            cpu_per_row[pure] = min(cpu_per_row[pure], (tree_cpu_s() - c0) / n)
+    load_source(spark, addr, False)
+    out = {"batch_read_rows_s": round(best[False]),
+           # CPU of the broker, the JVM and the Python workers together, per row read; on
+           # an otherwise idle 2-core machine rows/s would be about 2e6 / this
+           "batch_read_cpu_us_per_row": round(cpu_per_row[False] * 1e6, 2)}
+    if pure_too:
+        out.update(batch_read_pure_rows_s=round(best[True]),
+                   batch_read_pure_cpu_us_per_row=round(cpu_per_row[True] * 1e6, 2))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="50,000 rows instead of 400,000")
     ap.add_argument("--rows", type=int, default=0)
     ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--pure-too", action="store_true",
+                    help="also measure the batch read on the pure-Python path, same session")
     args = ap.parse_args()
     rows = args.rows or (50_000 if args.quick else 400_000)
     work = tempfile.mkdtemp(prefix="tidemq-pipeline-bench-")
@@ -130,14 +177,7 @@ def main() -> None:
         t0 = time.perf_counter()
         spark = local_session(app="tidemq-pipeline-bench")
         session_s = time.perf_counter() - t0
-        df = spark.read.format("tidemq").option("broker", broker.addr).option("topic", "BenchIn").load()
-        assert df.count() == rows  # warm-up: starts the Python workers
-        best, cpu_per_row = 0.0, float("inf")
-        for _ in range(3):
-            c0, t0 = tree_cpu_s(), time.perf_counter()
-            n = df.count()
-            best = max(best, n / (time.perf_counter() - t0))
-            cpu_per_row = min(cpu_per_row, (tree_cpu_s() - c0) / n)
+        reads = timed_reads(spark, broker.addr, rows, args.pure_too)
         read_n, read_s = timed_stream(spark, broker.addr, "BenchIn", "noop", os.path.join(work, "ck1"))
         c0 = tree_cpu_s()
         e2e_n, e2e_s = timed_stream(spark, broker.addr, "BenchIn", "tidemq", os.path.join(work, "ck2"),
@@ -148,10 +188,7 @@ def main() -> None:
         spark.stop()
         print(json.dumps({
             "rows": rows, "body_bytes": len(BODY), "queues": args.queues, "master": "local[2]",
-            "batch_read_rows_s": round(best),
-            # CPU of the broker, the JVM and the Python workers together, per row read; on
-            # an otherwise idle 2-core machine rows/s would be about 2e6 / this
-            "batch_read_cpu_us_per_row": round(cpu_per_row * 1e6, 2),
+            **reads,
             "load_avg_1m": round(os.getloadavg()[0], 1),
             "stream_rows_s": round(e2e_n / e2e_s),
             # the same, as CPU of everything (read, JVM, sink, broker storing) per row

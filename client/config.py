@@ -93,6 +93,7 @@ class ProducerConfig(ClientConfig):
     compress_threshold_bytes: int = 4096  # compressMsgBodyOverHowmuch (DefaultMQProducer.java)
     compress_level: int = 5  # cpp's zlib level (its DefaultMQProducer.cpp)
     max_message_bytes: int = 4 * 1024 * 1024  # maxMessageSize (DefaultMQProducer.java)
+    max_batch_messages: int = 512  # the broker's max_batch_messages: raise both together
     default_topic: str = "TBW102"  # auto-create template (docs/protocol.md, Send)
     default_topic_queue_nums: int = 4  # clamp of the template's queues (defaultTopicQueueNums)
     use_v2_header: bool = False  # True: codes 310/320 with one-letter keys; False: code 10
@@ -110,6 +111,8 @@ class ProducerConfig(ClientConfig):
             out.append("compress_threshold_bytes must be >= 0")
         if not 0 < self.max_message_bytes <= 16 * 1024 * 1024:
             out.append("max_message_bytes must be in 1..16 MiB (the frame limit)")
+        if not 1 <= self.max_batch_messages <= 65536:
+            out.append("max_batch_messages must be in 1..65536 (the broker's range)")
         if not 1 <= self.default_topic_queue_nums <= 1024:
             out.append("default_topic_queue_nums must be in 1..1024")
         if not self.send_timeout_s > 0:

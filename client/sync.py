@@ -131,6 +131,9 @@ class SyncProducer(_Facade[Producer]):
     def send_batch(self, msgs: Iterable[Message], timeout_s: float | None = None) -> SendResult:
         return self._run(self._client.send_batch(msgs, timeout_s=timeout_s), self._timeout(timeout_s))
 
+    def split_batch(self, msgs: list[Message]) -> list[list[Message]]:
+        return self._client.split_batch(msgs)
+
     def send_ordered(self, msg: Message, selector_key: object, selector: Selector | None = None,
                      timeout_s: float | None = None) -> SendResult:
         result: SendResult = self._run(

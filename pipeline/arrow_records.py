@@ -2,19 +2,17 @@
 a Python data source through untouched, about twice as fast as row tuples (measured with
 PySpark 4.3, local[2]).
 
-Columns (ARROW_SCHEMA; pipeline/source.py holds the Spark twin, SCHEMA, and the two must be
-equal, as Spark compares them with `.equals()` before it reads a single row):
+Columns (ARROW_SCHEMA, pipeline/arrow_schema.py):
 
     topic, broker (broker group), queue_id, queue_offset, msg_id (UNIQ_KEY, else the offset
     id), tags, keys, body (inflated when the COMPRESSED sysflag is set), properties (every
     property but the internal __CRC32# trailer), born_timestamp, store_timestamp (UTC, us).
 
-How (the Python loop touches each record once, Arrow's C code does the rest):
-  Per record, one struct read of the fixed head gives the offsets, timestamps and the body
-  length; the loop notes where the body and the properties lie in the reply. One BinaryArray
-  is then laid over the whole reply with those boundaries (body i and properties i are its
-  elements 4i+1 and 4i+3; the rest are the headers between them), and `take` copies bodies and
-  properties out in C. Properties are split into the map column with Arrow string kernels.
+How: with the compiled extension, reply_columns.decode_reply_into decodes each reply straight
+into the buffers of the columns (one C call per reply); batch() wraps those buffers as Arrow
+arrays without copying and inflates the few compressed bodies. Without it, RecordColumns is
+kernel_columns.KernelColumns (a Python loop per record and Arrow kernels), which gives the same
+batches several times faster than the decoder's own pure-Python twin would.
 
 Rules:
 1. A record the reader cannot parse raises RecordError with its position: a corrupt reply
@@ -23,201 +21,91 @@ Rules:
 """
 from __future__ import annotations
 
-import array
-import struct
-import zlib
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tidemq.pipeline import reply_columns as rc
+from tidemq.pipeline.arrow_schema import ARROW_SCHEMA, MAP_TYPE, TS_TYPE, empty_batch, inflate
+from tidemq.pipeline.kernel_columns import KernelColumns
+from tidemq.protocol import accel
 from tidemq.protocol import record as rec
 
-ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("broker", pa.string()), ("queue_id", pa.int32()),
-    ("queue_offset", pa.int64()), ("msg_id", pa.string()), ("tags", pa.string()),
-    ("keys", pa.string()), ("body", pa.binary()),
-    ("properties", pa.map_(pa.string(), pa.string())),
-    ("born_timestamp", pa.timestamp("us", tz="UTC")),
-    ("store_timestamp", pa.timestamp("us", tz="UTC")),
-])
-_MAP_TYPE = ARROW_SCHEMA.field("properties").type
-_TS_TYPE = ARROW_SCHEMA.field("born_timestamp").type
 
-# IPv4 born and store hosts (the usual case): TOTALSIZE .. BODY length in one read (88 bytes)
-_HEAD_V4 = struct.Struct(">iIiiiqqiq8xq8xiqi")
-_HEAD = struct.Struct(">iIiiiqqiq")  # the general case: TOTALSIZE .. BORNTIMESTAMP
-_I32, _I64, _I16 = struct.Struct(">i"), struct.Struct(">q"), struct.Struct(">h")
-_MAGICS = (rec.MAGIC_V1, rec.MAGIC_V2)
-_HOSTS_V6 = rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6
-_MIN_RECORD = 91
-
-
-class RecordColumns:
+class BufferColumns:
     """Records of one (topic, broker group, queue), gathered reply by reply into one batch."""
 
     def __init__(self, topic: str, broker: str, queue_id: int):
         self.topic, self.broker, self.queue_id = topic, broker, queue_id
-        self._replies = []  # the reply bodies, joined into one buffer by batch()
-        self._base = 0  # where the next reply starts in that buffer
-        self._bounds = array.array("i", [0])  # segment boundaries in the joined buffer
-        self._starts = array.array("i")  # where each record starts in the joined buffer
-        self._compressed = []  # rows with a zlib body
-        self.offsets, self.born, self.stored = array.array("q"), array.array("q"), array.array("q")
+        self._cols = rc.new_columns()
         self.rows = 0
+        self.nbytes = 0  # of the replies taken
 
     def __len__(self) -> int:
         return self.rows
 
     def add_reply(self, buf: bytes, end_offset: int | None = None) -> int:
         """Take the records of one pull-reply body (below `end_offset`); returns how many."""
-        bounds, starts, base = self._bounds, self._starts, self._base
-        offsets, born_col, stored_col = self.offsets, self.born, self.stored
-        head_v4, i32, i64, i16 = _HEAD_V4.unpack_from, _I32.unpack_from, _I64.unpack_from, _I16.unpack_from
-        pos, size, n = 0, len(buf), 0
-        while pos < size:
-            if size - pos < _MIN_RECORD:
-                raise rec.RecordError(f"truncated record at byte {pos}")
-            total, magic, _, _, _, qoff, _, sysflag, born, store_ts, _, _, body_len = \
-                head_v4(buf, pos)
-            if magic not in _MAGICS or total < _MIN_RECORD or pos + total > size:
-                raise rec.RecordError(f"bad record at byte {pos}: size {total}, magic {magic:#x}")
-            if end_offset is not None and qoff >= end_offset:
-                break
-            if sysflag & _HOSTS_V6:
-                p = pos + 48 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8)
-                store_ts = i64(buf, p)[0]
-                p += 8 + (20 if sysflag & rec.SYSFLAG_STOREHOST_V6 else 8) + 12
-                body_len = i32(buf, p)[0]
-                p += 4
-            else:
-                p = pos + 88
-            body_end = p + body_len
-            if magic == rec.MAGIC_V1:
-                props_at = body_end + 1 + buf[body_end]
-            else:
-                props_at = body_end + 2 + i16(buf, body_end)[0]
-            props_len = i16(buf, props_at)[0] if props_at + 2 <= pos + total else -1
-            if body_len < 0 or props_len < 0 or props_at + 2 + props_len > pos + total:
-                raise rec.RecordError(f"bad record at byte {pos}: lengths past its end")
-            bounds.extend((base + p, base + body_end, base + props_at + 2,
-                           base + props_at + 2 + props_len))
-            if sysflag & rec.SYSFLAG_COMPRESSED:
-                self._compressed.append(self.rows + n)
-            offsets.append(qoff)
-            born_col.append(born)  # ms; batch() scales the whole column to us
-            stored_col.append(store_ts)
-            starts.append(base + pos)
-            n += 1
-            pos += total
-        if n:
-            self._replies.append(buf)
-            self._base += len(buf)
-            self.rows += n
+        n = rc.decode_reply_into(buf, end_offset, self._cols)
+        self.rows += n
+        self.nbytes += len(buf) if n else 0
         return n
 
     def batch(self) -> pa.RecordBatch:
-        n = self.rows
+        """The rows so far as one RecordBatch; RecordColumns is done after this (the arrays
+        share its buffers)."""
+        n, c = self.rows, self._cols
         if not n:
             return empty_batch()
-        joined = self._replies[0] if len(self._replies) == 1 else b"".join(self._replies)
-        self._replies = [joined]
-        segments = pa.BinaryArray.from_buffers(pa.binary(), len(self._bounds) - 1,
-                                               [None, pa.py_buffer(self._bounds),
-                                                pa.py_buffer(joined)])
-        body_col = segments.take(_every_4th(1, n))
-        if self._compressed:
-            body_col = _inflate(body_col, self._compressed)
-        prop_map, (uniq, tags, keys) = _properties(
-            segments.take(_every_4th(3, n)))
-        if uniq.null_count:
-            uniq = pc.coalesce(uniq, pa.array(self._offset_ids(joined), pa.string()))
-        # no per-row Python below: constants repeated in C, typed arrays wrapped in place
+        body_col = _strings(pa.binary(), n, c, rc.BODY_OFF, rc.BODY_DATA)
+        if c[rc.COMPRESSED]:
+            body_col = inflate(body_col, memoryview(c[rc.COMPRESSED]).cast("i").tolist())
+        keys = _strings(pa.string(), len(c[rc.PKEY_OFF]) // 4 - 1, c, rc.PKEY_OFF, rc.PKEY_DATA)
+        values = _strings(pa.string(), len(keys), c, rc.PVAL_OFF, rc.PVAL_DATA)
+        prop_map = pa.MapArray.from_arrays(_int32s(c[rc.MAP_OFF], n + 1), keys, values)
+        if not prop_map.type.equals(MAP_TYPE):
+            prop_map = prop_map.cast(MAP_TYPE)
+        # no per-row Python below: constants repeated in C, buffers wrapped in place
         cols = [
             pa.repeat(pa.scalar(self.topic, pa.string()), n),
             pa.repeat(pa.scalar(self.broker, pa.string()), n),
             pa.repeat(pa.scalar(self.queue_id, pa.int32()), n),
-            _int64s(self.offsets),
-            uniq,
-            tags,
-            keys,
+            _int64s(c[rc.OFFSETS], n),
+            _strings(pa.string(), n, c, rc.ID_OFF, rc.ID_DATA),
+            _strings(pa.string(), n, c, rc.TAGS_OFF, rc.TAGS_DATA, rc.TAGS_VALID),
+            _strings(pa.string(), n, c, rc.KEYS_OFF, rc.KEYS_DATA, rc.KEYS_VALID),
             body_col,
             prop_map,
-            pc.multiply(_int64s(self.born), 1000).cast(_TS_TYPE),
-            pc.multiply(_int64s(self.stored), 1000).cast(_TS_TYPE),
+            pc.multiply(_int64s(c[rc.BORN_MS], n), 1000).cast(TS_TYPE),
+            pc.multiply(_int64s(c[rc.STORED_MS], n), 1000).cast(TS_TYPE),
         ]
         return pa.RecordBatch.from_arrays(cols, schema=ARROW_SCHEMA)
 
-    def _offset_ids(self, buf) -> list[str]:
-        """The broker's offset msg id (store host + physical offset) of every record."""
-        out = []
-        for pos in self._starts:
-            phys, sysflag = struct.unpack_from(">qi", buf, pos + rec.POS_PHYSICAL_OFFSET)
-            at = pos + 56 + (20 if sysflag & rec.SYSFLAG_BORNHOST_V6 else 8)
-            host = buf[at:at + (20 if sysflag & rec.SYSFLAG_STOREHOST_V6 else 8)]
-            out.append(rec.offset_msg_id(host, phys))
-        return out
+
+def _int64s(raw: bytearray, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(raw)])
 
 
-def _int64s(values: array.array) -> pa.Array:
-    """An array('q') as an Arrow int64 array without a per-element conversion. The buffer is
-    shared: the caller never appends to `values` again (RecordColumns is done)."""
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+def _int32s(raw: bytearray, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(raw)])
 
 
-_EVERY_4TH: dict[int, pa.Array] = {}
-
-
-def _every_4th(first: int, n: int) -> pa.Array:
-    """[first, first + 4, ..., first + 4(n-1)] as int32 (segment indices), sliced from a cached
-    array so a batch does not build it element by element in Python."""
-    cached = _EVERY_4TH.get(first)
-    if cached is None or len(cached) < n:
-        size = max(n, 2 * len(cached) if cached is not None else 16384)
-        cached = _EVERY_4TH[first] = pa.array(array.array("i", range(first, 4 * size, 4)))
-    return cached.slice(0, n)
-
-
-def _inflate(bodies: pa.BinaryArray, positions) -> pa.BinaryArray:
-    values = bodies.to_pylist()
-    for i in positions:
+def _strings(kind, n: int, c: list, off_i: int, data_i: int, valid_i: int | None = None) -> pa.Array:
+    """A string or binary array over the column buffers (a validity byte per row when given).
+    Strings are checked as UTF-8 here: the decoder copies bytes and never looks at them."""
+    validity = None
+    if valid_i is not None and c[valid_i].count(0):
+        mask = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(c[valid_i])])
+        validity = pc.cast(mask, pa.bool_()).buffers()[1]
+    arr = pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(c[off_i]), pa.py_buffer(c[data_i])])
+    if kind == pa.string():
         try:
-            values[i] = zlib.decompress(values[i])
-        except zlib.error as exc:
-            raise rec.RecordError(f"compressed body of record {i} does not inflate: {exc}") from None
-    return pa.array(values, pa.binary())
+            arr.validate(full=True)
+        except pa.ArrowInvalid as exc:
+            raise rec.RecordError(f"a property is not UTF-8: {exc}") from None
+    return arr
 
 
-def _properties(raw: pa.BinaryArray):
-    """'name\x01value\x02...' per record -> (map<string, string> without __CRC32#, and the
-    UNIQ_KEY, TAGS and KEYS columns), all in Arrow kernels: split into pairs, split each pair,
-    drop the trailer, and find each named property's row from running counts (no per-row
-    Python, and about a third of the cost of three map lookups)."""
-    n = len(raw)
-    pairs = pc.split_pattern(raw.cast(pa.string()), "\x02")  # the cast validates UTF-8
-    name_value = pc.split_pattern(pairs.flatten(), "\x01", max_splits=1)
-    names = pc.list_element(name_value, 0)
-    keep = pc.and_(pc.equal(pc.list_value_length(name_value), 2),
-                   pc.not_equal(names, rec.CRC_PROPERTY_NAME))
-    offsets = pc.take(_running_count(keep, pa.int32()), pairs.offsets)  # kept pairs before row i
-    keys = pc.filter(names, keep)
-    values = pc.list_element(pc.filter(name_value, keep), 1)
-    prop_map = pa.MapArray.from_arrays(offsets, keys, values)
-    if not prop_map.type.equals(_MAP_TYPE):
-        prop_map = prop_map.cast(_MAP_TYPE)
-    nulls = pa.nulls(n, pa.string())
-    named = []
-    for name in ("UNIQ_KEY", "TAGS", "KEYS"):
-        is_name = pc.equal(keys, name)
-        per_row = pc.pairwise_diff(pc.take(_running_count(is_name, pa.int64()), offsets))
-        has = pc.greater(per_row.slice(1), 0)
-        named.append(pc.replace_with_mask(nulls, has, pc.filter(values, is_name)))
-    return prop_map, named
+# the compiled decoder when built, else the kernel path (both give equal batches)
+RecordColumns = BufferColumns if accel.COMPILED else KernelColumns
 
-
-def _running_count(mask, kind) -> pa.Array:
-    """[0, c1, c2, ...]: how many of mask's first i values are true, for i = 0..len(mask)."""
-    return pa.concat_arrays([pa.array([0], kind), pc.cumulative_sum(pc.cast(mask, kind))])
-
-
-def empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+__all__ = ["ARROW_SCHEMA", "RecordColumns", "BufferColumns", "KernelColumns", "empty_batch"]

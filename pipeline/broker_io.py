@@ -15,6 +15,8 @@ Rules:
    silent gap would break "nothing lost".
 3. Up to `pull_depth` pulls of one range are in flight at once (consecutive sub-ranges), so the
    broker works while the task decodes.
+4. A batch ends at `arrow_batch_rows` rows or once its replies pass BATCH_BYTES_MAX, so big
+   messages neither hold gigabytes in a worker nor pass Arrow's 2 GiB offsets.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from tidemq.sync import LoopThread
 from tidemq.topic_routes import MessageQueue
 
 _MARGIN_S = 5.0
+BATCH_BYTES_MAX = 64 * 1024 * 1024  # of pull-reply bytes in one Arrow batch (rule 4)
 
 
 class ReadError(RuntimeError):
@@ -161,6 +164,9 @@ class _RangeReader:
                     next_lo = hi
                 fut_hi, fut = pending.popleft()
                 for body in await fut:
+                    if cols.nbytes and cols.nbytes + len(body) > BATCH_BYTES_MAX:  # rule 4
+                        yield self._filtered(cols.batch())
+                        cols = RecordColumns(self.mq.topic, self.mq.broker_name, self.mq.queue_id)
                     # a filtered pull scans past its sub-range: cut there, the next one has it
                     cols.add_reply(body, fut_hi)
                 if len(cols) >= opts.arrow_batch_rows:

@@ -21,7 +21,7 @@ lower case: `dict(options)` would lower-case them anyway).
 | `pullDepth` | 4 | pulls kept in flight per partition |
 | `arrowBatchRows` | 10000 | rows per Arrow batch handed to Spark |
 | `requestTimeoutMs` | 10000 | one broker request's timeout |
-| `sinkBatchSize` | 256 | writer: messages per batch send (also bounded to ~1 MiB) |
+| `sinkBatchSize` | 256 | writer: messages per batch send (at most the broker's 512 and ~1 MiB: a larger value sends more batches) |
 | `sinkId` | (random) | writer: stable id of a sink, for exactly-once keys across restarts |
 | `tls` | false | connect with TLS (`true` with the system CAs, or give `tlsCaFile`) |
 | `tlsCaFile`, `tlsCertFile`, `tlsKeyFile` | | CA to trust; client certificate and key (mutual TLS) |

@@ -107,7 +107,9 @@ class _Publisher:
         try:
             queues = sorted(await producer.publish_queues(o.topic),
                             key=lambda q: (q.broker_name, q.queue_id))
-            chunks = _QueueChunks(len(queues), o.sink_batch_size)
+            # the broker refuses bigger batches (13): a larger sinkBatchSize sends several
+            chunks = _QueueChunks(len(queues), min(o.sink_batch_size,
+                                                   producer.config.max_batch_messages))
             rows = 0
             slots = asyncio.Semaphore(_SENDS_IN_FLIGHT)
             sends = []

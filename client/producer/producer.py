@@ -34,6 +34,10 @@ Rules:
 7. A SendResult names the queue of the broker's reply (queueId), as Java's does: a retry the
    broker answers from its duplicate window was stored by an earlier attempt, maybe in
    another queue of the group, and the reply's offset is that queue's.
+8. A batch holds at most `max_batch_messages` messages and `max_message_bytes` of body, the
+   broker's caps: a bigger one is refused before anything is sent (IllegalArgument), never
+   split, as a batch is stored whole or not at all; split_batch() cuts a list into batches
+   that fit (client/producer/batch_split.py).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from tidemq.config import DEFAULT_ADDR, ProducerConfig, make_config
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
 from tidemq.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
+from tidemq.producer.batch_split import split_batches
 from tidemq.producer.send_codec import SendHeaderTemplate, encode_batch_body
 from tidemq.protocol.codes import FLAG_ONEWAY
 from tidemq.protocol.record import PROP_UNIQ_KEY
@@ -282,6 +287,15 @@ def _properties_text(msg: Message, uniq: str) -> str:
     return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
 
 
+_UNIQ_PLACEHOLDER = "0" * 32  # a made UNIQ_KEY's length (message.uniq_keys)
+
+
+def _entry_bytes(msg: Message) -> int:
+    """The message's entry in a batch body (send_codec.encode_batch_body's layout)."""
+    props = _properties_text(msg, _given_uniq_key(msg) or _UNIQ_PLACEHOLDER)
+    return 22 + len(msg.body) + len(props.encode())
+
+
 class Producer(AsyncLifecycle):
     """asyncio producer. Options are the fields of client.config.ProducerConfig."""
 
@@ -411,6 +425,7 @@ class Producer(AsyncLifecycle):
         check_topic(topic)
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        self._check_batch_count(uniq_keys_csv.count(",") + 1)
         if not body or len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
                                          f"{self.config.max_message_bytes}")
@@ -505,11 +520,24 @@ class Producer(AsyncLifecycle):
             entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
+        self._check_batch_count(len(entries))
         body = encode_batch_body(entries)
         if len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {self.config.max_message_bytes}")
         wire = self._template(topic, True).encode_props("")
         return _Prepared(topic, body, 0, 0, wire, ",".join(keys), True)
+
+    def split_batch(self, msgs: list[Message]) -> list[list[Message]]:
+        """`msgs` cut into consecutive lists that send_batch takes (rule 8)."""
+        cfg = self.config
+        return split_batches(msgs, cfg.max_batch_messages, cfg.max_message_bytes, _entry_bytes)
+
+    def _check_batch_count(self, n: int) -> None:
+        cap = self.config.max_batch_messages
+        if n > cap:
+            raise errors.IllegalArgument(
+                f"a batch of {n} messages is over the broker's limit of {cap} "
+                f"(max_batch_messages); cut it with Producer.split_batch and send each part")
 
 
 __all__ = ["Producer", "SendResult", "SendStatus", "Message"]

@@ -1555,6 +1555,8 @@ static struct PyModuleDef module = {
     "Compiled twins of TideMQ codec functions; see client/protocol/accel.py.", -1, methods,
 };
 
+static int add_pipeline_functions(PyObject *m);  /* the pipeline block at the end */
+
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
@@ -1566,9 +1568,290 @@ PyInit__speedups(void)
     if (fallbacks == NULL)
         return NULL;
     m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddObjectRef(m, "_fallbacks", fallbacks) < 0) {
+    if (m != NULL && (PyModule_AddObjectRef(m, "_fallbacks", fallbacks) < 0
+                      || add_pipeline_functions(m) < 0)) {
         Py_DECREF(m);
         return NULL;
     }
     return m;
+}
+
+/* ================================================================== pipeline: pull replies
+   A block of its own (with its own method table, added in PyInit__speedups) so the send-path
+   functions above and this one change independently.
+
+   decode_reply_into(buf, end_offset, cols): the twin of tidemq.pipeline.reply_columns.
+   decode_reply_into; the column layout is documented there. Pass 1 walks the records with the
+   twin's checks (any failure: the twin raises), pass 2 grows every bytearray once and writes. */
+
+enum {
+    RC_OFFSETS, RC_BORN_MS, RC_STORED_MS, RC_BODY_OFF, RC_BODY_DATA, RC_ID_OFF, RC_ID_DATA,
+    RC_TAGS_OFF, RC_TAGS_DATA, RC_TAGS_VALID, RC_KEYS_OFF, RC_KEYS_DATA, RC_KEYS_VALID,
+    RC_MAP_OFF, RC_PKEY_OFF, RC_PKEY_DATA, RC_PVAL_OFF, RC_PVAL_DATA, RC_COMPRESSED, RC_NCOLS
+};
+
+typedef struct {
+    Py_ssize_t pos, body_at, body_end, props_at, props_end;
+    int64_t qoff, born, store_ts;
+    int32_t sysflag;
+} rc_record;
+
+static inline int64_t rc_get64(const unsigned char *p)
+{
+    return (int64_t)(((uint64_t)(uint32_t)get32(p) << 32) | (uint32_t)get32(p + 4));
+}
+
+/* (*out)[n] = *r, growing *out (*cap records) when full; -1 with MemoryError set. */
+static int
+rc_push(rc_record **out, Py_ssize_t *cap, Py_ssize_t n, const rc_record *r)
+{
+    if (n == *cap) {
+        Py_ssize_t grown = *cap ? *cap * 2 : 256;
+        rc_record *more = PyMem_Realloc(*out, (size_t)grown * sizeof(rc_record));
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        *out = more;
+        *cap = grown;
+    }
+    (*out)[n] = *r;
+    return 0;
+}
+
+/* Pass 1: the twin's _scan. Returns the number of records (filled into *out, grown as
+   needed), or -1 when the twin must run (it raises), or -2 with a MemoryError set. */
+static Py_ssize_t
+rc_scan(const unsigned char *b, Py_ssize_t size, int has_end, int64_t end_offset,
+        rc_record **out, Py_ssize_t *cap)
+{
+    Py_ssize_t pos = 0, n = 0;
+    while (pos < size) {
+        rc_record r;
+        int32_t total, body_len, props_len;
+        uint32_t magic;
+        Py_ssize_t p, rec_end;
+        if (size - pos < 91)
+            return -1;
+        total = get32(b + pos);
+        magic = (uint32_t)get32(b + pos + 4);
+        if ((magic != 0xDAA320A7u && magic != 0xDAA320ABu) || total < 91 || pos + total > size)
+            return -1;
+        r.qoff = rc_get64(b + pos + 20);
+        if (has_end && r.qoff >= end_offset)
+            break;
+        rec_end = pos + total;
+        r.sysflag = get32(b + pos + 36);
+        r.born = rc_get64(b + pos + 40);
+        r.store_ts = rc_get64(b + pos + 56);
+        body_len = get32(b + pos + 84);
+        p = pos + 88;
+        if (r.sysflag & 0x30) {
+            Py_ssize_t ts_at = pos + 48 + ((r.sysflag & 0x10) ? 20 : 8);
+            p = ts_at + 8 + ((r.sysflag & 0x20) ? 20 : 8) + 12;
+            if (p + 4 > rec_end)
+                return -1;
+            r.store_ts = rc_get64(b + ts_at);
+            body_len = get32(b + p);
+            p += 4;
+        }
+        if (body_len < 0 || p + body_len + 2 > rec_end)
+            return -1;
+        r.pos = pos;
+        r.body_at = p;
+        r.body_end = p + body_len;
+        if (magic == 0xDAA320A7u)
+            r.props_at = r.body_end + 1 + b[r.body_end];
+        else
+            r.props_at = r.body_end + 2 + get16(b + r.body_end);
+        if (r.props_at <= r.body_end || r.props_at + 2 > rec_end)
+            return -1;
+        props_len = get16(b + r.props_at);
+        if (props_len < 0 || r.props_at + 2 + props_len > rec_end)
+            return -1;
+        r.props_at += 2;
+        r.props_end = r.props_at + props_len;
+        if (rc_push(out, cap, n++, &r) < 0)
+            return -2;
+        pos = rec_end;
+    }
+    return n;
+}
+
+typedef struct {
+    PyObject *col[RC_NCOLS];
+    Py_ssize_t used[RC_NCOLS];  /* bytes written so far */
+    Py_ssize_t old[RC_NCOLS];   /* lengths before this call */
+} rc_cols;
+
+static inline void rc_put(rc_cols *c, int i, const void *src, Py_ssize_t len)
+{
+    memcpy(PyByteArray_AS_STRING(c->col[i]) + c->used[i], src, (size_t)len);
+    c->used[i] += len;
+}
+
+static inline void rc_put32(rc_cols *c, int i, int32_t v) { rc_put(c, i, &v, 4); }
+
+/* value bytes to column `data`, its end to `off` */
+static inline void rc_str(rc_cols *c, int off, int data, const unsigned char *src, Py_ssize_t len)
+{
+    rc_put(c, data, src, len);
+    rc_put32(c, off, (int32_t)c->used[data]);
+}
+
+static void
+rc_offset_id(rc_cols *c, const unsigned char *b, const rc_record *r)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    unsigned char raw[28], text[56];
+    Py_ssize_t at = r->pos + 56 + ((r->sysflag & 0x10) ? 20 : 8);
+    Py_ssize_t host = (r->sysflag & 0x20) ? 20 : 8, i;
+    memcpy(raw, b + at, (size_t)host);
+    memcpy(raw + host, b + r->pos + 28, 8);  /* big-endian in the record, as the id wants */
+    for (i = 0; i < host + 8; i++) {
+        text[2 * i] = (unsigned char)hex[raw[i] >> 4];
+        text[2 * i + 1] = (unsigned char)hex[raw[i] & 15];
+    }
+    rc_str(c, RC_ID_OFF, RC_ID_DATA, text, 2 * (host + 8));
+}
+
+static void
+rc_write(rc_cols *c, const unsigned char *b, const rc_record *r, int32_t row)
+{
+    const unsigned char *named[3] = {NULL, NULL, NULL};  /* UNIQ_KEY, TAGS, KEYS values */
+    Py_ssize_t named_len[3] = {0, 0, 0}, s = r->props_at;
+    int32_t kept = 0, map_end;
+    int k;
+    rc_put(c, RC_OFFSETS, &r->qoff, 8);
+    rc_put(c, RC_BORN_MS, &r->born, 8);
+    rc_put(c, RC_STORED_MS, &r->store_ts, 8);
+    rc_str(c, RC_BODY_OFF, RC_BODY_DATA, b + r->body_at, r->body_end - r->body_at);
+    if (r->sysflag & 0x1)
+        rc_put32(c, RC_COMPRESSED, row);
+    while (s <= r->props_end) {  /* the pairs, as bytes.split(b"\x02") cuts them */
+        const unsigned char *e = memchr(b + s, 2, (size_t)(r->props_end - s));
+        Py_ssize_t end = e ? e - b : r->props_end;
+        const unsigned char *x = memchr(b + s, 1, (size_t)(end - s));
+        if (x != NULL) {
+            Py_ssize_t nlen = x - (b + s), vlen = end - (x - b) - 1;
+            if (!(nlen == 8 && memcmp(b + s, "__CRC32#", 8) == 0)) {
+                rc_str(c, RC_PKEY_OFF, RC_PKEY_DATA, b + s, nlen);
+                rc_str(c, RC_PVAL_OFF, RC_PVAL_DATA, x + 1, vlen);
+                kept++;
+                k = (nlen == 8 && memcmp(b + s, "UNIQ_KEY", 8) == 0) ? 0
+                    : (nlen == 4 && memcmp(b + s, "TAGS", 4) == 0) ? 1
+                    : (nlen == 4 && memcmp(b + s, "KEYS", 4) == 0) ? 2 : -1;
+                if (k >= 0) {
+                    named[k] = x + 1;
+                    named_len[k] = vlen;
+                }
+            }
+        }
+        s = end + 1;
+    }
+    memcpy(&map_end, PyByteArray_AS_STRING(c->col[RC_MAP_OFF]) + c->used[RC_MAP_OFF] - 4, 4);
+    rc_put32(c, RC_MAP_OFF, map_end + kept);
+    if (named[0] != NULL)
+        rc_str(c, RC_ID_OFF, RC_ID_DATA, named[0], named_len[0]);
+    else
+        rc_offset_id(c, b, r);
+    for (k = 1; k <= 2; k++) {
+        int off = k == 1 ? RC_TAGS_OFF : RC_KEYS_OFF;
+        unsigned char valid = named[k] != NULL;
+        rc_str(c, off, off + 1, named[k] ? named[k] : (const unsigned char *)"", named_len[k]);
+        rc_put(c, off + 2, &valid, 1);
+    }
+}
+
+/* Grow every column to hold the worst case of `recs`; on failure restore them all. */
+static int
+rc_grow(rc_cols *c, const rc_record *recs, Py_ssize_t n)
+{
+    Py_ssize_t body = 0, props = 0, i, need[RC_NCOLS];
+    for (i = 0; i < n; i++) {
+        body += recs[i].body_end - recs[i].body_at;
+        props += recs[i].props_end - recs[i].props_at;
+    }
+    need[RC_OFFSETS] = need[RC_BORN_MS] = need[RC_STORED_MS] = 8 * n;
+    need[RC_BODY_OFF] = need[RC_ID_OFF] = need[RC_TAGS_OFF] = need[RC_KEYS_OFF] = 4 * n;
+    need[RC_MAP_OFF] = need[RC_COMPRESSED] = 4 * n;
+    need[RC_TAGS_VALID] = need[RC_KEYS_VALID] = n;
+    need[RC_BODY_DATA] = body;
+    need[RC_ID_DATA] = 56 * n + props;
+    need[RC_TAGS_DATA] = need[RC_KEYS_DATA] = need[RC_PKEY_DATA] = need[RC_PVAL_DATA] = props;
+    need[RC_PKEY_OFF] = need[RC_PVAL_OFF] = 4 * (props + n);  /* a pair ends at \x02 or the end */
+    for (i = 0; i < RC_NCOLS; i++) {
+        if (PyByteArray_Resize(c->col[i], c->old[i] + need[i]) < 0) {
+            while (--i >= 0)
+                PyByteArray_Resize(c->col[i], c->old[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+decode_reply_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const int data_cols[4] = {RC_BODY_DATA, RC_ID_DATA, RC_PKEY_DATA, RC_PVAL_DATA};
+    Py_buffer view;
+    rc_cols c;
+    rc_record *recs = NULL;
+    Py_ssize_t cap = 0, n, i, data_max = 0, grow = 0;
+    int64_t end_offset = 0;
+    int has_end, overflow = 0;
+    (void)self;
+    if (kwnames != NULL || nargs != 3 || !PyList_CheckExact(args[2])
+        || PyList_GET_SIZE(args[2]) != RC_NCOLS)
+        return fallback("decode_reply_into", args, nargs, kwnames);
+    has_end = args[1] != Py_None;
+    if (has_end) {
+        if (!PyLong_CheckExact(args[1]))
+            return fallback("decode_reply_into", args, nargs, kwnames);
+        end_offset = PyLong_AsLongLongAndOverflow(args[1], &overflow);
+        if (overflow || (end_offset == -1 && PyErr_Occurred()))
+            return fallback("decode_reply_into", args, nargs, kwnames);
+    }
+    for (i = 0; i < RC_NCOLS; i++) {
+        c.col[i] = PyList_GET_ITEM(args[2], i);
+        if (!PyByteArray_CheckExact(c.col[i]))
+            return fallback("decode_reply_into", args, nargs, kwnames);
+        c.old[i] = c.used[i] = PyByteArray_GET_SIZE(c.col[i]);
+    }
+    if (c.old[RC_MAP_OFF] < 4 || c.old[RC_OFFSETS] % 8
+        || PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return fallback("decode_reply_into", args, nargs, kwnames);
+    n = rc_scan(view.buf, view.len, has_end, end_offset, &recs, &cap);
+    for (i = 0; i < n; i++)
+        grow += recs[i].body_end - recs[i].body_at + 2 * (recs[i].props_end - recs[i].props_at) + 56;
+    for (i = 0; i < 4; i++)
+        data_max = c.old[data_cols[i]] > data_max ? c.old[data_cols[i]] : data_max;
+    if (n == -1 || (n > 0 && data_max + grow > INT32_MAX)) {
+        PyMem_Free(recs);
+        PyBuffer_Release(&view);
+        return fallback("decode_reply_into", args, nargs, kwnames);
+    }
+    if (n == -2 || (n > 0 && rc_grow(&c, recs, n) < 0)) {
+        PyMem_Free(recs);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    for (i = 0; i < n; i++)
+        rc_write(&c, view.buf, &recs[i], (int32_t)(c.old[RC_OFFSETS] / 8 + i));
+    for (i = 0; n > 0 && i < RC_NCOLS; i++)
+        PyByteArray_Resize(c.col[i], c.used[i]);  /* shrinking: cannot fail */
+    PyMem_Free(recs);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(n);
+}
+
+static PyMethodDef pipeline_methods[] = {
+    TWIN(decode_reply_into, "tidemq.pipeline.reply_columns"),
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+add_pipeline_functions(PyObject *m)
+{
+    return PyModule_AddFunctions(m, pipeline_methods);
 }

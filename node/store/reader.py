@@ -14,6 +14,7 @@ from .consume_queue import PRE_BLANK_SIZE
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_FIRST_FETCH_UNITS = 32  # a pull's first unit fetch, before record sizes are known
 
 
 class GetStatus(enum.Enum):
@@ -47,6 +48,21 @@ def store_timestamp_of(record: bytes) -> int:
     return _I64.unpack_from(record, pos)[0]
 
 
+def _units_wanted(n_read: int, total: int, scanned: int, max_count: int, max_bytes: int,
+                  left: int) -> int:
+    """How many consume-queue units a pull fetches next: what its count allows, and once it has
+    records, what its bytes left allow at their mean size. Before that it probes with a few,
+    doubling while a filter skips everything (a pull of 1024 1-KiB records fills its 256 KiB
+    with 250: fetching all 1024 units took a fifth of the broker's read time). 16 more
+    cover skipped units."""
+    want = min(max_count - n_read, left)
+    if n_read:
+        want = min(want, (max_bytes - total) * n_read // total + 1)
+    else:
+        want = min(want, max(_FIRST_FETCH_UNITS, scanned))
+    return want + 16
+
+
 class StoreReader:
     """Mixed into MessageStore; expects commit_log, queues, index."""
 
@@ -71,7 +87,8 @@ class StoreReader:
         full = False  # the next unit does not fit this reply (count or bytes)
         while not full and pos < hi and len(out) < max_count and total < max_bytes:
             try:
-                units = cq.units(pos, min(max_count - len(out), hi - pos) + 16)
+                units = cq.units(pos, _units_wanted(len(out), total, pos - offset, max_count,
+                                                    max_bytes, hi - pos))
             except (ValueError, TypeError):  # a file was deleted under us by retention
                 units = []
             if not units:

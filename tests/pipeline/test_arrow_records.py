@@ -1,11 +1,13 @@
 """tidemq.pipeline.arrow_records: pull-reply bodies to Arrow, checked against the reference decoder
-(client.protocol.record.decode_record) on records of every shape; corrupt input raises."""
+(client.protocol.record.decode_record) on records of every shape; corrupt input raises. Both ways
+of building batches run every test (the compiled decoder's, when built, and the kernel path),
+and give equal batches."""
 import random
 import zlib
 
 import pytest
 
-from tidemq.pipeline.arrow_records import ARROW_SCHEMA, RecordColumns
+from tidemq.pipeline.arrow_records import ARROW_SCHEMA, BufferColumns, KernelColumns
 from tidemq.protocol import record as rec
 
 V4 = rec.encode_host("10.0.0.7", 10911)
@@ -26,6 +28,10 @@ def record(i, *, born=V4, store=V4, props=None, compressed=False, body=None):
     return bytes(buf)
 
 
+# BufferColumns runs on either path: its decoder is compiled, or (pure forced) the pure twin
+kinds = pytest.mark.parametrize("RecordColumns", [KernelColumns, BufferColumns])
+
+
 def decode_all(body):
     out, pos = [], 0
     while pos < len(body):
@@ -35,7 +41,8 @@ def decode_all(body):
     return out
 
 
-def test_matches_the_reference_decoder_on_mixed_records():
+@kinds
+def test_matches_the_reference_decoder_on_mixed_records(RecordColumns):
     rng = random.Random(3)
     recs = []
     for i in range(60):
@@ -63,7 +70,8 @@ def test_matches_the_reference_decoder_on_mixed_records():
         assert (row["topic"], row["broker"]) == ("Topic", "broker-a")
 
 
-def test_end_offset_cuts_the_reply():
+@kinds
+def test_end_offset_cuts_the_reply(RecordColumns):
     body = b"".join(record(i) for i in range(10))  # queue offsets 100..109
     cols = RecordColumns("Topic", "b", 3)
     assert cols.add_reply(body, end_offset=104) == 4
@@ -71,7 +79,8 @@ def test_end_offset_cuts_the_reply():
 
 
 @pytest.mark.parametrize("cut", [1, 50, 90])
-def test_corrupt_replies_raise(cut):
+@kinds
+def test_corrupt_replies_raise(cut, RecordColumns):
     good = record(1) + record(2)
     with pytest.raises(rec.RecordError):
         RecordColumns("Topic", "b", 3).add_reply(good[:len(good) - cut])
@@ -81,7 +90,21 @@ def test_corrupt_replies_raise(cut):
         RecordColumns("Topic", "b", 3).add_reply(bytes(bad_magic))
 
 
-def test_empty():
+@kinds
+def test_empty(RecordColumns):
     cols = RecordColumns("Topic", "b", 3)
     assert cols.add_reply(b"") == 0
     assert cols.batch().num_rows == 0 and cols.batch().schema.equals(ARROW_SCHEMA)
+
+
+def test_both_ways_give_equal_batches():
+    props = [None, b"", b"TAGS\x01a\x02TAGS\x01b\x02KEYS\x01\x02", b"\x01e\x02zz\x02u\x01\x01\x02"]
+    recs = [record(i, props=props[i % 4], born=V6 if i % 3 else V4, compressed=i % 5 == 0)
+            for i in range(40)]
+    batches = []
+    for kind in (KernelColumns, BufferColumns):
+        cols = kind("Topic", "b", 3)
+        cols.add_reply(b"".join(recs[:17]))
+        cols.add_reply(b"".join(recs[17:]), end_offset=135)
+        batches.append(cols.batch())
+    assert batches[0].num_rows == 35 and batches[0].equals(batches[1])
