@@ -235,6 +235,8 @@ class Broker:
                     offsets.persist()
             except OSError:
                 log.exception("could not persist consumer offsets at shutdown")
+            if offsets is not None:
+                offsets.close()
             self.store.close()
             self.store = None
         log.info("broker stopped")
