@@ -16,13 +16,16 @@ Rules:
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 
 from .errors import StoreCorrupt
 from .fileio import WarmCancelled
 from .mapped_file import MappedFile, file_name
 
+log = logging.getLogger("tidemq.store.files")
 _WARM_INLINE_MAX = 64 << 20
 _TAKEN = object()  # _making: the writer took the file the maintenance thread was warming
 
@@ -230,6 +233,7 @@ class MappedFileQueue:
                 return
             self._making[start] = None
         mf = None
+        began = time.monotonic()
         try:
             mf = self._map(start)
             with self._lock:
@@ -252,6 +256,7 @@ class MappedFileQueue:
             if last is not None and start == last.start_offset + self.file_bytes \
                     and start not in self._prepared:
                 self._prepared[start] = mf
+                log.info("prepared the next file %s in %.2fs", mf.path, time.monotonic() - began)
                 return
         mf.close()  # the queue moved on (or was cut) while the file was made
 
@@ -263,6 +268,7 @@ class MappedFileQueue:
             mf.destroy(self.fs)
             self.fs.fsync_dir(self.directory)
             self.cancelled_preparations += 1
+            log.info("abandoned the preparation of %s: the store is closing", mf.path)
 
     def _release(self, start: int, mf: MappedFile | None) -> bool:
         """Drop the maintenance thread's claim on `start` (lock held); True if the writer
