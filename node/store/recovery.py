@@ -7,7 +7,8 @@ Steps (RocketMQ's recoverNormally/recoverAbnormally, in offsets rather than time
    validating every record (magic, lengths, physical offset, body CRC, whole-record CRC). The
    first record that fails ends the valid data.
 3. Cut the log there durably (zero-fill + fsync), and fsync what was scanned, so whatever
-   recovery makes visible is on disk.
+   recovery makes visible is on disk. After a clean close whose checkpoint names that end,
+   nothing past it is looked at, and the next file that run prepared is kept.
 4. Consume queues: each is cut at the first queue offset the scan re-dispatches (or at the
    first unit pointing past the dispatched watermark). After a crash the key index keeps its
    trusted prefix (IndexService.recover_prefix: whole entries below the log end, never less
@@ -255,9 +256,11 @@ def recover(store, crashed: bool) -> RecoveryReport:
         report.end_offset = end
     report.seconds = time.perf_counter() - t0
     if store.commit_log.queue.files:
-        log.info("recovered %s store: log ends at %d, scanned %d bytes in %.3fs, "
-                 "re-dispatched %d", "crashed" if crashed else "cleanly closed",
-                 report.end_offset, report.scanned_bytes, report.seconds, report.redispatched)
+        log.info("recovered %s store: log ends at %d, scanned %d bytes in %.3fs (and "
+                 "looked at %d past the end), re-dispatched %d",
+                 "crashed" if crashed else "cleanly closed", report.end_offset,
+                 report.scanned_bytes, report.seconds, report.tail_checked_bytes,
+                 report.redispatched)
     return report
 
 
