@@ -12,8 +12,10 @@ broker, started in turn, with the same phases) it measures:
   - idle restart: SIGTERM + start right after the population (seconds, and the stop alone),
     the bytes that clean recovery scanned and looked at past the log end, then the broker's
     fds and RSS anon / file; per idle queue = the excess over the 8-queue broker's
-  - offsets persist: one group commits every queue (one snapshot), then 8 queues: the bytes
-    the second persist wrote, against the snapshot's size
+  - offsets persist: one group commits every queue, then 8 queues: the bytes the second
+    persist wrote, against the bytes the offsets files hold after the first
+  - fdatasync_ms: the mean of 100 fdatasyncs of a small write in the run's directory, at the
+    start: the per-write cost behind topic creation (one journal fdatasync per topic)
   - checkpoint lag p99: seconds between moves of the checkpoint file's dispatched offset,
     sampled every 20 ms during the send phases
   - push consume: SDK PushConsumer draining what the sends left, subscribed to at most
@@ -223,8 +225,8 @@ async def commit_offsets(addr, topics, queues=QPT):
 
 
 def offsets_persist(addr, root, topics):
-    """(snapshot bytes after committing every queue, bytes the next persist of 8 commits
-    wrote): the second must not grow with the table."""
+    """(bytes the offsets files hold after committing every queue, bytes the next persist of
+    8 commits wrote): the second must not grow with the table."""
     config = os.path.join(root, "config")
 
     def written():
@@ -234,12 +236,26 @@ def offsets_persist(addr, root, topics):
     asyncio.run(commit_offsets(addr, topics))
     time.sleep(OFFSETS_FLUSH_MS * 3 / 1000)
     before = written()
-    snap = os.path.getsize(os.path.join(config, "consumerOffset.json"))
+    snap = os.path.getsize(os.path.join(config, "consumerOffset.json"))  # if rewritten
     mtime = os.stat(os.path.join(config, "consumerOffset.json")).st_mtime_ns
     asyncio.run(commit_offsets(addr, topics[:1]))
     time.sleep(OFFSETS_FLUSH_MS * 3 / 1000)
     rewritten = os.stat(os.path.join(config, "consumerOffset.json")).st_mtime_ns != mtime
-    return snap, (written() if not rewritten else written() + snap) - before
+    return before, (written() if not rewritten else written() + snap) - before
+
+
+def fdatasync_ms(directory, count=100):
+    path = os.path.join(directory, "fdatasync-probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for i in range(count):
+            os.pwrite(fd, b"p" * 128, i * 128)
+            os.fdatasync(fd)
+        return round((time.perf_counter() - t0) / count * 1000, 3)
+    finally:
+        os.close(fd)
+        os.remove(path)
 
 
 def measure(d, n_queues, args):
@@ -270,7 +286,7 @@ def measure(d, n_queues, args):
             out["single_send_msgs_s" + tag] = round(asyncio.run(single_send(b.addr, topics, args.seconds)))
             out["batch_send_msgs_s" + tag] = round(asyncio.run(batch_send(b.addr, topics, args.seconds)))
         out["checkpoint_lag_p99_s" + tag] = round(pct(watch.gaps, 99) or -1, 3)
-        out["offsets_snapshot_bytes" + tag], out["offsets_persist_8_bytes" + tag] = \
+        out["offsets_stored_bytes" + tag], out["offsets_persist_8_bytes" + tag] = \
             offsets_persist(b.addr, root, topics)
         rate, count = asyncio.run(push_consume(b.addr, topics[:PUSH_TOPICS_MAX], args.seconds))
         out["push_consume_msgs_s" + tag], out["push_consume_count" + tag] = round(rate), count
@@ -306,6 +322,7 @@ def main():
     result = {"cpus": os.cpu_count(), "body_bytes": len(BODY), "queue_counts": counts}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tidemq-scale-") as d:
+        result["fdatasync_ms"] = fdatasync_ms(d)
         for n in counts:
             result.update(measure(d, n, args))
     base = counts[0]
