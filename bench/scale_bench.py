@@ -9,8 +9,13 @@ broker, started in turn, with the same phases) it measures:
   - single send: SDK Producer.send of 1 KiB over all topics in turn, 256 in flight (msgs/s;
     the producer learns every topic's route first, untimed)
   - batched send: SDK send_batch of 32 to one topic at a time, rotating, 4 in flight (msgs/s)
-  - idle restart: SIGTERM + start right after the population (seconds), then the broker's
+  - idle restart: SIGTERM + start right after the population (seconds, and the stop alone),
+    the bytes that clean recovery scanned and looked at past the log end, then the broker's
     fds and RSS anon / file; per idle queue = the excess over the 8-queue broker's
+  - offsets persist: one group commits every queue, then 8 queues: the bytes the second
+    persist wrote, against the bytes the offsets files hold after the first
+  - fdatasync_ms: the mean of 100 fdatasyncs of a small write in the run's directory, at the
+    start: the per-write cost behind topic creation (one journal fdatasync per topic)
   - checkpoint lag p99: seconds between moves of the checkpoint file's dispatched offset,
     sampled every 20 ms during the send phases
   - push consume: SDK PushConsumer draining what the sends left, subscribed to at most
@@ -49,6 +54,7 @@ WINDOW = 512         # pipelined raw requests per connection
 IN_FLIGHT = 256
 BATCH = 32
 PUSH_TOPICS_MAX = 1250
+OFFSETS_FLUSH_MS = 300
 _CHECKPOINT_DISPATCHED = struct.Struct(">q")
 
 
@@ -206,12 +212,59 @@ def scanned_bytes(log_text):
     return int(found[-1]) if found else None
 
 
+def looked_past_end(log_text):
+    found = re.findall(r"looked at (\d+) past the end", log_text)
+    return int(found[-1]) if found else None
+
+
+async def commit_offsets(addr, topics, queues=QPT):
+    codes = await pipelined(addr, [(R.UPDATE_CONSUMER_OFFSET, {
+        "consumerGroup": "scale-offsets", "topic": t, "queueId": q, "commitOffset": 1}, b"")
+        for t in topics for q in range(queues)])
+    assert not [c for c in codes if c], "offset commit failed"
+
+
+def offsets_persist(addr, root, topics):
+    """(bytes the offsets files hold after committing every queue, bytes the next persist of
+    8 commits wrote): the second must not grow with the table."""
+    config = os.path.join(root, "config")
+
+    def written():
+        return sum(os.path.getsize(os.path.join(config, f)) for f in
+                   ("consumerOffset.json", "consumerOffset.journal")
+                   if os.path.exists(os.path.join(config, f)))
+    asyncio.run(commit_offsets(addr, topics))
+    time.sleep(OFFSETS_FLUSH_MS * 3 / 1000)
+    before = written()
+    snap = os.path.getsize(os.path.join(config, "consumerOffset.json"))  # if rewritten
+    mtime = os.stat(os.path.join(config, "consumerOffset.json")).st_mtime_ns
+    asyncio.run(commit_offsets(addr, topics[:1]))
+    time.sleep(OFFSETS_FLUSH_MS * 3 / 1000)
+    rewritten = os.stat(os.path.join(config, "consumerOffset.json")).st_mtime_ns != mtime
+    return before, (written() if not rewritten else written() + snap) - before
+
+
+def fdatasync_ms(directory, count=100):
+    path = os.path.join(directory, "fdatasync-probe")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for i in range(count):
+            os.pwrite(fd, b"p" * 128, i * 128)
+            os.fdatasync(fd)
+        return round((time.perf_counter() - t0) / count * 1000, 3)
+    finally:
+        os.close(fd)
+        os.remove(path)
+
+
 def measure(d, n_queues, args):
     out, tag = {}, f"_q{n_queues}"
     topics = topics_of(n_queues)
     root = os.path.join(d, f"q{n_queues}", "store")
     os.makedirs(os.path.dirname(root))
     b = BrokerProcess(root, ["store.commitlog_file_bytes=268435456",
+                             f"offsets_flush_interval_ms={OFFSETS_FLUSH_MS}",
                              f"max_topics={len(topics) + 100}"], small_store=False)
     b.start()
     try:
@@ -219,8 +272,12 @@ def measure(d, n_queues, args):
         out["topic_create_per_s" + tag] = round(rate)
         out["populate_refused" + tag] = refused
         t0 = time.perf_counter()  # idle: every queue holds one message
-        b.restart(timeout=120)
+        b.stop()
+        out["stop_idle_s" + tag] = round(time.perf_counter() - t0, 2)
+        b.start(timeout=120)
         out["restart_idle_s" + tag] = round(time.perf_counter() - t0, 2)
+        out["restart_idle_scan_bytes" + tag] = scanned_bytes(b.log_text())
+        out["restart_idle_past_end_bytes" + tag] = looked_past_end(b.log_text())
         time.sleep(1)
         fds, anon, file_ = proc_figures(b.proc.pid)
         out["broker_fds_idle" + tag] = fds
@@ -229,6 +286,8 @@ def measure(d, n_queues, args):
             out["single_send_msgs_s" + tag] = round(asyncio.run(single_send(b.addr, topics, args.seconds)))
             out["batch_send_msgs_s" + tag] = round(asyncio.run(batch_send(b.addr, topics, args.seconds)))
         out["checkpoint_lag_p99_s" + tag] = round(pct(watch.gaps, 99) or -1, 3)
+        out["offsets_stored_bytes" + tag], out["offsets_persist_8_bytes" + tag] = \
+            offsets_persist(b.addr, root, topics)
         rate, count = asyncio.run(push_consume(b.addr, topics[:PUSH_TOPICS_MAX], args.seconds))
         out["push_consume_msgs_s" + tag], out["push_consume_count" + tag] = round(rate), count
         out["broker_fds_loaded" + tag] = proc_figures(b.proc.pid)[0]
@@ -263,6 +322,7 @@ def main():
     result = {"cpus": os.cpu_count(), "body_bytes": len(BODY), "queue_counts": counts}
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tidemq-scale-") as d:
+        result["fdatasync_ms"] = fdatasync_ms(d)
         for n in counts:
             result.update(measure(d, n, args))
     base = counts[0]

@@ -9,8 +9,8 @@ Rules:
 1. Every background task is owned here and cancelled in stop(); a task that dies by an
    unexpected exception is logged, and the broker stops (a node in an unknown state must not
    serve): `failed` is set, which main.py waits on with the signals.
-2. Offsets are snapshotted on the loop thread and written by a worker thread, so the loop
-   never waits for an fsync.
+2. Offsets changes are taken on the loop thread and written (journal line or snapshot) by a
+   worker thread, so the loop never waits for an fsync.
 3. The STOREHOST written into records and the route address are the same advertised
    "ip:port" (clients dial the address inside an offsetMsgId): a hostname in advertised_host
    is resolved once, here.
@@ -235,6 +235,8 @@ class Broker:
                     offsets.persist()
             except OSError:
                 log.exception("could not persist consumer offsets at shutdown")
+            if offsets is not None:
+                offsets.close()
             self.store.close()
             self.store = None
         log.info("broker stopped")

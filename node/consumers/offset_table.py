@@ -3,20 +3,33 @@
 A small state machine with no I/O of its own besides `persist`/`load`; replication carries its
 changes to slaves as log records (ReplicatedState, the replicated state topic).
 
-File (RocketMQ's consumerOffset.json shape): `<store root>/config/consumerOffset.json`
-    {"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>}}}
-Topic names cannot contain '@' (TopicValidator), so the key splits at its first '@'.
+Files under `<store root>/config/`:
+- consumerOffset.json, a snapshot in RocketMQ's shape plus the journal epoch it starts:
+      {"offsetTable":{"<topic>@<group>":{"<queueId>":<offset>}},"journalEpoch":<n>}
+  Topic names cannot contain '@' (TopicValidator), so the key splits at its first '@'.
+- consumerOffset.journal (node/append_journal.py), one line per persist since the snapshot:
+      {"e":<epoch>,"rm":[[group,topic],...],"o":[[group,topic,queueId,offset],...],"s":<n>}
+  only the entries that changed ("rm": dropped (group, topic) pairs, applied first).
 
 Rules:
-1. persist() writes atomically (tmp + fsync + rename + fsync dir): after a crash the file is
-   the old or the new table, never a mix. The broker calls it on an interval and at shutdown.
-2. The table is bounded (max_entries queue offsets); a commit past the bound is refused.
-3. A commit stores what the client sent, even a smaller offset (a reset), as Java does.
+1. persist() appends the entries changed since the last persist and fdatasyncs once: its cost
+   follows what changed, not the size of the table. The broker calls it on an interval and at
+   shutdown, so a crash loses at most the commits of one interval.
+2. Once the journal holds more entries than the table (and at least COMPACT_MIN), persist()
+   writes a new snapshot atomically (tmp + fsync + rename + fsync dir) with the next epoch,
+   then empties the journal. Loading replays only lines of the snapshot's epoch: lines a crash
+   left between the two steps are older than the snapshot and are skipped. A torn last line
+   (a crash mid-append) is ignored. A failed write makes the next persist a snapshot.
+3. The table is bounded (max_entries queue offsets); a commit past the bound is refused.
+4. A commit stores what the client sent, even a smaller offset (a reset), as Java does.
 """
 from __future__ import annotations
 
 import json
 import os
+import threading
+
+from tidemq.node.append_journal import AppendJournal
 
 
 class OffsetTableFull(Exception):
@@ -24,6 +37,8 @@ class OffsetTableFull(Exception):
 
 
 class ConsumerOffsets:
+    COMPACT_MIN = 4096  # journal entries always allowed before a snapshot (rule 2)
+
     def __init__(self, path: str, fs, max_entries: int):
         self.path = path
         self._fs = fs
@@ -31,6 +46,15 @@ class ConsumerOffsets:
         self.table: dict[tuple[str, str], dict[int, int]] = {}
         self._entries = 0
         self.dirty = False
+        self.journal = AppendJournal(os.path.splitext(path)[0] + ".journal")
+        self._changed: set[tuple[str, str, int]] = set()  # since the last dump
+        self._removed: set[tuple[str, str]] = set()
+        self._snapshot_due = True   # no snapshot of this table on disk yet (rule 2)
+        self._epoch = 0             # the journal epoch of the snapshot on disk
+        self._journaled = 0         # entries in the journal
+        # Held from a dump to the end of its write(), so writes land in the order of their
+        # dumps whatever thread runs them (a snapshot never overtakes a later line).
+        self._write_lock = threading.Lock()
         # Replication (node/replication/replicated_state.py): listener(group, topic, queue_id) after each
         # commit; state_offset = the replicated-state queue offset this table includes up to.
         self.listener = None
@@ -47,6 +71,7 @@ class ConsumerOffsets:
                 raise OffsetTableFull(f"consumer offset table holds {self.max_entries} entries")
             self._entries += 1
         queues[queue_id] = offset
+        self._changed.add((group, topic, queue_id))
         self.dirty = True
         if self.listener is not None:
             self.listener(group, topic, queue_id)
@@ -75,7 +100,10 @@ class ConsumerOffsets:
     def _remove(self, keys) -> int:
         removed = 0
         for key in keys:
-            removed += len(self.table.pop(key))
+            queues = self.table.pop(key)
+            removed += len(queues)
+            self._removed.add(key)
+            self._changed.difference_update((key[0], key[1], q) for q in queues)
         if removed:
             self._entries -= removed
             self.dirty = True
@@ -91,7 +119,12 @@ class ConsumerOffsets:
         return doc
 
     def apply(self, snapshot: dict) -> None:
-        """Replace the table by a snapshot (from the file, or from a master later)."""
+        """Replace the table by a snapshot (from a master, say): the next persist writes a
+        snapshot."""
+        self._apply(snapshot)
+        self._snapshot_due = True
+
+    def _apply(self, snapshot: dict) -> None:
         table: dict[tuple[str, str], dict[int, int]] = {}
         entries = 0
         for key, queues in snapshot.get("offsetTable", {}).items():
@@ -105,33 +138,86 @@ class ConsumerOffsets:
 
     # -- persistence ----------------------------------------------------------------------
     def load(self) -> None:
+        """The snapshot, then the journal lines of its epoch (rule 2)."""
         try:
             with open(self.path, "rb") as f:
                 doc = json.loads(f.read())
         except FileNotFoundError:
-            return
-        self.apply(doc)
+            doc = {}
+        self._apply(doc)
+        self._epoch = int(doc.get("journalEpoch", 0))
+        self._journaled = 0
+        for line in self.journal.read():
+            if line.get("e") == self._epoch:
+                self._replay(line)
+        self._snapshot_due = not doc and not self._journaled
+        self._changed.clear()
+        self._removed.clear()
+
+    def _replay(self, line: dict) -> None:
+        for group, topic in line.get("rm", ()):
+            queues = self.table.pop((group, topic), None)
+            self._entries -= len(queues or ())
+        for group, topic, queue_id, offset in line.get("o", ()):
+            queues = self.table.setdefault((group, topic), {})
+            self._entries += int(queue_id not in queues)
+            queues[queue_id] = offset
+        self.state_offset = int(line.get("s", self.state_offset))
+        self._journaled += len(line.get("o", ())) + len(line.get("rm", ()))
 
     def persist(self) -> bool:
-        """Write the table if it changed since the last write (rule 1). True when written."""
+        """Write what changed since the last write (rules 1, 2). True when written."""
         data = self.dump_if_dirty()
         if data is None:
             return False
         self.write(data)
         return True
 
-    def dump_if_dirty(self) -> bytes | None:
-        """The file's bytes when the table changed since the last dump; taken on the owner's
-        thread so a writer thread can then write() them while commits go on."""
+    def dump_if_dirty(self) -> tuple[str, dict] | None:
+        """What to write when the table changed since the last dump: ("line", journal line)
+        or ("snapshot", document). Taken on the owner's thread so a writer thread can then
+        write() it while commits go on. Every dump must be passed to write(), which ends it:
+        the next dump waits for that."""
         if not self.dirty:
             return None
+        self._write_lock.acquire()
         self.dirty = False
-        return json.dumps(self.snapshot(), separators=(",", ":")).encode()
+        changed, removed = self._changed, self._removed
+        self._changed, self._removed = set(), set()
+        if self._snapshot_due or self._journaled + len(changed) + len(removed) \
+                > max(self.COMPACT_MIN, self._entries):
+            self._snapshot_due = False
+            return "snapshot", self.snapshot()
+        line: dict = {"s": self.state_offset}
+        if removed:
+            line["rm"] = sorted(removed)
+        if changed:
+            line["o"] = [[g, t, q, self.table[(g, t)][q]] for g, t, q in sorted(changed)]
+        return "line", line
 
-    def write(self, data: bytes) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    def write(self, data: tuple[str, dict]) -> None:
+        """Write one dump (on any thread) and end it."""
+        kind, doc = data
         try:
-            self._fs.write_atomic(self.path, data)
+            if kind == "snapshot":
+                self._write_snapshot(doc)
+            else:
+                self.journal.append({**doc, "e": self._epoch})
+                self._journaled += len(doc.get("o", ())) + len(doc.get("rm", ()))
         except BaseException:
-            self.dirty = True  # try again next time
+            self._snapshot_due = self.dirty = True  # try again next time, whole (rule 2)
             raise
+        finally:
+            self._write_lock.release()
+
+    def _write_snapshot(self, doc: dict) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        epoch = self._epoch + 1
+        self._fs.write_atomic(self.path, json.dumps({**doc, "journalEpoch": epoch},
+                                                    separators=(",", ":")).encode())
+        self._epoch = epoch
+        self.journal.reset()
+        self._journaled = 0
+
+    def close(self) -> None:
+        self.journal.close()

@@ -235,10 +235,13 @@ class CommitLog:
     def flushed_offset(self) -> int:
         return self.queue.flushed_offset if self.queue.files else self.start_offset
 
-    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None) -> None:
-        self.queue.truncate(offset, scan_stale, stale_limit)
+    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None,
+                 keep_next: bool = False) -> int:
+        """MappedFileQueue.truncate; returns the bytes past `offset` it looked at."""
+        looked = self.queue.truncate(offset, scan_stale, stale_limit, keep_next)
         if not self.queue.files:
             self.start_offset = offset
+        return looked
 
     def close(self) -> None:
         self.queue.close()

@@ -177,6 +177,8 @@ class MaintenanceService:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        # a closing store must not wait seconds for the next file's warm-up: it is abandoned
+        self.store.commit_log.queue.cancel_preparation()
         self._thread.join()
         self._prepare.join()
 

@@ -37,8 +37,8 @@ class MappedFile:
         if map_only:
             self.release_fd()
 
-    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
-        self._mapping.warm(paced, zero_fill)
+    def warm(self, paced: bool = True, zero_fill: bool = False, cancel=None) -> None:
+        self._mapping.warm(paced, zero_fill, cancel)
 
     def stop_zero_fill(self) -> None:
         self._mapping.stop_zero_fill()
@@ -91,11 +91,11 @@ class MappedFile:
         self.flushed = wrote
         return True
 
-    def cut(self, pos: int, stale_end: int | None = None) -> None:
+    def cut(self, pos: int, stale_end: int | None = None) -> int:
         """Durably discard everything from `pos` on: zero-fill [pos, stale_end) and fsync
         before returning, so a crash after the cut cannot bring the stale tail back
         (apache/rocketmq#10666). `stale_end` defaults to what this process wrote; recovery,
-        which cannot know, passes stale_data_end()."""
+        which cannot know, passes stale_data_end(). Returns the bytes looked at past `pos`."""
         old = max(self.wrote, self.flushed) if stale_end is None else stale_end
         for start in range(pos, old, _CHUNK):
             end = min(start + _CHUNK, old)
@@ -104,11 +104,16 @@ class MappedFile:
                 self.buf[start:end] = zeros  # below still writes back any dirty page
         self._mapping.sync()
         self.wrote = self.flushed = pos
+        return max(0, old - pos)
+
+    def stale_window_end(self, pos: int, limit: int | None = None) -> int:
+        """Where stale_data_end(pos, limit) stops looking."""
+        return self.size if limit is None else max(pos, min(limit, self.size))
 
     def stale_data_end(self, pos: int, limit: int | None = None) -> int:
         """End of the last non-zero chunk in [pos, limit) (what a crash may have left)."""
         end = pos
-        stop = self.size if limit is None else max(pos, min(limit, self.size))
+        stop = self.stale_window_end(pos, limit)
         for start in range(pos, stop, _CHUNK):
             chunk = self.buf[start:min(start + _CHUNK, stop)]
             if chunk != (_ZEROS if len(chunk) == _CHUNK else bytes(len(chunk))):

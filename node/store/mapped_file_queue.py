@@ -10,23 +10,30 @@ Rules:
 4. With `map_only` (files written through the mapping alone) a file keeps one descriptor, not
    two; `admit(what, count)`, when set, is asked before files are created or mapped and may
    refuse them with OSError.
+5. cancel_preparation() (a closing store) stops every warm-up within one chunk; a file the
+   maintenance thread was still preparing is removed, so only whole prepared files outlive
+   the process (a clean restart keeps one: truncate(keep_next=True)).
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 
 from .errors import StoreCorrupt
+from .fileio import WarmCancelled
 from .mapped_file import MappedFile, file_name
 
+log = logging.getLogger("tidemq.store.files")
 _WARM_INLINE_MAX = 64 << 20
 _TAKEN = object()  # _making: the writer took the file the maintenance thread was warming
 
 
-def _warm_quietly(mf: MappedFile) -> None:
+def _warm_quietly(mf: MappedFile, cancel: threading.Event) -> None:
     try:
-        mf.warm(paced=False)
-    except (OSError, ValueError):  # closed meanwhile: nothing left to warm
+        mf.warm(paced=False, cancel=cancel)
+    except (OSError, ValueError, WarmCancelled):  # closed meanwhile: nothing left to warm
         pass
 
 
@@ -50,6 +57,9 @@ class MappedFileQueue:
         # fn(start) before the writer creates a file itself; raises to refuse (the store's
         # disk guard: no room for the file).
         self.before_make = None
+        self._cancel = threading.Event()  # rule 5
+        self.files_made = 0               # files created or mapped anew since this queue began
+        self.cancelled_preparations = 0   # rule 5: half-prepared files removed
 
     # -- loading -------------------------------------------------------------------------
     def load(self) -> None:
@@ -153,7 +163,7 @@ class MappedFileQueue:
         if self.file_bytes <= _WARM_INLINE_MAX:
             return self.make_file(start, warm=True)
         mf = self.make_file(start, warm=False)
-        threading.Thread(target=_warm_quietly, args=(mf,), daemon=True,
+        threading.Thread(target=_warm_quietly, args=(mf, self._cancel), daemon=True,
                          name="tidemq-warm").start()
         return mf
 
@@ -196,6 +206,7 @@ class MappedFileQueue:
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(self.fs, os.path.join(self.directory, file_name(start)), start,
                         self.file_bytes)
+        self.files_made += 1
         try:
             # A new file name (and a new directory's) must survive a crash too (POSIX rule).
             self.fs.fsync_dir(self.directory)
@@ -207,22 +218,31 @@ class MappedFileQueue:
             raise
         return mf
 
+    def cancel_preparation(self) -> None:
+        """Stop every warm-up now and prepare nothing more (rule 5): the store is closing."""
+        self._cancel.set()
+
     def prepare_next(self) -> None:
         """The maintenance thread's job: make and warm the file after the last one, unless it
         is prepared, or being made, already. The writer may take it mid-warm (_obtain)."""
         with self._lock:
             last = self.last()
             start = None if last is None else last.start_offset + self.file_bytes
-            if start is None or start in self._prepared or start in self._making:
+            if start is None or start in self._prepared or start in self._making \
+                    or self._cancel.is_set():
                 return
             self._making[start] = None
         mf = None
+        began = time.monotonic()
         try:
             mf = self._map(start)
             with self._lock:
                 self._making[start] = mf
                 self._lock.notify_all()
-            mf.warm(True, self.zero_fill)  # paced: producers are running
+            mf.warm(True, self.zero_fill, self._cancel)  # paced: producers are running
+        except WarmCancelled:
+            self._abandon(start, mf)
+            return
         except BaseException:
             with self._lock:
                 taken = self._release(start, mf)
@@ -236,8 +256,19 @@ class MappedFileQueue:
             if last is not None and start == last.start_offset + self.file_bytes \
                     and start not in self._prepared:
                 self._prepared[start] = mf
+                log.info("prepared the next file %s in %.2fs", mf.path, time.monotonic() - began)
                 return
         mf.close()  # the queue moved on (or was cut) while the file was made
+
+    def _abandon(self, start: int, mf: MappedFile) -> None:
+        """Remove a file whose preparation was cancelled (rule 5), unless the writer took it."""
+        with self._lock:
+            taken = self._release(start, mf)
+        if not taken:
+            mf.destroy(self.fs)
+            self.fs.fsync_dir(self.directory)
+            self.cancelled_preparations += 1
+            log.info("abandoned the preparation of %s: the store is closing", mf.path)
 
     def _release(self, start: int, mf: MappedFile | None) -> bool:
         """Drop the maintenance thread's claim on `start` (lock held); True if the writer
@@ -303,23 +334,40 @@ class MappedFileQueue:
                 did = mf.flush(least_pages) or did
         return did
 
-    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None) -> None:
+    def truncate(self, offset: int, scan_stale: bool = False, stale_limit: int | None = None,
+                 keep_next: bool = False) -> int:
         """Durably drop everything at or after `offset`: later files are deleted, the file
         holding it is cut. With scan_stale, bytes a crash may have left past `wrote` go too
-        (up to the absolute offset stale_limit when one is known)."""
+        (up to the absolute offset stale_limit when one is known). With keep_next, the file
+        right after the one holding `offset` is kept as the prepared next file: the caller
+        knows nothing was ever written to it (a clean close left it prepared). Returns the
+        bytes past `offset` looked at."""
+        next_start = offset - offset % self.file_bytes + self.file_bytes
+        kept = None
         while self.files and self.files[-1].start_offset > offset:
-            self.files.pop().destroy(self.fs)
+            mf = self.files.pop()
+            if keep_next and mf.start_offset == next_start:
+                kept = mf
+            else:
+                mf.destroy(self.fs)
         with self._lock:
             prepared, self._prepared = list(self._prepared.values()), {}
+            if kept is not None:
+                kept.wrote = kept.flushed = 0
+                self._prepared[next_start] = kept
         for mf in prepared:
             mf.destroy(self.fs)
+        looked = 0
         mf = self.find(offset)
         if mf is not None:  # None: the cut is at the end of a full last file, or no files
             pos = offset - mf.start_offset
             limit = None if stale_limit is None else stale_limit - mf.start_offset
-            mf.cut(pos, mf.stale_data_end(pos, limit) if scan_stale else None)
+            if scan_stale:
+                looked = mf.stale_window_end(pos, limit) - pos
+            looked = max(looked, mf.cut(pos, mf.stale_data_end(pos, limit) if scan_stale else None))
         if os.path.isdir(self.directory):
             self.fs.fsync_dir(self.directory)
+        return looked
 
     def delete_first(self, count: int) -> list[MappedFile]:
         """Delete up to `count` files from the front (never the last one)."""

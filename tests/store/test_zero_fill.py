@@ -127,7 +127,7 @@ class _FullDiskMapping(OsMapping):
     fallocate, zero-filled on a full disk): a fault a real disk cannot produce on demand."""
     closed = []
 
-    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
+    def warm(self, paced: bool = True, zero_fill: bool = False, cancel=None) -> None:
         raise OSError(28, "No space left on device")
 
     def close(self) -> None:

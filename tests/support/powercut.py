@@ -71,7 +71,7 @@ class PowerCutMapping:
         self.size = len(cached.buf)
         self.buf = cached.buf
 
-    def warm(self, paced: bool = True, zero_fill: bool = False) -> None:
+    def warm(self, paced: bool = True, zero_fill: bool = False, cancel=None) -> None:
         pass  # a fresh fake file is zeros already; nothing to bring in
 
     def stop_zero_fill(self) -> None:
