@@ -118,11 +118,10 @@ crc_init(void)
             crc_table[t][n] = crc_table[0][crc_table[t - 1][n] & 0xFF] ^ (crc_table[t - 1][n] >> 8);
 }
 
-/* Slicing-by-8; equals zlib.crc32(data, crc). */
+/* Slicing-by-8 on the inverted CRC state. */
 static uint32_t
-crc32_update(uint32_t crc, const unsigned char *p, size_t n)
+crc32_table_run(uint32_t crc, const unsigned char *p, size_t n)
 {
-    crc = ~crc;
     while (n && ((uintptr_t)p & 7)) {
         crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
         n--;
@@ -138,7 +137,92 @@ crc32_update(uint32_t crc, const unsigned char *p, size_t n)
     }
     while (n--)
         crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CRC_CLMUL 1
+static int crc_clmul_ok;  /* the CPU has PCLMULQDQ and SSE4.1: set once by crc_detect() */
+
+/* Carry-less multiplication folding (Intel's "Fast CRC Computation for Generic Polynomials
+   Using PCLMULQDQ"; the bit-reflected constants of zlib's polynomial). Takes and returns the
+   inverted state, like crc32_table_run; n >= 64 and a multiple of 16. A few times faster
+   than the tables on the 1 KiB bodies the store checksums twice per message. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t
+crc32_clmul_run(uint32_t crc, const unsigned char *p, size_t n)
+{
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i mask = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)p), x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    __m128i x0 = k1k2, x5;
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {  /* four lanes of 128 bits, each folded 512 bits forward */
+        __m128i x6 = _mm_clmulepi64_si128(x2, x0, 0x00), x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        __m128i x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, x0, 0x11), x5), _mm_loadu_si128((const __m128i *)p));
+        x2 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x2, x0, 0x11), x6), _mm_loadu_si128((const __m128i *)(p + 16)));
+        x3 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x3, x0, 0x11), x7), _mm_loadu_si128((const __m128i *)(p + 32)));
+        x4 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x4, x0, 0x11), x8), _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    x0 = k3k4;  /* the four lanes into one, then the 16-byte blocks left */
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, x0, 0x11), x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, x0, 0x11), x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, x0, 0x11), x4), x5);
+    while (n >= 16) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, x0, 0x11), _mm_loadu_si128((const __m128i *)p)), x5);
+        p += 16;
+        n -= 16;
+    }
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);  /* 128 bits to 64 */
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, mask), k5k0, 0x00), x2);
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, mask), poly, 0x10);  /* Barrett reduction to 32 */
+    x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, mask), poly, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static void
+crc_detect(void)
+{
+#ifdef CRC_CLMUL
+    __builtin_cpu_init();
+    crc_clmul_ok = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+}
+
+/* Equals zlib.crc32(data, crc): the folding code for whole 16-byte blocks of 64 bytes or
+   more when the CPU has it, the tables for the rest. */
+static uint32_t
+crc32_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+#ifdef CRC_CLMUL
+    if (crc_clmul_ok && n >= 64) {
+        size_t blocks = n & ~(size_t)15;
+        crc = crc32_clmul_run(crc, p, blocks);
+        p += blocks;
+        n -= blocks;
+    }
+#endif
+    return ~crc32_table_run(crc, p, n);
 }
 
 static PyObject *
@@ -1560,6 +1644,7 @@ PyInit__speedups(void)
 {
     PyObject *m;
     crc_init();
+    crc_detect();
     if (intern_names() < 0)
         return NULL;
     fallbacks = PyDict_New();
