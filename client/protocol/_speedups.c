@@ -883,7 +883,7 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
 
 /* ------------------------------------------------------------------ commit-log append */
 
-static PyObject *s_properties, *s_tags, *empty_tuple;
+static PyObject *s_properties, *s_tags, *empty_tuple, *s_qkey, *s_max_queue_offset;
 static PyObject *s_size_no_crc, *s_dispatchable, *s_topic, *s_queue_id, *s_topic_bytes, *s_flag,
     *s_sys_flag, *s_born_timestamp, *s_born_host, *s_store_host, *s_reconsume_times,
     *s_prepared_tx_offset, *s_body, *s_properties_raw, *s_tags_code, *s_keys, *s_uniq_key;
@@ -900,6 +900,7 @@ intern_names(void)
     INTERN(s_body, "body"); INTERN(s_properties_raw, "properties_raw"); INTERN(s_tags_code, "tags_code");
     INTERN(s_keys, "keys"); INTERN(s_uniq_key, "uniq_key");
     INTERN(s_properties, "properties"); INTERN(s_tags, "tags");
+    INTERN(s_qkey, "qkey"); INTERN(s_max_queue_offset, "max_queue_offset");
 #undef INTERN
     if ((empty_tuple = PyTuple_New(0)) == NULL)
         return -1;
@@ -921,9 +922,13 @@ attrs_clear(msg_attrs *a)
         Py_CLEAR(a->v[k]);
 }
 
+static int attrs_from_slots(PyObject *m, PyObject **v);
+
 static int
 attrs_get(PyObject *m, msg_attrs *a)
 {
+    if (attrs_from_slots(m, a->v) == 0)
+        return 0;
     PyObject *names[17] = {s_size_no_crc, s_dispatchable, s_topic, s_queue_id, s_topic_bytes, s_flag,
                            s_sys_flag, s_born_timestamp, s_born_host, s_store_host, s_reconsume_times,
                            s_prepared_tx_offset, s_body, s_properties_raw, s_tags_code, s_keys, s_uniq_key};
@@ -1070,6 +1075,130 @@ append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     return Py_BuildValue("(nLL)", count, wrote, pos);
 }
 
+/* ------------------------------------------------------------------ consume-queue units of a slice */
+
+#define QU_MAX_QUEUES 64  /* more distinct queues in one slice: the twin's dicts do better */
+
+typedef struct {
+    PyObject *topic, *key, *cq, *qkey;  /* borrowed topic; new references key, cq, qkey */
+    long long qid, next, end;
+    PyObject *first, *first_phys;       /* borrowed from the request */
+} qu_run;
+
+static void
+qu_clear(qu_run *runs, int n, PyObject *rows)
+{
+    for (int k = 0; k < n; k++) {
+        Py_XDECREF(runs[k].key); Py_XDECREF(runs[k].cq); Py_XDECREF(runs[k].qkey);
+    }
+    Py_XDECREF(rows);
+}
+
+/* The run of (topic, qid) among the n known, else a new one when `queues` has the queue, it
+   is not blocked and qoff is its next unit; -1: the twin decides (or returns None). */
+static int
+qu_find(qu_run *runs, int *n, PyObject *topic, long long qid, PyObject *qid_obj, long long qoff,
+        PyObject *queues, PyObject *blocked)
+{
+    qu_run *r;
+    PyObject *cq;
+    long long next;
+    for (int k = 0; k < *n; k++)
+        if (runs[k].qid == qid && (runs[k].topic == topic || PyUnicode_Compare(runs[k].topic, topic) == 0))
+            return k;
+    if (PyErr_Occurred() || *n == QU_MAX_QUEUES)
+        return -1;
+    r = &runs[*n];
+    memset(r, 0, sizeof *r);
+    r->topic = topic;
+    r->qid = qid;
+    if ((r->key = PyTuple_Pack(2, topic, qid_obj)) == NULL)
+        return -1;
+    (*n)++;  /* from here qu_clear releases what it holds */
+    cq = PyDict_GetItemWithError(queues, r->key);  /* borrowed */
+    if (cq == NULL || PyDict_Contains(blocked, r->key) != 0)
+        return -1;
+    r->cq = Py_NewRef(cq);
+    {
+        PyObject *nxt = PyObject_GetAttr(r->cq, s_max_queue_offset);
+        int bad = nxt == NULL || as_i64(nxt, I64_MIN, I64_MAX - 1, &next) < 0 || next != qoff;
+        Py_XDECREF(nxt);
+        if (bad || (r->qkey = PyObject_GetAttr(r->cq, s_qkey)) == NULL)
+            return -1;
+    }
+    r->next = qoff;
+    return *n - 1;
+}
+
+static PyObject *
+qu_result(qu_run *runs, int n, PyObject *rows)
+{
+    PyObject *out = PyDict_New(), *result;
+    for (int k = 0; out != NULL && k < n; k++) {
+        PyObject *v = Py_BuildValue("(OOOLL)", runs[k].cq, runs[k].first, runs[k].first_phys, runs[k].next,
+                                    runs[k].end);
+        if (v == NULL || PyDict_SetItem(out, runs[k].key, v) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(v);
+    }
+    result = out ? Py_BuildValue("(ON)", rows, out) : NULL;
+    qu_clear(runs, n, rows);
+    return result;
+}
+
+static PyObject *
+queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (requests, queues, blocked) -> (rows, runs) or None */
+    qu_run runs[QU_MAX_QUEUES];
+    int n = 0;
+    PyObject *rows;
+    Py_ssize_t count;
+    if (kwnames != NULL || nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
+            || !PyDict_CheckExact(args[2]) || (rows = PyList_New(0)) == NULL)
+        return fallback("queue_units", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[0]);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *r = PyList_GET_ITEM(args[0], i), *row, *topic, *qid_obj;
+        long long qid, qoff, phys, size, sysflag;
+        int k;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
+                || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
+            goto twin;
+        if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+            continue;
+        topic = PyTuple_GET_ITEM(r, 0);
+        qid_obj = PyTuple_GET_ITEM(r, 1);
+        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
+                || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
+                || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
+                || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, &phys) < 0
+                || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, &size) < 0
+                || (k = qu_find(runs, &n, topic, qid, qid_obj, qoff, args[1], args[2])) < 0
+                || runs[k].next != qoff)
+            goto twin;
+        if (runs[k].first == NULL) {
+            runs[k].first = PyTuple_GET_ITEM(r, 2);
+            runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
+        }
+        runs[k].next = qoff + 1;
+        runs[k].end = phys + size;
+        row = PyTuple_Pack(5, runs[k].qkey, PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 3),
+                           PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
+        if (row == NULL || PyList_Append(rows, row) < 0) {
+            Py_XDECREF(row);
+            qu_clear(runs, n, rows);
+            return NULL;
+        }
+        Py_DECREF(row);
+    }
+    return qu_result(runs, n, rows);
+twin:
+    PyErr_Clear();
+    qu_clear(runs, n, rows);
+    return fallback("queue_units", args, nargs, kwnames);
+}
+
 /* ------------------------------------------------------------------ store messages from the wire */
 
 /* prop_fields' work on bytes: (tags, keys, uniq) new references and the tag code; -1 on error. */
@@ -1134,6 +1263,30 @@ store_message_offsets(PyTypeObject *cls)
                                 s_reconsume_times, s_prepared_tx_offset, s_tags, s_keys, s_uniq_key,
                                 s_tags_code, s_size_no_crc, s_dispatchable};
     return slot_offsets(&store_message_slots, cls, names, W_SLOTS);
+}
+
+/* attrs_get's attributes (msg_attrs order) read straight from the slots of a message class
+   with plain attribute lookup, as getattr would find them; -1 (nothing held): use getattr. */
+static int
+attrs_from_slots(PyObject *m, PyObject **v)
+{
+    static const int order[17] = {W_SIZE, W_DISP, W_TOPIC, W_QID, W_TOPIC_BYTES, W_FLAG, W_SYSFLAG,
+                                  W_BORN_TS, W_BORN_HOST, W_STORE_HOST, W_RECONSUME, W_PREP, W_BODY,
+                                  W_PROPS_RAW, W_TAGS_CODE, W_KEYS, W_UNIQ};
+    if (Py_TYPE(m)->tp_getattro != PyObject_GenericGetAttr || store_message_offsets(Py_TYPE(m)) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    for (int k = 0; k < 17; k++) {
+        PyObject *x = *(PyObject **)((char *)m + store_message_slots.offset[order[k]]);
+        if (x == NULL) {  /* an unset slot: getattr raises the twin's error */
+            while (k--)
+                Py_CLEAR(v[k]);
+            return -1;
+        }
+        v[k] = Py_NewRef(x);
+    }
+    return 0;
 }
 
 static inline void
@@ -1629,6 +1782,7 @@ static PyMethodDef methods[] = {
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
     TWIN(index_entries, "tidemq.node.store.index_file"),
     TWIN(append_records, "tidemq.node.store.commit_log"),
+    TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(wire_messages, "tidemq.node.store.message"),
     TWIN(record_views, "tidemq.message"),
     {NULL, NULL, 0, NULL},
