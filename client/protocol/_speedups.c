@@ -961,6 +961,31 @@ append_fallback(PyObject *const *args, Py_ssize_t i, long long wrote, long long 
     return result;
 }
 
+/* The dispatch request (message.py DR_* order) of a message just written; built directly, not
+   through Py_BuildValue's format parsing (once per message). */
+static PyObject *
+request_tuple(msg_attrs *a, long long qoff, long long phys, long long size, long long store_ts)
+{
+    PyObject *req = PyTuple_New(10);
+    PyObject *q = PyLong_FromLongLong(qoff), *p = PyLong_FromLongLong(phys);
+    PyObject *n = PyLong_FromLongLong(size), *t = PyLong_FromLongLong(store_ts);
+    if (req == NULL || q == NULL || p == NULL || n == NULL || t == NULL) {
+        Py_XDECREF(req); Py_XDECREF(q); Py_XDECREF(p); Py_XDECREF(n); Py_XDECREF(t);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(req, 0, Py_NewRef(a->v[M_TOPIC]));
+    PyTuple_SET_ITEM(req, 1, Py_NewRef(a->v[M_QID]));
+    PyTuple_SET_ITEM(req, 2, q);
+    PyTuple_SET_ITEM(req, 3, p);
+    PyTuple_SET_ITEM(req, 4, n);
+    PyTuple_SET_ITEM(req, 5, Py_NewRef(a->v[M_TAGS_CODE]));
+    PyTuple_SET_ITEM(req, 6, t);
+    PyTuple_SET_ITEM(req, 7, Py_NewRef(a->v[M_KEYS]));
+    PyTuple_SET_ITEM(req, 8, Py_NewRef(a->v[M_UNIQ]));
+    PyTuple_SET_ITEM(req, 9, Py_NewRef(a->v[M_SYSFLAG]));
+    return req;
+}
+
 /* Encodes one message (fields already fetched) at out+pos; -1 when the twin must take over
    (nothing of this message written, queue_table untouched), 0 when done, 1 when it needs a roll. */
 static int
@@ -1025,8 +1050,7 @@ append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long 
     PyBuffer_Release(&body);
     *wrote += size;
     *pos += size;
-    req = Py_BuildValue("(OOLLLOLOOO)", a->v[M_TOPIC], a->v[M_QID], qoff, phys, size, a->v[M_TAGS_CODE],
-                        store_ts, a->v[M_KEYS], a->v[M_UNIQ], a->v[M_SYSFLAG]);
+    req = request_tuple(a, qoff, phys, size, store_ts);
     if (req == NULL || PyList_Append(requests, req) < 0) {
         Py_XDECREF(req);
         return -2;

@@ -114,11 +114,7 @@ class Dispatcher:
                     head = pending[0]
                     return head[0][DR_PHYS] + head[0][DR_SIZE] <= bound
                 head = pending[0]
-                n = 0
-                for r in head:
-                    if r[DR_PHYS] + r[DR_SIZE] > bound or n == budget:
-                        break
-                    n += 1
+                n = _applicable(head, bound, budget)
                 if n == 0:
                     return False
                 self.apply(head if n == len(head) else head[:n])
@@ -252,6 +248,20 @@ class Dispatcher:
                     self.blocked[key] = reqs
                 else:
                     del self.blocked[key]
+
+
+def _applicable(requests: list, bound: int, budget: int) -> int:
+    """How many requests from the front end at or below `bound`, at most `budget` (-1: no
+    limit). They are in log order, so when the last one qualifies all do (the put path)."""
+    last = requests[-1]
+    if last[DR_PHYS] + last[DR_SIZE] <= bound and (budget < 0 or budget >= len(requests)):
+        return len(requests)
+    n = 0
+    for r in requests:
+        if r[DR_PHYS] + r[DR_SIZE] > bound or n == budget:
+            break
+        n += 1
+    return n
 
 
 def _why(exc: Exception) -> str:

@@ -2,9 +2,9 @@
 
 A dispatch request is a plain tuple, for speed, with the fields named by the DR_* indexes:
 (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys,
-uniq_key, sys_flag). The put path builds it from the message it encodes; a slave and recovery
-build it by parsing log bytes (parse_dispatch). Both give the same tuple for the same record
-(tests/store/test_rebuild.py).
+uniq_key, sys_flag); code reads it by those names. The put path builds it from the message it
+encodes (request_of); a slave and recovery build it by parsing log bytes (parse_dispatch).
+Both give the same tuple for the same record (tests/store/test_rebuild.py).
 """
 from __future__ import annotations
 
