@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.build_info import build_fields  # noqa: E402
 from tidemq.message import MessageExt  # noqa: E402
 from tidemq.node.processors import send  # noqa: E402,F401  (registers its pure twin)
-from tidemq.node.store import commit_log, index_file  # noqa: E402,F401  (register their pure twins)
+from tidemq.node.store import commit_log, dispatch, index_file  # noqa: E402,F401  (register their pure twins)
+from tidemq.node.store.consume_queue import ConsumeQueue  # noqa: E402
 from tidemq.node.store.message import StoreMessage  # noqa: E402
 from tidemq.producer import send_codec  # noqa: E402,F401  (registers its pure twin)
 from tidemq.protocol import accel, record  # noqa: E402
@@ -114,6 +115,11 @@ def _function_cases():
                           0, 0, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123,
                                   f"order-{i} k", f"UNIQ{i:028d}", 0) for i in range(32)],
                           0, 0, 0, {}),
+        # the same slice's consume-queue units: 8 queues, each the next units of its queue
+        "queue_units": ([("TopicTest", i % 8, 100 + i // 8, i * 1200, 1200, 0, 1700000000123,
+                          None, None, 0) for i in range(32)],
+                        {("TopicTest", q): ConsumeQueue(None, q + 1, "TopicTest", q, 0, 99)
+                         for q in range(8)}, {}),
     }
 
 

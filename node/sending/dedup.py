@@ -52,7 +52,16 @@ from collections import OrderedDict, deque
 from typing import NamedTuple
 
 from tidemq.node.store import index_file
-from tidemq.node.store.message import parse_dispatch
+from tidemq.node.store.message import (
+    DR_PHYS,
+    DR_QUEUE_ID,
+    DR_QUEUE_OFFSET,
+    DR_SIZE,
+    DR_STORE_TS,
+    DR_TOPIC,
+    DR_UNIQ_KEY,
+    parse_dispatch,
+)
 from tidemq.node.topics import SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from tidemq.protocol.record import PROP_REAL_TOPIC, decode_properties, decode_record
 
@@ -110,10 +119,10 @@ class DedupWindow:
             return
         entries, system, prefixes = self._entries, _SYSTEM_TOPICS, _SYSTEM_PREFIXES
         for i, r in enumerate(requests):
-            uniq = r[8]
+            uniq = r[DR_UNIQ_KEY]
             if not uniq:
                 continue
-            topic = r[0]
+            topic = r[DR_TOPIC]
             if topic in system or topic.startswith(prefixes):
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
@@ -123,7 +132,7 @@ class DedupWindow:
                 if keep_first:
                     continue
                 entries.move_to_end(key)  # a key re-stored (past the window) is young again
-            entries[key] = (r[3], r[4], r[1], r[2], r[6])
+            entries[key] = (r[DR_PHYS], r[DR_SIZE], r[DR_QUEUE_ID], r[DR_QUEUE_OFFSET], r[DR_STORE_TS])
         self._evict(int(self.clock() * 1000))
 
     def split(self, msgs) -> tuple[list, list]:
@@ -187,7 +196,7 @@ class DedupWindow:
         return len(self._entries)
 
     def _remember_oldest_first(self, found: list, found_props: list) -> None:
-        order = sorted(range(len(found)), key=lambda i: found[i][3])  # oldest first, as kept
+        order = sorted(range(len(found)), key=lambda i: found[i][DR_PHYS])  # oldest first, as kept
         # keep_first: the reply a retry gets names the record the original reply named
         self.remember([found[i] for i in order], [_Props(found_props[i]) for i in order],
                       keep_first=True)
@@ -226,14 +235,14 @@ def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, sto
             if not data:
                 continue
             r = parse_dispatch(data, 0, len(data))
-            if not r[8] or r[6] < cutoff:
+            if not r[DR_UNIQ_KEY] or r[DR_STORE_TS] < cutoff:
                 continue
-            if not is_system_topic(r[0]):
+            if not is_system_topic(r[DR_TOPIC]):
                 found.append(r)
                 found_props.append(None)
-            elif r[0] in _STAND_INS:
+            elif r[DR_TOPIC] in _STAND_INS:
                 props = decode_properties(decode_record(data).properties_raw)
-                if _stand_in_topic(r[0], props) is not None:
+                if _stand_in_topic(r[DR_TOPIC], props) is not None:
                     found.append(r)
                     found_props.append(props)
         if budget <= 0 or len(found) >= max_keys:

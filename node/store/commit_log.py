@@ -24,7 +24,15 @@ from tidemq.protocol import record as rec
 
 from .errors import OffsetMismatch
 from .mapped_file_queue import MappedFileQueue
-from .message import is_dispatched_to_queue
+from .message import (
+    DR_QUEUE_ID,
+    DR_QUEUE_OFFSET,
+    DR_SYS_FLAG,
+    DR_TOPIC,
+    encode_message,
+    is_dispatched_to_queue,
+    request_of,
+)
 
 _I32 = struct.Struct(">i")
 _MAGIC = struct.Struct(">iI")
@@ -39,7 +47,6 @@ def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int
     for it. Advances queue_table and appends each dispatch request (message.py) to `requests`.
     Returns (next i, wrote, pos). The append hot path: a compiled twin when built
     (client/protocol/accel.py)."""
-    encode = rec.encode_into
     for i in range(first, len(msgs)):
         m = msgs[i]
         size = m.size_no_crc + extra
@@ -49,15 +56,12 @@ def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int
         # RocketMQ writes queue offset 0 for PREPARED/ROLLBACK records
         qoff = queue_table.get((m.topic, m.queue_id), 0) if m.dispatchable else 0
         phys = start + wrote
-        encode(out, pos, m.topic_bytes, m.queue_id, m.flag, qoff, phys,
-               m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
-               m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw, crc, size)
+        encode_message(out, pos, m, qoff, phys, store_ts, crc, size)
         if m.dispatchable:  # after the encode: CommitLog._undo restores from `requests` alone
             queue_table[(m.topic, m.queue_id)] = qoff + 1
         wrote += size
         pos += size
-        requests.append((m.topic, m.queue_id, qoff, phys, size, m.tags_code, store_ts,
-                         m.keys, m.uniq_key, m.sys_flag))
+        requests.append(request_of(m, qoff, phys, size, store_ts))
     return len(msgs), wrote, pos
 
 
@@ -153,15 +157,18 @@ class CommitLog:
         """Rule 4: put the log end, the bytes up to `end` and the queue offsets of `requests`
         back as they were before an append from `begin` failed."""
         for r in requests:
-            if is_dispatched_to_queue(r[9]):
-                key = (r[0], r[1])
-                queue_table[key] = min(queue_table[key], r[2])
+            if is_dispatched_to_queue(r[DR_SYS_FLAG]):
+                key = (r[DR_TOPIC], r[DR_QUEUE_ID])
+                queue_table[key] = min(queue_table[key], r[DR_QUEUE_OFFSET])
         self.truncate(begin, scan_stale=True, stale_limit=end)
 
     def _prepare_rolls(self, msgs, extra: int, wrote: int, fsize: int, start: int):
         """Create every file this batch will roll into before writing a byte, so a failure to
         create one (disk, I/O) leaves the log and the queue offsets untouched. Returns where
         the batch will end and how many bytes it writes (records and BLANK fillers)."""
+        nbytes = sum([m.size_no_crc for m in msgs]) + extra * len(msgs)
+        if nbytes + rec.BLANK_SIZE <= fsize - wrote:  # the usual batch: it fits, no roll
+            return start + wrote + nbytes, nbytes
         rolls, pos, nbytes = 0, wrote, 0
         for m in msgs:
             size = m.size_no_crc + extra

@@ -59,6 +59,14 @@ class ConsumeQueue:
         self.max_phys_end = phys + size
         return True
 
+    def took_run(self, first: int, first_phys: int, end: int, phys_end: int) -> None:
+        """Units [first, end) were written for this queue in one go (queue_units); `first` was
+        its next offset, as put() would have found it."""
+        if first == self.min_queue_offset:
+            self.head_phys = first_phys
+        self.max_queue_offset = end
+        self.max_phys_end = phys_end
+
     def covers(self, unit: int) -> bool:  # rule 3
         return True
 

@@ -33,6 +33,7 @@ import zlib
 from tidemq.protocol import accel
 
 from .mapped_file import MappedFile
+from .message import DR_KEYS, DR_PHYS, DR_STORE_TS, DR_TOPIC, DR_UNIQ_KEY
 
 HEADER = struct.Struct(">qqqqii")
 ENTRY = struct.Struct(">iqii")
@@ -68,10 +69,10 @@ def index_entries(buf, slots: int, base: int, cap: int, n: int, used: int, begin
     last = None
     for i in range(at, len(requests)):
         r = requests[i]
-        keys, uniq, phys = r[7], r[8], r[3]
+        keys, uniq, phys = r[DR_KEYS], r[DR_UNIQ_KEY], r[DR_PHYS]
         if (not keys and not uniq) or phys < index_from:
             continue
-        topic, ts = r[0], r[6]
+        topic, ts = r[DR_TOPIC], r[DR_STORE_TS]
         seed = seeds.get(topic)
         if seed is None:
             seed = seeds[topic] = crc32(f"{topic}#".encode())
@@ -313,7 +314,7 @@ class IndexService:
                 f.end_ts, f.end_phys = last
             if at == len(requests):
                 return
-            f = self._writable(requests[at][6])  # this file is full: roll
+            f = self._writable(requests[at][DR_STORE_TS])  # this file is full: roll
 
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         h = key_hash(f"{topic}#{key}")

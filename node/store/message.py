@@ -2,9 +2,9 @@
 
 A dispatch request is a plain tuple, for speed, with the fields named by the DR_* indexes:
 (topic, queue_id, queue_offset, physical_offset, size, tags_code, store_timestamp, keys,
-uniq_key, sys_flag). The put path builds it from the message it encodes; a slave and recovery
-build it by parsing log bytes (parse_dispatch). Both give the same tuple for the same record
-(tests/store/test_rebuild.py).
+uniq_key, sys_flag); code reads it by those names. The put path builds it from the message it
+encodes (request_of); a slave and recovery build it by parsing log bytes (parse_dispatch).
+Both give the same tuple for the same record (tests/store/test_rebuild.py).
 """
 from __future__ import annotations
 
@@ -38,6 +38,17 @@ def is_dispatched_to_queue(sys_flag: int) -> bool:
     """PREPARED and ROLLBACK records never enter a consume queue (as in RocketMQ)."""
     tx = sys_flag & rec.SYSFLAG_TX_MASK
     return tx != rec.TX_PREPARED and tx != rec.TX_ROLLBACK
+
+
+def raise_next_offsets(table: dict, request_lists) -> dict:
+    """Move table[(topic, queue_id)] (the next queue offset) past every queued request of
+    request_lists (lists of dispatch requests) and return table."""
+    for reqs in request_lists:
+        for r in reqs:
+            if is_dispatched_to_queue(r[DR_SYS_FLAG]):
+                key = (r[DR_TOPIC], r[DR_QUEUE_ID])
+                table[key] = max(table.get(key, 0), r[DR_QUEUE_OFFSET] + 1)
+    return table
 
 
 class StoreMessage:
@@ -118,6 +129,22 @@ def wire_messages(cls, topic: str, queue_id: int, entries, sys_flag: int, born_t
 
 
 wire_messages = accel.pick(wire_messages)
+
+
+def encode_message(out, pos: int, m: StoreMessage, queue_offset: int, phys: int, store_ts: int,
+                   with_crc: bool, size: int) -> int:
+    """Write m's record at out[pos:] where the log placed it (record.encode_into with the
+    message's own fields); returns its size."""
+    return rec.encode_into(out, pos, m.topic_bytes, m.queue_id, m.flag, queue_offset, phys,
+                           m.sys_flag, m.born_timestamp, m.born_host, store_ts, m.store_host,
+                           m.reconsume_times, m.prepared_tx_offset, m.body, m.properties_raw,
+                           with_crc, size)
+
+
+def request_of(m: StoreMessage, queue_offset: int, phys: int, size: int, store_ts: int) -> tuple:
+    """The dispatch request (DR_* fields) of m stored at `phys`."""
+    return (m.topic, m.queue_id, queue_offset, phys, size, m.tags_code, store_ts, m.keys,
+            m.uniq_key, m.sys_flag)
 
 
 _FIXED = struct.Struct(">iIiiiqqiq")  # TOTALSIZE .. BORNTIMESTAMP

@@ -37,7 +37,7 @@ from .fileio import NO_SPACE_ERRNOS, OS_FILE_SYSTEM
 from .flush import FlushService, MaintenanceService
 from .index_file import IndexService
 from .log_throttle import LogThrottle
-from .message import is_dispatched_to_queue
+from .message import DR_PHYS, DR_QUEUE_OFFSET, DR_SIZE, raise_next_offsets
 from .queue_table import ConsumeQueueTable
 from .reader import StoreReader
 from .recovery import recover, scan
@@ -64,7 +64,7 @@ class AppendResult:
 
     @property
     def placed(self) -> list[tuple[int, int, int]]:
-        return [(r[3], r[4], r[2]) for r in self.requests]
+        return [(r[DR_PHYS], r[DR_SIZE], r[DR_QUEUE_OFFSET]) for r in self.requests]
 
 
 class MessageStore(StoreReader):
@@ -229,6 +229,19 @@ class MessageStore(StoreReader):
         if len(m.born_host) not in (8, 20) or len(m.store_host) not in (8, 20):
             raise MessageIllegal("born and store hosts must be 8 (IPv4) or 20 (IPv6) bytes")
 
+    def _validate_all(self, msgs) -> None:
+        """validate() for every message: one combined test each on the put path, validate()
+        itself (and its precise error) for any message that test does not pass."""
+        cfg = self.config
+        max_body, max_queues = cfg.max_message_bytes, cfg.max_queues_per_topic
+        max_props = rec.PROPERTIES_MAX_BYTES - (rec.CRC_RESERVED_BYTES if cfg.whole_record_crc else 0)
+        topics, hosts = self._valid_topics, (8, 20)
+        for m in msgs:
+            if len(m.body) > max_body or m.topic not in topics \
+                    or len(m.properties_raw) > max_props or not 0 <= m.queue_id < max_queues \
+                    or len(m.born_host) not in hosts or len(m.store_host) not in hosts:
+                self.validate(m)
+
     def _topic_ok(self, m) -> bool:
         if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
                 or not TOPIC_PATTERN.fullmatch(m.topic):
@@ -242,8 +255,7 @@ class MessageStore(StoreReader):
         anything if any message is bad, DiskFull / StoreClosed when writes are refused."""
         if not msgs:
             raise MessageIllegal("empty batch")
-        for m in msgs:
-            self.validate(m)
+        self._validate_all(msgs)
         if self.disk_guard.full:
             raise self.disk_guard.refuse(len(msgs))
         with self.put_lock:
@@ -283,13 +295,12 @@ class MessageStore(StoreReader):
             if m.dispatchable:
                 self._reserve_units((m.topic, m.queue_id), 1)
             return
-        counts: dict[tuple[str, int], int] = {}
-        for m in msgs:
-            if m.dispatchable:
-                key = (m.topic, m.queue_id)
-                counts[key] = counts.get(key, 0) + 1
-        for key, n in counts.items():
-            self._reserve_units(key, n)
+        queues = self.queues.queues
+        for key in {(m.topic, m.queue_id): None for m in msgs if m.dispatchable}:  # in order
+            cq = queues.get(key)
+            if cq is None or not cq.covers(self.queue_table.get(key, 0) + len(msgs) - 1):
+                n = sum(1 for m in msgs if m.dispatchable and (m.topic, m.queue_id) == key)
+                self._reserve_units(key, n)
 
     def _reserve_units(self, key: tuple[str, int], n: int) -> None:
         first = self.queue_table.get(key, 0)
@@ -449,10 +460,7 @@ class MessageStore(StoreReader):
 
     def _parse_raw(self, start: int) -> None:
         end, requests = scan(self.commit_log, start, False, start)
-        for r in requests:
-            if is_dispatched_to_queue(r[9]):
-                key = (r[0], r[1])
-                self.queue_table[key] = max(self.queue_table.get(key, 0), r[2] + 1)
+        raise_next_offsets(self.queue_table, [requests])
         self.dispatcher.enqueue(requests)
         self.raw_parsed_offset = end
         if self._local_confirm and not self._sync_flush:
@@ -507,12 +515,9 @@ class MessageStore(StoreReader):
             self.index.truncate(offset)
         self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
         self.confirmed = min(self.confirmed, offset)
-        self.queue_table = {k: cq.max_queue_offset for k, cq in self.queues.queues.items()}
-        for reqs in self.dispatcher.waiting():
-            for r in reqs:
-                if is_dispatched_to_queue(r[9]):
-                    key = (r[0], r[1])
-                    self.queue_table[key] = max(self.queue_table.get(key, 0), r[2] + 1)
+        self.queue_table = raise_next_offsets(
+            {k: cq.max_queue_offset for k, cq in self.queues.queues.items()},
+            self.dispatcher.waiting())
         self.raw_parsed_offset = offset
 
     # -- retention -----------------------------------------------------------------------

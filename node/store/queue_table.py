@@ -8,6 +8,8 @@ Rules:
    directory of files per queue, which is removed): recovery then rebuilds from the log.
 2. flush() commits the units dispatched so far; its cost follows what was written since the
    last flush, not the number of queues.
+3. put_units() writes a whole dispatch slice's units with one database call (the append hot
+   path); ConsumeQueue.put() stays the one-by-one path for everything else.
 """
 from __future__ import annotations
 
@@ -46,6 +48,13 @@ class ConsumeQueueTable:
                     cq = ConsumeQueue(self.db, qkey, topic, queue_id)
                     self.queues[(topic, queue_id)] = cq
         return cq
+
+    def put_units(self, rows: list, runs: dict) -> None:
+        """Write queue_units()'s rows in one database call, then move each queue's offsets;
+        a failed write moves none (the rows are rewritten idempotently by put())."""
+        self.db.put_many(rows)
+        for cq, first, first_phys, end, phys_end in runs.values():
+            cq.took_run(first, first_phys, end, phys_end)
 
     def load(self) -> bool:
         """Open the database and learn every queue's offsets (rule 1)."""

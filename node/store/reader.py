@@ -179,9 +179,12 @@ class StoreReader:
 
     def _unit_store_time(self, cq, queue_offset: int):
         unit = cq.get(queue_offset)
-        if unit is None or unit[1] == PRE_BLANK_SIZE:
+        if unit is None:
             return None
-        data = self.commit_log.read(unit[0], min(unit[1], 128))
+        phys, size, _ = unit
+        if size == PRE_BLANK_SIZE:
+            return None
+        data = self.commit_log.read(phys, min(size, 128))
         return store_timestamp_of(data) if len(data) >= 92 else None
 
     def topics(self) -> dict[str, list[int]]:

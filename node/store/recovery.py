@@ -33,11 +33,17 @@ from tidemq.protocol import record as rec
 from tidemq.protocol.jhash import java_string_hash
 
 from .message import (
+    DR_PHYS,
+    DR_QUEUE_ID,
+    DR_QUEUE_OFFSET,
+    DR_SYS_FLAG,
+    DR_TOPIC,
     SCHEDULE_TOPIC,
     _prop,
     dispatch_from_layout,
     is_dispatched_to_queue,
     parse_dispatch,
+    raise_next_offsets,
 )
 
 log = logging.getLogger("tidemq.store.recovery")
@@ -195,9 +201,9 @@ def _tags_code(st: _Scan, buf, p: int, end: int) -> int:
 def _restore_keys(commit_log, requests, lo: int, hi: int) -> None:
     """Re-parse the requests of records in [lo, hi) with their KEYS / UNIQ_KEY (scan left
     them out, expecting the key index to hold them)."""
-    i = bisect.bisect_left(requests, lo, key=lambda r: r[3])
-    while i < len(requests) and requests[i][3] < hi:
-        phys = requests[i][3]
+    i = bisect.bisect_left(requests, lo, key=lambda r: r[DR_PHYS])
+    while i < len(requests) and requests[i][DR_PHYS] < hi:
+        phys = requests[i][DR_PHYS]
         mf = commit_log.queue.find(phys)
         requests[i] = parse_dispatch(mf.buf, phys - mf.start_offset, mf.wrote)
         i += 1
@@ -349,12 +355,8 @@ def _redispatch(store, requests, plan: _Plan, end: int) -> int:
     dispatcher.enqueue(requests)
     dispatcher.advance(bound)
     dispatcher.dispatched_offset = bound
-    table = {key: cq.max_queue_offset for key, cq in store.queues.queues.items()}
-    for reqs in dispatcher.waiting():
-        for r in reqs:
-            if is_dispatched_to_queue(r[9]):
-                table[(r[0], r[1])] = max(table.get((r[0], r[1]), 0), r[2] + 1)
-    store.queue_table = table
+    store.queue_table = raise_next_offsets(
+        {key: cq.max_queue_offset for key, cq in store.queues.queues.items()}, dispatcher.waiting())
     store.confirmed = bound
     return len(requests)
 
@@ -363,10 +365,10 @@ def _repair_queues(store, requests, cq_from: int, end: int, crashed: bool) -> No
     first_seen: dict[tuple[str, int], int] = {}
     wanted = len(store.queues.queues)  # only existing queues are cut: stop once all are seen
     for r in requests:
-        if r[3] >= cq_from and is_dispatched_to_queue(r[9]):
-            key = (r[0], r[1])
+        if r[DR_PHYS] >= cq_from and is_dispatched_to_queue(r[DR_SYS_FLAG]):
+            key = (r[DR_TOPIC], r[DR_QUEUE_ID])
             if key not in first_seen:
-                first_seen[key] = r[2]
+                first_seen[key] = r[DR_QUEUE_OFFSET]
                 if key in store.queues.queues:
                     wanted -= 1
                     if wanted <= 0:

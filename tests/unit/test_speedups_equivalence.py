@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from tidemq import message as client_message
 from tidemq.node.processors import send
-from tidemq.node.store import commit_log, index_file
+from tidemq.node.store import commit_log, dispatch, index_file
 from tidemq.node.store import message as store_message_mod
+from tidemq.node.store.consume_queue import ConsumeQueue
 from tidemq.node.store.message import StoreMessage
 from tidemq.producer import send_codec
 from tidemq.protocol import accel, record, remoting
@@ -44,6 +45,7 @@ def test_extension_built():
     assert remoting.json_header_fields is _mod.json_header_fields
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
+    assert dispatch.queue_units is _mod.queue_units
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
 
@@ -153,6 +155,18 @@ def test_encode_into_keywords_and_big_properties():
 def test_crc32(data, start):
     assert _mod.crc32(data, start) == zlib.crc32(data, start)
     assert _mod.crc32(data) == zlib.crc32(data)
+
+
+@needs_compiled
+def test_crc32_every_length_and_alignment():
+    """The folding code takes whole 16-byte blocks from 64 bytes on and the tables the rest:
+    every length across those edges, at every alignment, matches zlib."""
+    data = bytes((i * 131 + 7) & 0xFF for i in range(700))
+    for n in list(range(0, 200)) + [255, 256, 257, 511, 512, 513, 639, 640, 641, 680]:
+        for shift in range(8):
+            piece = memoryview(data)[shift:shift + n]
+            assert _mod.crc32(piece, 0xDEADBEEF) == zlib.crc32(piece, 0xDEADBEEF), (n, shift)
+            assert _mod.crc32(piece) == zlib.crc32(piece), (n, shift)
 
 
 # ------------------------------------------------------------------------------ properties
@@ -416,6 +430,98 @@ def test_append_records(case):
                        requests, rolled)
         results.append((got, bytes(out), qt, requests))
     assert results[1] == results[0]
+
+
+class _LoudMessage(StoreMessage):
+    """A subclass whose attribute reads go through Python: the compiled append must read
+    them as getattr does, not from the slots."""
+    __slots__ = ()
+
+    def __getattribute__(self, name):
+        value = object.__getattribute__(self, name)
+        return value.upper() if name == "topic_bytes" else value
+
+
+class _BodyProperty(StoreMessage):
+    __slots__ = ()
+    body = property(lambda self: b"from-a-property")
+
+
+@needs_compiled
+def test_append_records_reads_attributes_as_getattr_does():
+    _register_fallbacks()
+    for cls in (StoreMessage, _LoudMessage, _BodyProperty):
+        msgs = [StoreMessage("t", 1, b"x" * 40, {"KEYS": "k"}), StoreMessage("t", 2, b"y", {})]
+        for m in msgs:
+            m.__class__ = cls
+        results = []
+        for fn in (accel.PURE["append_records"], _mod.append_records):
+            out, qt, requests = bytearray(1000), {}, []
+            got = _outcome(fn, out, 0, msgs, 0, 0, 900, 0, 20, qt, 5, True, requests, False)
+            results.append((got, bytes(out), qt, requests))
+        assert results[1] == results[0], cls
+
+
+# ------------------------------------------------------------------------------ consume-queue units
+
+@st.composite
+def units_case(draw):
+    """A dispatch slice over a few queues: mostly each queue's next units in order, sometimes
+    a gap, a replay, a missing or blocked queue, a PREPARED record or an odd request."""
+    keys = [("T", 0), ("T", 1), ("Topic-é", 0), ("U", 2)]
+    queues = {}
+    for k, key in enumerate(keys):
+        if draw(st.integers(0, 9)):
+            last = draw(st.sampled_from([None, 0, 41, 2**40]))
+            queues[key] = ConsumeQueue(None, k + 1, key[0], key[1], None if last is None else 0, last)
+    blocked = {keys[3]: []} if draw(st.integers(0, 5)) == 0 else {}
+    nexts = {key: cq.max_queue_offset for key, cq in queues.items()}
+    requests, phys = [], draw(st.integers(0, 2**40))
+    for _ in range(draw(st.integers(0, 12))):
+        key = draw(st.sampled_from(keys))
+        qoff = nexts.get(key, 0) + draw(st.sampled_from([0] * 12 + [1, -1]))
+        sysflag = draw(st.sampled_from([0] * 6 + [4, 8, 12, 0x10]))
+        size = draw(st.integers(1, 5000))
+        requests.append((key[0], key[1], qoff, phys, size, draw(st.integers(-2**63, 2**63 - 1)),
+                         7, None, "u", sysflag))
+        if sysflag & 0xC not in (4, 12):
+            nexts[key] = qoff + 1
+        phys += size
+    odd = draw(st.integers(0, 12))
+    if odd == 0 and requests:
+        requests[-1] = list(requests[-1])  # not a tuple: the twin decides
+    elif odd == 1 and requests:
+        requests[0] = requests[0][:2] + ("7",) + requests[0][3:]  # a str offset: the twin raises
+    elif odd == 2 and requests:
+        requests[0] = (b"T",) + requests[0][1:]  # bytes topic: the twin decides
+    return requests, queues, blocked
+
+
+@needs_compiled
+@SETTINGS
+@given(units_case())
+def test_queue_units(case):
+    _both("queue_units", *case)
+
+
+@needs_compiled
+def test_queue_units_usual_slice_in_c_and_many_queues():
+    """A steady slice goes through C (a fallback call would fail); a slice over more queues
+    than the C code tracks gives the twin's answer."""
+    keys = [("T", q) for q in range(80)]
+    queues = {key: ConsumeQueue(None, q + 7, key[0], key[1], 0, 9) for q, key in enumerate(keys)}
+    requests = [("T", q % 8, 10 + q // 8, 100 * q, 100, q, 5, None, None, 0) for q in range(32)]
+    _register_fallbacks()
+    _mod.set_fallback("queue_units", None)
+    try:
+        rows, runs = _mod.queue_units(requests, queues, {})
+    finally:
+        _register_fallbacks()
+    assert rows[:2] == [(7, 10, 0, 100, 0), (8, 10, 100, 100, 1)] and len(rows) == 32
+    assert runs[("T", 3)] == (queues[("T", 3)], 10, 300, 14, 2800)
+    many = [("T", q, 10, 100 * q, 100, 0, 5, None, None, 0) for q in range(80)]
+    assert _both("queue_units", many, queues, {})[1] == accel.PURE["queue_units"](many, queues, {})
+    assert len(_mod.queue_units(many, queues, {})[1]) == 80
 
 
 # ------------------------------------------------------------------------------ messages from the wire
