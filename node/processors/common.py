@@ -43,9 +43,11 @@ def tag_codes(expression: str | None) -> frozenset | None:
     empty). Java's FilterAPI.buildSubscriptionData, cached: expressions repeat on every pull."""
     if not expression:
         return None
-    codes = _tag_cache.get(expression, False)
-    if codes is not False:
-        return codes
+    try:
+        return _tag_cache[expression]
+    except KeyError:
+        pass
+    codes: frozenset | None
     text = expression.strip()
     if not text or text == SUB_ALL:
         codes = None
