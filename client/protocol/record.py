@@ -273,6 +273,24 @@ class MessageExt:
                  "physical_offset", "sys_flag", "born_timestamp", "born_host",
                  "store_timestamp", "store_host", "reconsume_times", "prepared_tx_offset",
                  "body", "topic", "properties_raw", "_props")
+    size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    store_timestamp: int
+    store_host: bytes
+    reconsume_times: int
+    prepared_tx_offset: int
+    body: bytes
+    topic: str
+    properties_raw: bytes
+    _props: dict[str, str] | None
 
     @property
     def properties(self) -> dict[str, str]:

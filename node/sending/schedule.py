@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from tidemq.node.reput_guard import ReputGuard
 from tidemq.node.sending import delay_plan
@@ -204,11 +205,12 @@ class ScheduleService:
             real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
         except ValueError:
             real_qid = -1  # no queue: the re-check parks it (rule 5)
-        fields = dict(flag=m.flag, sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 |
-                                                           rec.SYSFLAG_STOREHOST_V6),
-                      born_timestamp=m.born_timestamp, born_host=m.born_host,
-                      store_host=self.store_host, reconsume_times=m.reconsume_times,
-                      prepared_tx_offset=m.prepared_tx_offset)
+        sys_flag = m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6)
+        fields: dict[str, Any] = dict(flag=m.flag, sys_flag=sys_flag,
+                                      born_timestamp=m.born_timestamp, born_host=m.born_host,
+                                      store_host=self.store_host,
+                                      reconsume_times=m.reconsume_times,
+                                      prepared_tx_offset=m.prepared_tx_offset)
         if delay_plan.is_timer_queue(qid):
             try:
                 due = int(props.get(PROP_START_DELIVER_TIME) or 0)

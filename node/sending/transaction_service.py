@@ -92,7 +92,7 @@ class TransactionService:
         self.decided_ids: dict[str, int] = {}   # txid -> half offset decided (rule 2)
         self.decided_offsets: set[int] = set()  # half queue offsets decided, >= progress
         self.last_copy: dict[str, int] = {}     # txid -> highest half offset of its entries
-        self.ops = collections.deque()          # (op queue offset, half offset, txid)
+        self.ops: collections.deque[tuple[int, int, str]] = collections.deque()  # (op, half, txid)
         self.op_read = 0                        # next op queue offset to read
         self.half_cursor = 0  # next half entry to scan; the committed progress trails it (rule 3)
         self._rr = itertools.count()
