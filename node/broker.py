@@ -296,8 +296,9 @@ class Broker:
             except Exception:
                 log.exception("replication did not stop cleanly")
         if self.store is not None:
-            try:   # only a changed table is written: one start() never loaded stays as it was
-                self.offsets.persist()
+            offsets = self.offsets   # only a changed table is written: one never loaded stays
+            try:
+                offsets.persist()
             except OSError:
                 log.exception("could not persist consumer offsets at shutdown")
             self.store.close()
