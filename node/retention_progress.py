@@ -33,30 +33,30 @@ PUBLISH_INTERVAL_MAX_S = 5.0
 BROKER_STATE_READER = "(broker state)"
 
 
-def build_progress(b) -> ConsumerProgress:
+def build_progress(store, topic_manager, offsets, clients) -> ConsumerProgress:
     topics: dict[str, dict[str, dict[int, int]]] = {}
-    for (group, topic), queues in progress_table(b).items():
+    for (group, topic), queues in progress_table(topic_manager, offsets, clients).items():
         topics.setdefault(topic, {})[group] = {q: o for q, o in queues.items() if o is not None}
     members: set[tuple[str, str]] = set()
-    for (key, topic), queues in b.offsets.table.items():
+    for (key, topic), queues in offsets.table.items():
         group, client_id = split_member(key)
         if client_id is not None:
             topics.setdefault(topic, {})[key] = dict(queues)
             members.add((group, topic))
-    for group, g in b.clients.consumers.items():
+    for group, g in clients.consumers.items():
         for topic in g.subscriptions:
             if (group, topic) not in members:
                 topics.setdefault(topic, {}).setdefault(group, {})
     topics[REPLICATED_STATE_TOPIC] = {
-        BROKER_STATE_READER: {0: b.store.max_queue_offset(REPLICATED_STATE_TOPIC, 0)}}
+        BROKER_STATE_READER: {0: store.max_queue_offset(REPLICATED_STATE_TOPIC, 0)}}
     return ConsumerProgress(topics)
 
 
-async def publish_loop(b) -> None:
-    interval_s = min(PUBLISH_INTERVAL_MAX_S, b.cfg.store.clean_interval_ms / 2000)
+async def publish_loop(store, topic_manager, offsets, clients, clean_interval_ms: int) -> None:
+    interval_s = min(PUBLISH_INTERVAL_MAX_S, clean_interval_ms / 2000)
     while True:
         try:
-            b.store.retention.progress = build_progress(b)
+            store.retention.progress = build_progress(store, topic_manager, offsets, clients)
         except Exception:  # retention then keeps everything (stale progress) until it works
             log.exception("could not publish consumer progress to retention")
         await asyncio.sleep(interval_s)

@@ -23,17 +23,19 @@ def _clustering(group) -> bool:
     return str(group.message_model).upper() not in ("BROADCASTING", "0")
 
 
-def progress_table(b, only_group: str | None = None, only_topic: str | None = None) -> dict:
-    """{(group, topic): {queue id: committed offset or None}} (module docstring)."""
-    topics = b.topics.table
+def progress_table(topic_manager, offsets, clients, only_group: str | None = None,
+                   only_topic: str | None = None) -> dict:
+    """{(group, topic): {queue id: committed offset or None}} (module docstring), from the topic
+    table, the consumer offsets and the client registry."""
+    topics = topic_manager.table
     table: dict = {}
-    for (group, topic), queues in b.offsets.table.items():
+    for (group, topic), queues in offsets.table.items():
         if "@" in group:
             continue   # broadcast members
         if (only_group and group != only_group) or (only_topic and topic != only_topic):
             continue
         table[(group, topic)] = dict(queues)
-    for group, g in b.clients.consumers.items():
+    for group, g in clients.consumers.items():
         if (only_group and group != only_group) or not _clustering(g):
             continue
         for topic in g.subscriptions:

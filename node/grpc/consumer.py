@@ -58,9 +58,9 @@ class ReceiveError(Exception):
 class ConsumerService:
     def __init__(self, server):
         self.server = server
-        self.broker = server.broker
+        self.deps = server.deps
         self.pop = server.pop
-        self.store = server.broker.store
+        self.store = server.deps.store
         self.waiting: dict[tuple[str, int], set] = {}
         self.held = 0
         self._rr = 0
@@ -100,11 +100,11 @@ class ConsumerService:
             raise ReceiveError(denied.code, denied.message)
         if not group_name_ok(group):
             raise ReceiveError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
-        if not self.broker.role.writable:
+        if not self.deps.role.writable:
             raise ReceiveError(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
         if topic in NOT_ALLOWED_SEND_TOPICS:  # the broker's own bookkeeping
             raise ReceiveError(pb.Code.FORBIDDEN, f"topic {topic!r} is internal")
-        tc = self.broker.topics.table.get(topic)
+        tc = self.deps.topics.table.get(topic)
         if tc is None:
             raise ReceiveError(pb.Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist")
         if not tc.perm & _READ:
@@ -116,15 +116,15 @@ class ConsumerService:
                                f"invisible duration {invisible_ms} ms is outside "
                                f"{MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms")
         batch = request.batch_size or 32
-        if not 1 <= batch <= self.broker.cfg.pull_max_msgs:
+        if not 1 <= batch <= self.deps.cfg.pull_max_msgs:
             raise ReceiveError(pb.Code.BAD_REQUEST,
-                               f"batch size must be 1..{self.broker.cfg.pull_max_msgs}")
+                               f"batch size must be 1..{self.deps.cfg.pull_max_msgs}")
         expr = request.filter_expression
         try:
             flt = message_filter.build(_FILTER_TYPES.get(expr.type, "?"), expr.expression or "*")
         except message_filter.FilterError as exc:
             raise ReceiveError(pb.Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
-        cap_ms = self.broker.cfg.grpc_max_long_polling_ms
+        cap_ms = self.deps.cfg.grpc_max_long_polling_ms
         wait_ms = (request.long_polling_timeout.ToMilliseconds()
                    if request.HasField("long_polling_timeout") else cap_ms)
         fifo = group in self.server.routing.fifo_groups()
@@ -149,7 +149,7 @@ class ConsumerService:
             await self._wait_arrival(tc, wait_s)
 
     async def _wait_arrival(self, tc, wait_s: float) -> None:
-        if self.held >= self.broker.cfg.max_held_pulls:
+        if self.held >= self.deps.cfg.max_held_pulls:
             raise ReceiveError(pb.Code.TOO_MANY_REQUESTS, "too many held receives")
         fut = asyncio.get_running_loop().create_future()
         keys = [(tc.name, qid) for qid in range(tc.read_queue_nums)]
@@ -201,7 +201,7 @@ class ConsumerService:
 
     def _redeliver(self, group, topic, qid, q, room, now, invisible_ms, out, dead) -> int:
         count = 0
-        max_attempts = self.broker.cfg.grpc_max_delivery_attempts
+        max_attempts = self.deps.cfg.grpc_max_delivery_attempts
         for offset in q.due(now):
             if count >= room:
                 break
@@ -222,7 +222,7 @@ class ConsumerService:
         if room <= 0:
             return
         codes, predicate = flt
-        res = self.store.get_messages(topic, qid, q.next, room, self.broker.cfg.pull_max_bytes,
+        res = self.store.get_messages(topic, qid, q.next, room, self.deps.cfg.pull_max_bytes,
                                       codes)
         if res.status == GetStatus.OFFSET_TOO_SMALL or res.status == GetStatus.OFFSET_OVERFLOW_BADLY:
             q.next = res.next_begin_offset  # retention or a reset moved the queue under us
@@ -245,7 +245,7 @@ class ConsumerService:
                                   invisible_ms, topic)
 
     def _record_at(self, topic: str, qid: int, offset: int):
-        res = self.store.get_messages(topic, qid, offset, 1, self.broker.cfg.pull_max_bytes, None)
+        res = self.store.get_messages(topic, qid, offset, 1, self.deps.cfg.pull_max_bytes, None)
         if res.status != GetStatus.FOUND or not res.messages:
             return None
         data = res.messages[0]
@@ -253,7 +253,7 @@ class ConsumerService:
 
     # -- dead letters -------------------------------------------------------------------------
     async def _dead_letter(self, group: str, topic: str, dead) -> bool:
-        tc = self.broker.topics.ensure_group_topic(DLQ_PREFIX + group)
+        tc = self.deps.topics.ensure_group_topic(DLQ_PREFIX + group)
         if tc is None:
             log.error("cannot create %s%s: dead letters stay in flight", DLQ_PREFIX, group)
             return False
@@ -266,7 +266,7 @@ class ConsumerService:
             copies.append(StoreMessage(tc.name, 0, m.body, props, flag=m.flag,
                                        sys_flag=m.sys_flag & ~_HOSTS_V6,
                                        born_timestamp=m.born_timestamp, born_host=m.born_host,
-                                       store_host=self.broker.store_host,
+                                       store_host=self.deps.store_host,
                                        reconsume_times=self._attempts(group, topic, qid, offset)))
         code, message, _ = await self.server.producer.put(copies)
         if code != pb.Code.OK:
@@ -276,7 +276,7 @@ class ConsumerService:
             q = self.pop.queues.get((group, topic, qid))
             if q is not None:
                 self.pop.done(group, topic, q, qid, offset)
-        self.broker.metrics.dead_lettered[group] += len(copies)
+        self.deps.metrics.dead_lettered[group] += len(copies)
         return True
 
     def _attempts(self, group, topic, qid, offset) -> int:
@@ -287,7 +287,7 @@ class ConsumerService:
     def _refusal(self, context, group: str, topic: str):
         """The Status refusing an ack / change / forward, or None (ACL; rule 4: master only)."""
         denied = self.server.deny(context, topic, group, _SUB)
-        if denied is None and not self.broker.role.writable:
+        if denied is None and not self.deps.role.writable:
             denied = status(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
         return denied
 
@@ -329,7 +329,7 @@ class ConsumerService:
 
     async def _receipts_replicated(self) -> bool:
         """Rule 6: True once every receipt change so far is on the in-sync replicas."""
-        state = self.broker.replicated_state
+        state = self.deps.replicated_state
         records = state.pop if state is not None else None
         producer = self.server.producer
         if records is None or not producer.sync_master:

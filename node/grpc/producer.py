@@ -117,12 +117,12 @@ class TelemetryLink:
 class ProducerService:
     def __init__(self, server):
         self.server = server
-        self.broker = broker = server.broker
-        self.store = broker.store
-        self.replication = getattr(broker, "replication", None)
+        self.deps = deps = server.deps
+        self.store = deps.store
+        self.replication = deps.replication
         self.sync_master = self.replication is not None and self.replication.sync_master
-        self.wait_acks = broker.cfg.store.flush_mode == "SYNC_FLUSH" or self.sync_master
-        self._cluster = system_properties.cluster_pair(broker.cfg.cluster_name)
+        self.wait_acks = deps.cfg.store.flush_mode == "SYNC_FLUSH" or self.sync_master
+        self._cluster = system_properties.cluster_pair(deps.cfg.cluster_name)
         self._rr = 0
 
     async def send_message(self, request, context):
@@ -155,7 +155,7 @@ class ProducerService:
             refusal = self.replication.write_refusal()
             if refusal is not None:
                 raise Refused(pb.Code.HA_NOT_AVAILABLE, refusal)
-        if not self.broker.role.writable:
+        if not self.deps.role.writable:
             raise Refused(pb.Code.FORBIDDEN, "this broker does not accept writes")
 
     def _build(self, msg, born_host: bytes) -> StoreMessage:
@@ -173,7 +173,7 @@ class ProducerService:
             raise Refused(pb.Code.BAD_REQUEST, str(exc)) from None
         if not body:
             raise Refused(pb.Code.MESSAGE_BODY_EMPTY, "message body is empty")
-        limit = self.broker.cfg.store.max_message_bytes
+        limit = self.deps.cfg.store.max_message_bytes
         if len(body) > limit:
             raise Refused(pb.Code.MESSAGE_BODY_TOO_LARGE,
                           f"message body is {len(body)} bytes; the limit is {limit}")
@@ -192,15 +192,16 @@ class ProducerService:
         raw = system_properties.from_client(rec.encode_properties(props), self._cluster, props)
         props = rec.decode_properties(raw)
         born_ms = msg.system_properties.born_timestamp.ToMilliseconds() or convert.now_ms()
-        store_host = self.broker.store_host
+        store_host = self.deps.store_host
         kind = send_divert.kind_of(props, 0)
         if kind is None:
             return StoreMessage(topic, queue_id, body, props, properties_raw=raw,
                                 born_timestamp=born_ms, born_host=born_host,
                                 store_host=store_host)
         try:
-            return send_divert.build(self.broker, kind, group, topic, queue_id, 0, body, props,
-                                     0, born_ms, born_host, store_host, 0, convert.now_ms())
+            return send_divert.divert_message(self.deps.schedule, self.deps.transactions, kind,
+                                              group, topic, queue_id, 0, body, props, 0, born_ms,
+                                              born_host, store_host, 0, convert.now_ms())
         except DelayError as exc:
             raise Refused(pb.Code.ILLEGAL_DELIVERY_TIME, str(exc)) from None
 
@@ -212,11 +213,11 @@ class ProducerService:
             return pb.Code.BAD_REQUEST, str(exc), None
         except (DiskFull, StoreClosed) as exc:
             return pb.Code.INTERNAL_ERROR, f"service not available now: {exc}", None
-        self.broker.metrics.put_total += len(msgs)
+        self.deps.metrics.put_total += len(msgs)
         if not self.wait_acks:
             return pb.Code.OK, "OK", result
         loop = asyncio.get_running_loop()
-        post = self.broker.bridge.post_or_run
+        post = self.deps.bridge.post_or_run
         durable = loop.create_future()
         self.store.on_durable(result.end_offset, lambda st: post(_settle, durable, st))
         st = await durable
@@ -232,7 +233,7 @@ class ProducerService:
         """Under SYNC_MASTER: True once the in-sync replicas hold the log up to end_offset."""
         self.replication.notify_appended()
         done = asyncio.get_running_loop().create_future()
-        post = self.broker.bridge.post_or_run
+        post = self.deps.bridge.post_or_run
         self.replication.when_replicated(end_offset, lambda ok: post(_settle, done, ok))
         return await done
 
@@ -244,11 +245,11 @@ class ProducerService:
             phys, qoff = parse_transaction_id(request.transaction_id)
             decision = {_COMMIT: rec.TX_COMMIT, _ROLLBACK: rec.TX_ROLLBACK}.get(
                 request.resolution, 0)
-            if not self.broker.role.state_ready:
+            if not self.deps.role.state_ready:
                 raise Refused(pb.Code.HA_NOT_AVAILABLE, "this broker is not a master now")
-            self.broker.transactions.end(producer_group_of(request.topic.name), qoff, phys,
-                                         decision, self.broker.schedule,
-                                         request.source == _SERVER_CHECK)
+            self.deps.transactions.end(producer_group_of(request.topic.name), qoff, phys,
+                                       decision, self.deps.schedule,
+                                       request.source == _SERVER_CHECK)
         except Refused as exc:
             return pb.EndTransactionResponse(status=status(exc.code, str(exc)))
         except EndRefused as exc:

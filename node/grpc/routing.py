@@ -50,14 +50,14 @@ _IPV4, _IPV6 = pb.enum_value("AddressScheme", "IPv4"), pb.enum_value("AddressSch
 class RoutingService:
     def __init__(self, server):
         self.server = server
-        self.broker = server.broker
+        self.deps = server.deps
         self.links: set[TelemetryLink] = set()
         self.view = None   # cluster mode: coordinator/view.py ClusterView (rule 5)
 
     def endpoints(self, addr: str | None = None):
         """`addr` ("host:port") as Endpoints; this broker's gRPC endpoint by default."""
         if addr is None:
-            addr = f"{self.broker.addr.rsplit(':', 1)[0]}:{self.server.port}"
+            addr = f"{self.deps.addr.rsplit(':', 1)[0]}:{self.server.port}"
         host, port = addr.rsplit(":", 1)
         host = host.strip("[]")
         ep = pb.Endpoints(scheme=_IPV6 if ":" in host else _IPV4)
@@ -66,18 +66,18 @@ class RoutingService:
 
     def topic_config(self, topic: str):
         """The topic's config, created like a remoting send would (rule 1); None if absent."""
-        topics = self.broker.topics
+        topics = self.deps.topics
         tc = topics.table.get(topic)
-        if tc is None and self.broker.cfg.auto_create_topic and self.broker.role.writable:
+        if tc is None and self.deps.cfg.auto_create_topic and self.deps.role.writable:
             tc = topics.create_in_send(topic, AUTO_CREATE_TOPIC,
-                                       self.broker.cfg.default_topic_queues)
+                                       self.deps.cfg.default_topic_queues)
         return tc
 
     def queue(self, tc, queue_id: int, perm: int, group: str | None = None, endpoints=None):
         """One queue of `tc` on `group`'s master (this broker by default)."""
         mq = pb.MessageQueue(id=queue_id, permission=_PERM[perm & (_READ | _WRITE)])
         mq.topic.name = tc.name
-        mq.broker.name = group or self.broker.cfg.broker_name
+        mq.broker.name = group or self.deps.cfg.broker_name
         mq.broker.id = 0
         mq.broker.endpoints.CopyFrom(endpoints if endpoints is not None else self.endpoints())
         mq.accept_message_types.extend(_ACCEPT)
@@ -96,7 +96,7 @@ class RoutingService:
                 log.warning("ignoring a bad topic config of %s in group %s", tc.name, group)
         if found:
             return found
-        if self.broker.role.writable:   # created here just now: the view catches up later
+        if self.deps.role.writable:   # created here just now: the view catches up later
             return [(None, tc, None)]
         return status(pb.Code.HA_NOT_AVAILABLE,
                       f"no broker group holding topic {tc.name!r} has a master now")
@@ -154,7 +154,7 @@ class RoutingService:
         return pb.NotifyClientTerminationResponse(status=status(pb.Code.OK))
 
     def settings_for(self, settings):
-        cfg = self.broker.cfg
+        cfg = self.deps.cfg
         out = pb.Settings()
         out.CopyFrom(settings)
         policy = out.backoff_policy
@@ -182,7 +182,7 @@ class RoutingService:
         return out
 
     def fifo_groups(self) -> set[str]:
-        return {g.strip() for g in self.broker.cfg.grpc_fifo_groups.split(",") if g.strip()}
+        return {g.strip() for g in self.deps.cfg.grpc_fifo_groups.split(",") if g.strip()}
 
     async def telemetry(self, request_iterator, context):
         """Answer each Settings (rule 2); keep the stream for check-backs (rule 3)."""
@@ -200,7 +200,7 @@ class RoutingService:
                     continue
                 settings = command.settings
                 if settings.client_type == _PRODUCER:  # known topics only: bounded
-                    table = self.broker.topics.table
+                    table = self.deps.topics.table
                     self._register(link, [t.name for t in settings.publishing.topics
                                           if t.name in table][:MAX_TOPICS_PER_PRODUCER])
                 reply = pb.TelemetryCommand(status=status(pb.Code.OK))
@@ -222,7 +222,7 @@ class RoutingService:
             await context.write(await outbox.get())
 
     def _register(self, link, topics) -> None:
-        producers = self.broker.clients.producers
+        producers = self.deps.clients.producers
         for group in link.groups - {producer_group_of(t) for t in topics}:
             producers.get(group, {}).pop(link, None)
         link.groups = {producer_group_of(t) for t in topics}
@@ -230,7 +230,7 @@ class RoutingService:
             producers.setdefault(group, {})[link] = None
 
     def _unregister(self, link) -> None:
-        producers = self.broker.clients.producers
+        producers = self.deps.clients.producers
         for group in link.groups:
             members = producers.get(group)
             if members is not None:

@@ -30,6 +30,7 @@ from tidemq.node.grpc import proto as pb
 from tidemq.node.grpc.auth import GrpcAuth
 from tidemq.node.grpc.common import reject_malformed, status
 from tidemq.node.grpc.consumer import ConsumerService
+from tidemq.node.grpc.deps import GrpcDeps
 from tidemq.node.grpc.producer import ProducerService
 from tidemq.node.grpc.routing import RoutingService
 
@@ -66,12 +67,12 @@ def _credentials(cfg):
 
 
 class GrpcServer:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, deps: GrpcDeps):
+        self.deps = deps
         self.port = 0
         self.server = None
-        self.pop = broker.pop_state   # loaded at start, before the replicated state replays
-        acl = getattr(broker.server, "acl", None)  # the remoting ACL's accounts (auth.py)
+        self.pop = deps.pop_state   # loaded at start, before the replicated state replays
+        acl = deps.acl   # the remoting ACL's accounts (auth.py)
         self.auth = GrpcAuth(acl) if acl is not None else None
         self.routing = RoutingService(self)
         self.producer = ProducerService(self)
@@ -115,7 +116,7 @@ class GrpcServer:
         return out
 
     async def start(self) -> int:
-        cfg = self.broker.cfg
+        cfg = self.deps.cfg
         # long-lived calls (held receives, one Telemetry stream per client) are bounded like
         # held pulls and connections; past it grpcio answers RESOURCE_EXHAUSTED
         self.server = grpc.aio.server(
@@ -132,9 +133,9 @@ class GrpcServer:
         else:
             self.port = self.server.add_insecure_port(address)
         await self.server.start()
-        dispatcher = self.broker.store.dispatcher
+        dispatcher = self.deps.store.dispatcher
         chained = dispatcher.arrival_listener
-        bridge = self.broker.bridge
+        bridge = self.deps.bridge
 
         def on_arrival(arrived):  # rule 4
             if chained is not None:
@@ -146,7 +147,7 @@ class GrpcServer:
         return self.port
 
     async def _flush_loop(self) -> None:
-        interval = self.broker.cfg.offsets_flush_interval_ms / 1000
+        interval = self.deps.cfg.offsets_flush_interval_ms / 1000
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
@@ -160,7 +161,7 @@ class GrpcServer:
 
     def _state_offset(self) -> int | None:
         """Under HA: the replicated-state records the receipt state includes up to."""
-        return self.broker.offsets.state_offset if self.broker.replicated_state else None
+        return self.deps.offsets.state_offset if self.deps.replicated_state else None
 
     async def stop(self) -> None:
         if self._flush_task is not None:

@@ -10,60 +10,74 @@ unless security.admin_read_open.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from tidemq.node.config import redacted
+from tidemq.node.config import BrokerConfig, redacted
 from tidemq.node.ops.admin_auth import admin_auth_middleware
+from tidemq.node.ops.counters import Metrics
+from tidemq.node.replication.roles import Role
 from tidemq.node.security.settings import admin_token
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.topics import TopicManager
 
-if TYPE_CHECKING:  # node.broker imports this module
-    from tidemq.node.broker import Broker
 
-BROKER_KEY: web.AppKey[Broker] = web.AppKey("broker")
+@dataclass(frozen=True)
+class AdminViews:
+    """What the views read: the node's config, store, topic table, role and metrics."""
+    cfg: BrokerConfig
+    store: MessageStore
+    topics: TopicManager
+    role: Role
+    metrics: Metrics
+    addr: str   # the advertised remoting address
+
+
+VIEWS_KEY: web.AppKey[AdminViews] = web.AppKey("views")
 
 
 async def _health(request: web.Request) -> web.Response:
-    broker = request.app[BROKER_KEY]
-    store = broker.store
-    writable = store is not None and store.writable
-    doc = {"status": "ok" if writable else "unavailable", "broker": broker.cfg.broker_name,
-           "addr": broker.addr, "role": "master" if broker.role.writable else "slave",
+    v = request.app[VIEWS_KEY]
+    writable = bool(v.store.writable)
+    doc = {"status": "ok" if writable else "unavailable", "broker": v.cfg.broker_name,
+           "addr": v.addr, "role": "master" if v.role.writable else "slave",
            "store_writable": writable}
     return web.json_response(doc, status=200 if writable else 503)
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[BROKER_KEY].metrics.render()
+    body = request.app[VIEWS_KEY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _topics(request: web.Request) -> web.Response:
-    broker = request.app[BROKER_KEY]
-    store = broker.store
+    v = request.app[VIEWS_KEY]
+    store = v.store
     out = []
-    for name, tc in sorted(broker.topics.table.items()):
+    for name, tc in sorted(v.topics.table.items()):
         doc = tc.to_json()
-        if store is not None:
-            doc["queues"] = [{"queueId": q, "minOffset": store.min_queue_offset(name, q),
-                              "maxOffset": store.max_queue_offset(name, q)}
-                             for q in range(tc.queue_count)]
+        doc["queues"] = [{"queueId": q, "minOffset": store.min_queue_offset(name, q),
+                          "maxOffset": store.max_queue_offset(name, q)}
+                         for q in range(tc.queue_count)]
         out.append(doc)
     return web.json_response({"topics": out})
 
 
 async def _config(request: web.Request) -> web.Response:
-    return web.json_response(redacted(request.app[BROKER_KEY].cfg))
+    return web.json_response(redacted(request.app[VIEWS_KEY].cfg))
 
 
 class AdminHttp:
-    def __init__(self, broker):
-        cfg = broker.cfg
+    """Serves the views while the store is open: the broker starts it after the store opens
+    and stops it before the store closes."""
+
+    def __init__(self, cfg: BrokerConfig, store: MessageStore, topics: TopicManager, role: Role,
+                 metrics: Metrics, addr: str):
         self.app = web.Application(client_max_size=1024 * 1024, middlewares=[
             admin_auth_middleware(admin_token(cfg), cfg.security.admin_read_open)])
-        self.app[BROKER_KEY] = broker
+        self.app[VIEWS_KEY] = AdminViews(cfg, store, topics, role, metrics, addr)
         self.app.router.add_get("/health", _health)
         self.app.router.add_get("/metrics", _metrics)
         self.app.router.add_get("/topics", _topics)

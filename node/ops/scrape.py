@@ -50,21 +50,33 @@ def _counter(name, help_text, value):
 
 
 class BrokerCollector:
-    def __init__(self, broker):
-        self.b = broker
+    """Collected while the store is open: the broker registers it after opening the store
+    and stops serving /metrics before closing it."""
+
+    def __init__(self, cfg, store, role, topics, offsets, clients, metrics, *, schedule,
+                 transactions, cluster):
+        self.cfg = cfg
+        self.store = store
+        self.role = role
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.metrics = metrics
+        self.schedule = schedule
+        self.transactions = transactions
+        self.cluster = cluster   # node/replication/cluster_mode.py ClusterNode, None standalone
         self.started = time.time()
 
     def collect(self):
         yield from self._identity()
-        if self.b.store is not None:
-            yield from self._disk()
-            yield from self._messaging()
-            if self.b.role.writable:   # masters only: a slave's table is a copy (see above)
-                yield from self._consumer_lag()
+        yield from self._disk()
+        yield from self._messaging()
+        if self.role.writable:   # masters only: a slave's table is a copy (see above)
+            yield from self._consumer_lag()
         yield from self._cluster()
 
     def _identity(self):
-        b, cfg = self.b, self.b.cfg
+        cfg = self.cfg
         yield _gauge("tidemq_build_info", "Always 1; the TideMQ version.", 1, ["version"],
                      [__version__])
         yield _gauge("tidemq_broker_info", "Always 1; who this broker is (as configured).", 1,
@@ -72,7 +84,7 @@ class BrokerCollector:
                      [cfg.cluster_name, cfg.broker_name, str(cfg.broker_id),
                       cfg.store.flush_mode])
         yield _gauge("tidemq_broker_writable", "1 while this node accepts sends (an unfenced "
-                     "master).", 1 if b.store is not None and b.role.writable else 0)
+                     "master).", 1 if self.role.writable else 0)
         yield _gauge("tidemq_uptime_seconds", "Seconds since the broker started.",
                      time.time() - self.started)
         ha = getattr(cfg, "ha", None)
@@ -80,7 +92,7 @@ class BrokerCollector:
                      getattr(ha, "min_in_sync_replicas", 1))
 
     def _disk(self):
-        store = self.b.store
+        store = self.store
         scfg = store.config
         try:
             usage = shutil.disk_usage(scfg.root_dir)
@@ -125,13 +137,12 @@ class BrokerCollector:
         """Delayed delivery, transactions, retry and DLQ (node/sending/schedule.py, node/sending/transaction_service.py,
         node/processors/send_back.py). Counters count since this process started; gauges are
         read from the log: a slave's copy of the system queues reads the same as its master's."""
-        b = self.b
-        sched, tx, m = b.schedule, b.transactions, b.metrics
+        sched, tx, m = self.schedule, self.transactions, self.metrics
         yield _counter("tidemq_delayed_delivered", "Delayed messages delivered to their topic.",
                        sched.delivered)
         yield _gauge("tidemq_delay_messages_pending", "Delayed messages stored and not yet "
                      "delivered (schedule queues' end minus the delivery progress).",
-                     _delay_pending(b))
+                     _delay_pending(self.store, sched, self.offsets))
         yield _counter("tidemq_transaction_checks_sent", "CHECK_TRANSACTION_STATE requests "
                        "sent.", tx.checks_sent)
         yield _counter("tidemq_transactions_parked", "Half messages parked after the check "
@@ -149,13 +160,12 @@ class BrokerCollector:
                                    ("tidemq_dlq_messages", m.dead_lettered, "%DLQ%<group>")):
             c = CounterMetricFamily(name, f"Messages sent back to {what}.",
                                     labels=["consumer_group"])
-            for group in sorted(_groups_with_retry_topic(b) | set(counts)):
+            for group in sorted(_groups_with_retry_topic(self.topics) | set(counts)):
                 c.add_metric([group], float(counts.get(group, 0)))
             yield c
 
     def _consumer_lag(self):
-        b = self.b
-        store = b.store
+        store = self.store
         now_ms = time.time() * 1000
         per_queue = GaugeMetricFamily("tidemq_consumer_lag_messages", "Queue max offset minus "
                                       "the group's committed offset.",
@@ -166,8 +176,9 @@ class BrokerCollector:
                                  "oldest message the group has not consumed (0 when caught "
                                  "up).", labels=["consumer_group", "topic"])
         series, reads, truncated = 0, 0, False
-        for (group, topic), queues in sorted(progress_table(b).items()):
-            if topic not in b.topics.table:
+        progress = progress_table(self.topics, self.offsets, self.clients)
+        for (group, topic), queues in sorted(progress.items()):
+            if topic not in self.topics.table:
                 continue  # deleted topics (system queues keep their progress as offsets)
             if series + len(queues) > MAX_LAG_SERIES:
                 truncated = True
@@ -197,7 +208,7 @@ class BrokerCollector:
                      f"stopped at {MAX_LAG_SERIES} queues.", 1 if truncated else 0)
 
     def _cluster(self):
-        cluster = getattr(self.b, "cluster", None)
+        cluster = self.cluster
         if cluster is None:
             return
         m = cluster.metrics()
@@ -214,15 +225,15 @@ class BrokerCollector:
                        m.get("fast_takeovers") or 0)
 
 
-def _delay_pending(b) -> int:
+def _delay_pending(store, sched, offsets) -> int:
     """Entries of the schedule topic's queues past the delivery progress (committed, or the
     running cursor when newer). An entry waiting for a later hop counts once: its earlier
     hops' entries lie behind the progress."""
-    store, sched, total = b.store, b.schedule, 0
+    total = 0
     for qid in sched.queues():
         done = sched.cursor.get(qid)
         if done is None:
-            done = b.offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid) or 0
+            done = offsets.query(SCHEDULE_GROUP, SCHEDULE_TOPIC, qid) or 0
         done = max(done, store.min_queue_offset(SCHEDULE_TOPIC, qid))
         total += max(0, store.max_queue_offset(SCHEDULE_TOPIC, qid) - done)
     return total
@@ -262,7 +273,7 @@ class NameServerCollector:
         yield in_sync
 
 
-def _groups_with_retry_topic(broker) -> set[str]:
+def _groups_with_retry_topic(topics) -> set[str]:
     """Every group with a %RETRY% topic (it had a consumer): its retry and DLQ counters are
     exported from the start, at 0, so the first event is an increase, not a new series."""
-    return {t[len(RETRY_PREFIX):] for t in list(broker.topics.table) if t.startswith(RETRY_PREFIX)}
+    return {t[len(RETRY_PREFIX):] for t in list(topics.table) if t.startswith(RETRY_PREFIX)}

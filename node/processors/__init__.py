@@ -31,15 +31,22 @@ from tidemq.protocol.codes import RequestCode as R
 
 
 def register_all(server, broker) -> ClientManageProcessor:
+    """Wire every processor to its code on `server`. Each processor gets the broker's
+    components it uses; only send and pull still take the whole broker."""
+    b = broker
     send = SendProcessor(broker)
     pull = PullProcessor(broker)
-    offsets = OffsetProcessor(broker)
-    clients = ClientManageProcessor(broker)
-    admin = AdminProcessor(broker)
-    query = QueryProcessor(broker)
+    offsets = OffsetProcessor(b.store, b.offsets, b.replication, b.reset_fence)
+    clients = ClientManageProcessor(b.clients, b.topics, b.loop)
+    admin = AdminProcessor(b.cfg, b.store, b.topics, b.metrics, b.locks, hold=b.hold,
+                           connections=server.connections, replication=b.replication,
+                           role=b.role, loop=b.loop)
+    query = QueryProcessor(b.store, b.store_host, b.cfg.query_max_msgs)
+    send_back = SendBackProcessor(b.store, b.topics, b.groups, b.schedule, b.metrics,
+                                  b.store_host, send)
     table = {
         R.SEND_MESSAGE: send, R.SEND_MESSAGE_V2: send, R.SEND_BATCH_MESSAGE: send,
-        R.PULL_MESSAGE: pull, R.CONSUMER_SEND_MSG_BACK: SendBackProcessor(broker, send),
+        R.PULL_MESSAGE: pull, R.CONSUMER_SEND_MSG_BACK: send_back,
         R.QUERY_MESSAGE: query.query_message, R.VIEW_MESSAGE_BY_ID: query.view_message,
         R.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
         R.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
@@ -51,14 +58,19 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.LOCK_BATCH_MQ: admin.lock_batch, R.UNLOCK_BATCH_MQ: admin.unlock_batch,
         R.HEART_BEAT: clients.heartbeat, R.UNREGISTER_CLIENT: clients.unregister,
         R.GET_CONSUMER_LIST_BY_GROUP: clients.consumer_list,
-        R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(broker),
-        R.END_TRANSACTION: EndTransactionProcessor(broker),
-        R.GET_CONSUME_STATS: ConsumeStatsProcessor(broker),
-        R.GET_PARKED_TRANSACTIONS: parked_transactions(broker),
+        R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(b.routing),
+        R.END_TRANSACTION: EndTransactionProcessor(b.role, b.transactions, b.schedule,
+                                                   b.cfg.broker_name),
+        R.GET_CONSUME_STATS: ConsumeStatsProcessor(b.store, b.topics, b.offsets, b.clients,
+                                                   b.cfg.broker_name, server.acl),
+        R.GET_PARKED_TRANSACTIONS: parked_transactions(b.store, b.store_host),
     }
-    connections.register(server, broker)   # 203/204 (node/processors/connections.py)
-    subscription_groups.register(server, broker)   # 200/201 (node/processors/subscription_groups.py)
-    ops = OpsProcessor(broker)
+    connections.register(server, b.clients)   # 203/204 (node/processors/connections.py)
+    subscription_groups.register(server, b.groups, b.offsets, b.clients, b.topics,
+                                 b.replication)   # 200/201 (node/processors/subscription_groups.py)
+    ops = OpsProcessor(b.cfg.broker_name, b.store, b.topics, b.offsets, b.groups, b.clients,
+                       b.metrics, reset_fence=b.reset_fence, replication=b.replication,
+                       replicated_state=b.replicated_state)
     table.update({R.GET_TOPIC_STATS_INFO: ops.topic_stats, R.INVOKE_BROKER_TO_RESET_OFFSET:
                   ops.reset_offset, R.DELETE_SUBSCRIPTIONGROUP: ops.delete_group,
                   R.DELETE_TOPIC_IN_BROKER: ops.delete_topic})

@@ -22,18 +22,24 @@ from tidemq.protocol.codes import ResponseCode
 
 
 class AdminProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topics
-        self.metrics = broker.metrics
-        self.locks = broker.locks
+    def __init__(self, cfg, store, topics, metrics, locks, *, hold, connections, replication,
+                 role, loop):
+        self.cfg = cfg
+        self.store = store
+        self.topics = topics
+        self.metrics = metrics
+        self.locks = locks
+        self.hold = hold                # held pulls, for runtime info
+        self.connections = connections  # the remoting server's open connections
+        self.replication = replication  # None when this node does not replicate
+        self.role = role
+        self.loop = loop
         self.boot_ms = int(time.time() * 1000)
 
     def create_topic(self, conn, cmd, req):
         tc = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.filter_type,
                          req.topic_sys_flag, req.order)
-        repl = getattr(self.broker, "replication", None)
+        repl = self.replication
         if repl is not None and not repl.is_master:  # topic configs come from the master
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); create topics "
@@ -56,8 +62,8 @@ class AdminProcessor:
             "brokerVersionDesc": "V4_9_8",
             "brokerVersion": "409",
             "tidemqVersion": __version__,
-            "brokerName": self.broker.cfg.broker_name,
-            "clusterName": self.broker.cfg.cluster_name,
+            "brokerName": self.cfg.broker_name,
+            "clusterName": self.cfg.cluster_name,
             "msgPutTotalTodayNow": m.put_total,
             "msgGetTotalTodayNow": m.get_total,
             "commitLogMaxOffset": s.max_offset,
@@ -70,14 +76,14 @@ class AdminProcessor:
             "bootTimestamp": self.boot_ms,
             "runtime": f"[ {up_s // 86400} days, {up_s // 3600 % 24} hours, "
                        f"{up_s // 60 % 60} minutes, {up_s % 60} seconds ]",
-            "flushMode": self.broker.cfg.store.flush_mode,
-            "heldPulls": self.broker.hold.count,
-            "connections": len(self.broker.server.connections),
+            "flushMode": self.cfg.store.flush_mode,
+            "heldPulls": self.hold.count,
+            "connections": len(self.connections),
             "topicCount": len(self.topics.table),
             "sendThreadPoolQueueSize": 0,
             "pullThreadPoolQueueSize": 0,
         }
-        table.update(_role_fields(self.broker))
+        table.update(_role_fields(self.replication, self.role))
         body = json.dumps({"table": {k: str(v) for k, v in table.items()}}, separators=(",", ":"))
         return ok(cmd, body=body.encode())
 
@@ -89,7 +95,7 @@ class AdminProcessor:
 
     def lock_batch(self, conn, cmd, req):
         group, client_id, mqs = req.body.group, req.body.client_id, req.body.mqs
-        granted = self.locks.lock(group, client_id, mqs, self.broker.loop.time())
+        granted = self.locks.lock(group, client_id, mqs, self.loop.time())
         body = {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in granted]}
         return ok(cmd, body=json.dumps(body, separators=(",", ":")).encode())
 
@@ -99,11 +105,10 @@ class AdminProcessor:
         return ok(cmd)
 
 
-def _role_fields(broker) -> dict:
+def _role_fields(replication, role) -> dict:
     """Role and epoch for operators (`tidemq cluster list`): the HA role when replicating."""
-    replication = getattr(broker, "replication", None)
     if replication is None:
-        return {"brokerRole": "MASTER" if broker.role.writable else "SLAVE", "haEpoch": 0}
+        return {"brokerRole": "MASTER" if role.writable else "SLAVE", "haEpoch": 0}
     m = replication.service.metrics()
     return {"brokerRole": str(m["role"]), "haEpoch": m["epoch"],
             "inSyncReplicas": m["in_sync_size"]}

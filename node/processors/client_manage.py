@@ -21,11 +21,10 @@ CLIENT_ID_MAX_CHARS = 1024  # bounds what one registration costs; real ids are ~
 
 
 class ClientManageProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-        self.clients = broker.clients
-        self.topics = broker.topics
-        self.loop = broker.loop
+    def __init__(self, clients, topics, loop):
+        self.clients = clients
+        self.topics = topics
+        self.loop = loop
 
     def heartbeat(self, conn, cmd, req):
         hb = req.body  # decoded by the request table (node/requests/bodies.py)

@@ -24,10 +24,10 @@ def error(request, code: int, remark: str) -> RemotingCommand:
     return RemotingCommand.make_response(request, int(code), remark=remark)
 
 
-def not_writable(broker, request) -> RemotingCommand | None:
+def not_writable(repl, request) -> RemotingCommand | None:
     """SERVICE_NOT_AVAILABLE when this broker may not change replicated state now (a slave, or
-    a master short of in-sync replicas), else None: operator changes check it first."""
-    repl = broker.replication
+    a master short of in-sync replicas), else None: operator changes check it first. `repl` is
+    the node's Replication, None when it does not replicate."""
     refusal = None if repl is None else repl.write_refusal()
     if refusal is None:
         return None
@@ -43,9 +43,11 @@ def tag_codes(expression: str | None) -> frozenset | None:
     empty). Java's FilterAPI.buildSubscriptionData, cached: expressions repeat on every pull."""
     if not expression:
         return None
-    codes = _tag_cache.get(expression, False)
-    if codes is not False:
-        return codes
+    try:
+        return _tag_cache[expression]
+    except KeyError:
+        pass
+    codes: frozenset | None
     text = expression.strip()
     if not text or text == SUB_ALL:
         codes = None

@@ -44,8 +44,8 @@ def _subscription(sd) -> dict:
 
 
 class ConnectionsProcessor:
-    def __init__(self, broker):
-        self.clients = broker.clients
+    def __init__(self, clients):
+        self.clients = clients
 
     def consumer_connections(self, conn, cmd, req):
         name = req.group
@@ -71,8 +71,8 @@ class ConnectionsProcessor:
         return ok(cmd, body=json.dumps(body, sort_keys=True).encode())
 
 
-def register(server, broker) -> None:
-    proc = ConnectionsProcessor(broker)
+def register(server, clients) -> None:
+    proc = ConnectionsProcessor(clients)
     for code, fn in ((RequestCode.GET_CONSUMER_CONNECTION_LIST, proc.consumer_connections),
                      (RequestCode.GET_PRODUCER_CONNECTION_LIST, proc.producer_connections)):
         server.register(code, fn, PARSERS[int(code)])

@@ -28,17 +28,23 @@ from tidemq.protocol.codes import ResponseCode
 
 
 class ConsumeStatsProcessor:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, store, topics, offsets, clients, broker_name: str, acl):
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.broker_name = broker_name
+        self.acl = acl  # the remoting ACL, None when security.acl_enable is off
 
     def __call__(self, conn, cmd, req):
         group = req.group
         only_topic = req.topic or None
-        acl = self.broker.server.acl
+        acl = self.acl
         may_read = acl.topic_reader(conn.peer.rpartition(":")[0], cmd) if acl else None
-        store, name = self.broker.store, self.broker.cfg.broker_name
+        store, name = self.store, self.broker_name
         table, members = {}, []
-        for (_, topic), queues in sorted(progress_table(self.broker, group, only_topic).items()):
+        progress = progress_table(self.topics, self.offsets, self.clients, group, only_topic)
+        for (_, topic), queues in sorted(progress.items()):
             if may_read is not None and not may_read(topic):
                 continue
             for qid, offset in sorted(queues.items()):
@@ -51,7 +57,7 @@ class ConsumeStatsProcessor:
                              "consumerOffset": -1 if offset is None else offset,
                              "minOffset": store.min_queue_offset(topic, qid), "lag": lag,
                              "lastTimestamp": last}
-        for (key, topic), queues in sorted(self.broker.offsets.table.items()):
+        for (key, topic), queues in sorted(self.offsets.table.items()):
             owner, client_id = split_member(key)
             if owner != group or client_id is None or (only_topic and topic != only_topic) or (
                     may_read is not None and not may_read(topic)):

@@ -32,11 +32,11 @@ HOT_BYTES = int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.40)
 
 
 class OffsetProcessor:
-    def __init__(self, broker):
-        self.store = broker.store
-        self.offsets = broker.offsets
-        self.replication = getattr(broker, "replication", None)
-        self.reset_fence = getattr(broker, "reset_fence", None)
+    def __init__(self, store, offsets, replication, reset_fence):
+        self.store = store
+        self.offsets = offsets
+        self.replication = replication  # None when this node does not replicate
+        self.reset_fence = reset_fence
 
     def query_consumer_offset(self, conn, cmd, req):
         group, topic, queue_id = req.group, req.topic, req.queue_id

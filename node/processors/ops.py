@@ -51,19 +51,26 @@ def _body(doc) -> bytes:
 
 
 class OpsProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-
-    def _state(self):
-        return self.broker.replicated_state
+    def __init__(self, broker_name: str, store, topics, offsets, groups, clients, metrics, *,
+                 reset_fence, replication, replicated_state):
+        self.broker_name = broker_name
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.groups = groups  # the group settings table
+        self.clients = clients
+        self.metrics = metrics
+        self.reset_fence = reset_fence
+        self.replication = replication            # None when this node does not replicate
+        self.replicated_state = replicated_state  # None likewise
 
     # -- 202 --------------------------------------------------------------------------------
     def topic_stats(self, conn, cmd, req):
         topic = req.topic
-        tc = self.broker.topics.get(topic)
+        tc = self.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        store, name = self.broker.store, self.broker.cfg.broker_name
+        store, name = self.store, self.broker_name
         table = {}
         for qid in range(tc.queue_count):
             top = store.max_queue_offset(topic, qid)
@@ -76,13 +83,13 @@ class OpsProcessor:
     def reset_offset(self, conn, cmd, req):
         topic, group, timestamp = req.topic, req.group, req.timestamp
         force = (req.is_force or "true").lower() != "false"
-        tc = self.broker.topics.get(topic)
+        tc = self.topics.get(topic)
         if tc is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = not_writable(self.broker, cmd)
+        refused = not_writable(self.replication, cmd)
         if refused is not None:
             return refused
-        store, offsets, name = self.broker.store, self.broker.offsets, self.broker.cfg.broker_name
+        store, offsets, name = self.store, self.offsets, self.broker_name
         changes = {}
         for qid in range(tc.read_queue_nums):
             target = store.offset_by_time(topic, qid, max(timestamp, 0))
@@ -94,13 +101,13 @@ class OpsProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR, "consumer offset table is full")
         for qid, target in changes.items():
             offsets.commit(group, topic, qid, target)
-        if self._state() is not None and not self._state().write_now():
+        if self.replicated_state is not None and not self.replicated_state.write_now():
             log.warning("offset reset of %s/%s not yet in the replicated state; retrying",
                         group, topic)
         table = {mq_key(topic, name, q): o for q, o in sorted(changes.items())}
         body = _body({"offsetTable": table})
-        members = self.broker.clients.members(group)
-        self.broker.reset_fence.reset(group, topic, members, changes)
+        members = self.clients.members(group)
+        self.reset_fence.reset(group, topic, members, changes)
         notified = 0
         for member in members:
             if not member.closed:
@@ -117,19 +124,19 @@ class OpsProcessor:
     # -- 207 --------------------------------------------------------------------------------
     def delete_group(self, conn, cmd, req):
         group = req.group  # a valid group name: the request table checked it
-        refused = not_writable(self.broker, cmd)
+        refused = not_writable(self.replication, cmd)
         if refused is not None:
             return refused
         try:  # first: a settings file that cannot be removed leaves everything as it was
-            had_config = self.broker.groups.remove(group)
+            had_config = self.groups.remove(group)
         except OSError as exc:
             log.warning("settings of group %s not deleted: %s", group, exc)
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"group {group} not deleted: its "
                                                           f"settings file could not be removed; "
                                                           f"see the broker log")
-        removed = self.broker.offsets.remove_group(group)
-        if self._state() is not None:
-            self._state().group_deleted(group)
+        removed = self.offsets.remove_group(group)
+        if self.replicated_state is not None:
+            self.replicated_state.group_deleted(group)
         log.info("consumer group %s deleted (%d offsets%s)", group, removed,
                  ", its stored settings" if had_config else "")
         return ok(cmd)
@@ -140,14 +147,13 @@ class OpsProcessor:
         if topic in SYSTEM_TOPICS or topic == AUTO_CREATE_TOPIC:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"the system topic {topic} cannot be "
                                                           f"deleted")
-        b = self.broker
-        if b.topics.get(topic) is None:
+        if self.topics.get(topic) is None:
             return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        refused = not_writable(self.broker, cmd)
+        refused = not_writable(self.replication, cmd)
         if refused is not None:
             return refused
         try:
-            b.topics.delete(topic)
+            self.topics.delete(topic)
         except TopicError as exc:
             return error(cmd, exc.code, str(exc))
         except Exception as exc:  # the topic store refused (ZooKeeper away): nothing changed
@@ -155,11 +161,11 @@ class OpsProcessor:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"topic {topic} not deleted: the topic "
                                                           f"store refused the change; see the "
                                                           f"broker log")
-        b.store.queues.remove_topic(topic)
-        removed = b.offsets.remove_topic(topic)
-        b.metrics.forget_topic(topic)
-        if self._state() is not None:
-            self._state().topic_deleted(topic)
+        self.store.queues.remove_topic(topic)
+        removed = self.offsets.remove_topic(topic)
+        self.metrics.forget_topic(topic)
+        if self.replicated_state is not None:
+            self.replicated_state.topic_deleted(topic)
         log.info("topic %s deleted (%d consumer offsets removed)", topic, removed)
         return ok(cmd)
 

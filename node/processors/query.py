@@ -25,10 +25,10 @@ REPLY_BYTES_MAX = 4 * 1024 * 1024  # bounds one reply; at least one record is al
 
 
 class QueryProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-        self.store = broker.store
-        self.max_msgs = broker.cfg.query_max_msgs
+    def __init__(self, store, store_host: bytes, max_msgs: int):
+        self.store = store
+        self.store_host = store_host  # the advertised address, as records carry it
+        self.max_msgs = max_msgs
 
     def query_message(self, conn, cmd, req):
         topic, key, max_num, begin, end = req.topic, req.key, req.max_num, req.begin_ms, req.end_ms
@@ -41,7 +41,7 @@ class QueryProcessor:
                          "can not find message, maybe time range not correct")
         ext = {"indexLastUpdateTimestamp": str(max(store_timestamp_of(r) for r in records)),
                "indexLastUpdatePhyoffset": str(self.store.dispatcher.dispatched_offset)}
-        return ok(cmd, ext, join_records(records, self.broker.store_host))
+        return ok(cmd, ext, join_records(records, self.store_host))
 
     def view_message(self, conn, cmd, req):
         offset = req.offset
@@ -49,7 +49,7 @@ class QueryProcessor:
         if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"can not find message by the offset, {offset}")
-        return ok(cmd, body=join_records([data], self.broker.store_host))
+        return ok(cmd, body=join_records([data], self.store_host))
 
 
 def _cap(records: list) -> list:

@@ -13,8 +13,8 @@ from tidemq.protocol.route_json import encode_topic_route
 
 
 class RouteProcessor:
-    def __init__(self, broker):
-        self.routing = broker.routing
+    def __init__(self, routing):
+        self.routing = routing
 
     def __call__(self, conn, cmd, req):
         topic = req.topic

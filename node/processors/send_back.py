@@ -38,17 +38,20 @@ _I64 = struct.Struct(">q")
 
 
 class SendBackProcessor:
-    def __init__(self, broker, send):
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topics
+    def __init__(self, store, topics, groups, schedule, metrics, store_host: bytes, send):
+        self.store = store
+        self.topics = topics
+        self.groups = groups  # the group settings (retryMaxTimes)
+        self.schedule = schedule
+        self.metrics = metrics
+        self.store_host = store_host
         self.send = send
 
     def __call__(self, conn, cmd, req):
         group, offset, delay_level = req.group, req.offset, req.delay_level
         max_times = req.max_reconsume_times
         if max_times is None or cmd.version < VERSION_V3_4_9:
-            max_times = self.broker.groups.retry_max_times(group)
+            max_times = self.groups.retry_max_times(group)
         data = self.store.get_record(offset) if offset >= 0 else b""
         if not data or len(data) < 36 or _I64.unpack_from(data, rec.POS_PHYSICAL_OFFSET)[0] != offset:
             return error(cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
@@ -67,15 +70,15 @@ class SendBackProcessor:
         topic, queue_id = tc.name, 0
         if not dead:  # wait the delay level first (see the module docstring)
             level = delay_level if delay_level > 0 else 3 + m.reconsume_times
-            queue_id, props = self.broker.schedule.wrap_level(tc.name, 0, props, level,
-                                                              int(time.time() * 1000))
+            queue_id, props = self.schedule.wrap_level(tc.name, 0, props, level,
+                                                       int(time.time() * 1000))
             topic = SCHEDULE_TOPIC
         copy = StoreMessage(topic, queue_id, m.body, props, flag=m.flag,
                             sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6),
                             born_timestamp=m.born_timestamp, born_host=m.born_host,
-                            store_host=self.broker.store_host,
+                            store_host=self.store_host,
                             reconsume_times=m.reconsume_times + 1)
-        counts = self.broker.metrics.dead_lettered if dead else self.broker.metrics.retried
+        counts = self.metrics.dead_lettered if dead else self.metrics.retried
 
         def answer(code):
             # Java answers SUCCESS whenever the copy is stored, FLUSH_DISK_TIMEOUT included.

@@ -37,12 +37,12 @@ log = logging.getLogger("tidemq.groups")
 RETRY_PREFIX = "%RETRY%"
 
 
-def known_groups(broker) -> list[str]:
+def known_groups(groups_table, offsets, clients, topics) -> list[str]:
     """Rule 1."""
-    groups = {g.split("@", 1)[0] for g, _topic in list(broker.offsets.table)}
-    groups |= {g for g, cg in list(broker.clients.consumers.items()) if cg.members}
-    groups |= {t[len(RETRY_PREFIX):] for t in list(broker.topics.table) if t.startswith(RETRY_PREFIX)}
-    groups |= set(broker.groups.table)
+    groups = {g.split("@", 1)[0] for g, _topic in list(offsets.table)}
+    groups |= {g for g, cg in list(clients.consumers.items()) if cg.members}
+    groups |= {t[len(RETRY_PREFIX):] for t in list(topics.table) if t.startswith(RETRY_PREFIX)}
+    groups |= set(groups_table.table)
     return sorted(g for g in groups if g)
 
 
@@ -50,20 +50,22 @@ def _body(doc) -> bytes:
     return json.dumps(doc, sort_keys=True).encode()
 
 
-def register(server, broker) -> None:
+def register(server, groups, offsets, clients, topics, replication) -> None:
+    """200/201 on `server`; `groups` is the settings table, `replication` None when this node
+    does not replicate."""
     def all_groups(conn, cmd, req):
-        table = broker.groups
-        body = {"subscriptionGroupTable": {g: table.effective(g) for g in known_groups(broker)},
+        known = known_groups(groups, offsets, clients, topics)
+        body = {"subscriptionGroupTable": {g: groups.effective(g) for g in known},
                 "dataVersion": {"timestamp": int(time.time() * 1000), "counter": 0}}
         return ok(cmd, body=_body(body))
 
     def update_group(conn, cmd, req):
-        refused = not_writable(broker, cmd)
+        refused = not_writable(replication, cmd)
         if refused is not None:
             return refused
         changes = req.body  # checked by the request table
         try:
-            conf = broker.groups.update(changes)
+            conf = groups.update(changes)
         except GroupTableFull as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         except OSError as exc:

@@ -26,19 +26,22 @@ PARKED_MAX_BYTES = 4 * 1024 * 1024
 
 
 class EndTransactionProcessor:
-    def __init__(self, broker):
-        self.broker = broker
+    def __init__(self, role, transactions, schedule, broker_name: str):
+        self.role = role
+        self.transactions = transactions
+        self.schedule = schedule
+        self.broker_name = broker_name
 
     def __call__(self, conn, cmd, req):
         group, half_offset = req.group, req.half_offset
         phys, decision = req.commit_log_offset, req.decision
-        if not self.broker.role.state_ready:  # a new master decides once its state is applied
+        if not self.role.state_ready:  # a new master decides once its state is applied
             return error(cmd, ResponseCode.NO_PERMISSION,
-                         f"the broker[{self.broker.cfg.broker_name}] is not a master; "
+                         f"the broker[{self.broker_name}] is not a master; "
                          f"END_TRANSACTION is forbidden")
         try:
-            self.broker.transactions.end(group, half_offset, phys, decision, self.broker.schedule,
-                                         req.from_check)
+            self.transactions.end(group, half_offset, phys, decision, self.schedule,
+                                  req.from_check)
         except EndIllegal as exc:
             log.warning("END_TRANSACTION from %s refused: %s", conn.peer, exc)
             return error(cmd, ResponseCode.ILLEGAL_OPERATION, str(exc))
@@ -53,7 +56,7 @@ class EndTransactionProcessor:
         return ok(cmd)
 
 
-def parked_transactions(broker):
+def parked_transactions(store, store_host: bytes):
     """GET_PARKED_TRANSACTIONS (9001, TideMQ's own; admin accounts only under ACL): the half
     messages parked in TRANS_CHECK_MAX_TIME_TOPIC after the check maximum, read-only.
     ext beginOffset (queue offset, default 0), maxNum (1..256, default 32). Reply body: the
@@ -64,7 +67,6 @@ def parked_transactions(broker):
         if begin < 0 or not 0 < max_num <= PARKED_MAX_NUM:
             return error(cmd, ResponseCode.SYSTEM_ERROR,
                          f"beginOffset must be >= 0 and maxNum in 1..{PARKED_MAX_NUM}")
-        store = broker.store
         lo = store.min_queue_offset(TRANS_CHECK_MAX_TIME_TOPIC, 0)
         hi = store.max_queue_offset(TRANS_CHECK_MAX_TIME_TOPIC, 0)
         records, nxt = [], max(begin, lo)
@@ -72,5 +74,5 @@ def parked_transactions(broker):
             res = store.get_messages(TRANS_CHECK_MAX_TIME_TOPIC, 0, nxt, max_num, PARKED_MAX_BYTES)
             records, nxt = res.messages, res.next_begin_offset
         ext = {"minOffset": str(lo), "maxOffset": str(hi), "nextBeginOffset": str(max(nxt, begin))}
-        return ok(cmd, ext, join_records(records, broker.store_host))
+        return ok(cmd, ext, join_records(records, store_host))
     return handle

@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from tidemq.node.consumers.group_settings import SettingsError, checked_changes
 from tidemq.node.consumers.group_settings_table import GroupTableFull
@@ -51,6 +52,9 @@ from tidemq.node.topics import REPLICATED_STATE_TOPIC as STATE_TOPIC
 from tidemq.node.topics import TopicConfig
 from tidemq.protocol import record as rec
 
+if TYPE_CHECKING:  # pop_records imports this module
+    from tidemq.node.replication.pop_records import PopRecords
+
 log = logging.getLogger("tidemq.state")
 
 STATE_KEY = (STATE_TOPIC, 0)
@@ -60,13 +64,17 @@ _NEVER = 1 << 62
 
 
 class ReplicatedState:
-    def __init__(self, broker, replication, batch_ms: int):
-        self.broker = broker
-        self.store = broker.store
-        self.offsets = broker.offsets
-        self.topics = broker.topics
+    def __init__(self, replication, batch_ms: int, *, store, offsets, topics, groups, metrics,
+                 bridge, loop, store_host: bytes):
+        self.store = store
+        self.offsets = offsets
+        self.topics = topics
+        self.groups = groups  # the group settings table
+        self.metrics = metrics
+        self.bridge = bridge
+        self.store_host = store_host
         self.replication = replication
-        self.loop = broker.loop
+        self.loop = loop
         self.batch_s = batch_ms / 1000
         self.changed: set = set()
         self._flush_handle = None
@@ -76,13 +84,13 @@ class ReplicatedState:
         self._last_snapshot = 0.0
         self.records_written = 0
         self.records_applied = 0
-        self.pop = None             # node/replication/pop_records.py, when gRPC is on
+        self.pop: PopRecords | None = None  # node/replication/pop_records.py, when gRPC is on
 
     # -- wiring ----------------------------------------------------------------------------
     def attach(self) -> None:
         self.offsets.listener = self._offset_changed
         self.topics.listeners.append(self._topic_changed)
-        self.broker.groups.listeners.append(self._group_changed)
+        self.groups.listeners.append(self._group_changed)
         prev = self.store.dispatcher.arrival_listener
 
         def arrivals(arrived):
@@ -90,7 +98,7 @@ class ReplicatedState:
                 prev(arrived)
             if STATE_KEY in arrived and not self._apply_scheduled:
                 self._apply_scheduled = True
-                self.broker.bridge.post(self._apply_posted)
+                self.bridge.post(self._apply_posted)
         self.store.dispatcher.arrival_listener = arrivals
         self.store.cut_listener = self._log_cut
 
@@ -179,7 +187,7 @@ class ReplicatedState:
         docs = [{"k": "s", "e": entries[i:i + RECORD_ENTRIES]}
                 for i in range(0, len(entries), RECORD_ENTRIES)]
         docs += [{"k": "t", "c": tc.to_json()} for _, tc in sorted(self.topics.table.items())]
-        docs += [{"k": "g", "c": conf} for _, conf in sorted(self.broker.groups.table.items())]
+        docs += [{"k": "g", "c": conf} for _, conf in sorted(self.groups.table.items())]
         if self.pop is not None:
             docs += self.pop.snapshot_docs()
         self._put(docs)
@@ -189,7 +197,7 @@ class ReplicatedState:
 
     def put(self, docs):
         """Write records now: the store's AppendResult, None when refused."""
-        host = self.broker.store_host
+        host = self.store_host
         msgs = [StoreMessage(STATE_TOPIC, 0, json.dumps(d, separators=(",", ":")).encode(),
                              {rec.PROP_TAGS: d["k"]}, born_host=host, store_host=host,
                              born_timestamp=int(time.time() * 1000)) for d in docs]
@@ -260,7 +268,7 @@ class ReplicatedState:
                 self._put_group(doc["c"])
             elif kind == "dg":
                 self.offsets.remove_group(str(doc["g"]))
-                self.broker.groups.remove(str(doc["g"]))
+                self.groups.remove(str(doc["g"]))
             elif kind == "dt":
                 self._delete_topic(str(doc["t"]))
             elif kind == "p" and self.pop is not None:
@@ -273,15 +281,14 @@ class ReplicatedState:
     def _put_group(self, doc) -> None:
         """Checked as an operator's body is: a bad record is logged, never half applied."""
         try:
-            self.broker.groups.update(checked_changes(doc), notify=False)
+            self.groups.update(checked_changes(doc), notify=False)
         except (SettingsError, GroupTableFull) as exc:
             log.error("replicated group settings not applied: %s", exc)
 
     def _delete_topic(self, topic: str) -> None:
         """What operator 215 removes on the master (node/processors/ops.py), here."""
-        b = self.broker
-        if b.topics.get(topic) is not None:
-            b.topics.delete(topic)
-        b.store.queues.remove_topic(topic)
+        if self.topics.get(topic) is not None:
+            self.topics.delete(topic)
+        self.store.queues.remove_topic(topic)
         self.offsets.remove_topic(topic)
-        b.metrics.forget_topic(topic)
+        self.metrics.forget_topic(topic)

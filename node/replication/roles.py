@@ -17,8 +17,14 @@ MASTER_ID = 0
 
 class Role(Protocol):
     broker_id: int
-    writable: bool  # may accept sends (a master that is not fenced)
-    state_ready: bool  # writable, and delayed delivery / transactions may run (replication rule 6)
+
+    @property
+    def writable(self) -> bool:
+        """May accept sends (a master that is not fenced)."""
+
+    @property
+    def state_ready(self) -> bool:
+        """Writable, and delayed delivery / transactions may run (replication rule 6)."""
 
 
 class StandaloneRole:

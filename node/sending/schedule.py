@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from tidemq.node.reput_guard import ReputGuard
 from tidemq.node.sending import delay_plan
@@ -50,16 +51,19 @@ class DelayError(ValueError):
 
 
 class ScheduleService:
-    def __init__(self, broker, levels_text: str, horizon_ms: int):
-        self.broker = broker
-        self.store = broker.store
-        self.offsets = broker.offsets
+    def __init__(self, store, offsets, topics, role, bridge, store_host: bytes, levels_text: str,
+                 horizon_ms: int):
+        self.store = store
+        self.offsets = offsets
+        self.role = role      # delivers only while role.state_ready (rule 4)
+        self.bridge = bridge  # durability callbacks come back to the loop through it
+        self.store_host = store_host
         self.levels = delay_plan.parse_levels(levels_text)
         self.horizon_ms = horizon_ms
         self.cursor: dict[int, int] = {}  # schedule queue -> next queue offset to read (rule 1)
         self.delivered = 0
         self.hops = 0
-        self.guard = ReputGuard(broker.topics, "delayed")  # rule 5
+        self.guard = ReputGuard(topics, "delayed")  # rule 5
 
     # -- the send side ------------------------------------------------------------------------
     def divert(self, topic: str, queue_id: int, props: dict, now_ms: int):
@@ -119,7 +123,7 @@ class ScheduleService:
         paused = False  # logged once per pause: a full disk lasts many rounds
         while True:
             delay_ms = TICK_MS
-            if not self.broker.role.state_ready:   # a master whose replicated state is applied
+            if not self.role.state_ready:   # a master whose replicated state is applied
                 serving = False
             elif not serving:  # became master: the replicated offsets are the truth now
                 self.cursor.clear()
@@ -201,11 +205,12 @@ class ScheduleService:
             real_qid = int(props.get(rec.PROP_REAL_QID, "0"))
         except ValueError:
             real_qid = -1  # no queue: the re-check parks it (rule 5)
-        fields = dict(flag=m.flag, sys_flag=m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 |
-                                                           rec.SYSFLAG_STOREHOST_V6),
-                      born_timestamp=m.born_timestamp, born_host=m.born_host,
-                      store_host=self.broker.store_host, reconsume_times=m.reconsume_times,
-                      prepared_tx_offset=m.prepared_tx_offset)
+        sys_flag = m.sys_flag & ~(rec.SYSFLAG_BORNHOST_V6 | rec.SYSFLAG_STOREHOST_V6)
+        fields: dict[str, Any] = dict(flag=m.flag, sys_flag=sys_flag,
+                                      born_timestamp=m.born_timestamp, born_host=m.born_host,
+                                      store_host=self.store_host,
+                                      reconsume_times=m.reconsume_times,
+                                      prepared_tx_offset=m.prepared_tx_offset)
         if delay_plan.is_timer_queue(qid):
             try:
                 due = int(props.get(PROP_START_DELIVER_TIME) or 0)
@@ -243,7 +248,7 @@ class ScheduleService:
         if end is None:
             self._commit(advanced)
             return
-        bridge = self.broker.bridge
+        bridge = self.bridge
         self.store.on_durable(end, lambda status: bridge.post_or_run(self._commit, advanced))
 
     def _commit(self, advanced: dict[int, int]) -> None:

@@ -79,24 +79,27 @@ class EndIllegal(EndRefused):
 
 
 class TransactionService:
-    def __init__(self, broker, cfg):
-        self.broker = broker
-        self.store = broker.store
-        self.offsets = broker.offsets
+    def __init__(self, cfg, store, offsets, topics, *, role, bridge, clients, store_host: bytes):
+        self.store = store
+        self.offsets = offsets
+        self.role = role        # checks run and state loads only while role.state_ready
+        self.bridge = bridge    # durability callbacks come back to the loop through it
+        self.clients = clients  # the live producers a check-back goes to
+        self.store_host = store_host
         self.timeout_ms = cfg.transaction_timeout_ms
         self.interval_ms = cfg.transaction_check_interval_ms
         self.check_max = cfg.transaction_check_max
         self.decided_ids: dict[str, int] = {}   # txid -> half offset decided (rule 2)
         self.decided_offsets: set[int] = set()  # half queue offsets decided, >= progress
         self.last_copy: dict[str, int] = {}     # txid -> highest half offset of its entries
-        self.ops = collections.deque()          # (op queue offset, half offset, txid)
+        self.ops: collections.deque[tuple[int, int, str]] = collections.deque()  # (op, half, txid)
         self.op_read = 0                        # next op queue offset to read
         self.half_cursor = 0  # next half entry to scan; the committed progress trails it (rule 3)
         self._rr = itertools.count()
         self.checks_sent = 0
         self.parked = 0
         self._serving = False  # state loaded while this node is writable (see _follow_role)
-        self.guard = ReputGuard(broker.topics, "committed")  # rule 6
+        self.guard = ReputGuard(topics, "committed")  # rule 6
 
     # -- prepare ------------------------------------------------------------------------------
     def half_message(self, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
@@ -137,7 +140,7 @@ class TransactionService:
     def _follow_role(self) -> None:
         """A node that becomes writable (start, or a slave promoted by failover) rebuilds its
         state from the replicated log and offsets first: what it had in memory is stale."""
-        writable = self.broker.role.state_ready   # settled: node/replication/service.py rule 6
+        writable = self.role.state_ready   # settled: node/replication/service.py rule 6
         if writable and not self._serving:
             self.decided_ids.clear()
             self.decided_offsets.clear()
@@ -198,7 +201,7 @@ class TransactionService:
             props.pop(name, None)
         fields = dict(flag=m.flag, sys_flag=(m.sys_flag & ~(rec.SYSFLAG_TX_MASK | _HOSTS_V6))
                       | rec.TX_COMMIT, born_timestamp=m.born_timestamp, born_host=m.born_host,
-                      store_host=self.broker.store_host, reconsume_times=m.reconsume_times,
+                      store_host=self.store_host, reconsume_times=m.reconsume_times,
                       prepared_tx_offset=m.physical_offset)
         msg = StoreMessage(topic, qid, m.body, props, **fields)
         checked = self.guard.check(msg)  # rule 6
@@ -214,7 +217,7 @@ class TransactionService:
     def _op(self, m, txid: str, tag: str) -> StoreMessage:
         return StoreMessage(TRANS_OP_HALF_TOPIC, 0, str(m.queue_offset).encode(),
                             {rec.PROP_TAGS: tag, PROP_TRANSACTION_ID: txid},
-                            store_host=self.broker.store_host,
+                            store_host=self.store_host,
                             born_timestamp=int(time.time() * 1000))
 
     def _half_record(self, phys: int):
@@ -283,7 +286,7 @@ class TransactionService:
             await asyncio.sleep(self.interval_ms / 1000)
             more = True
             round_top = self.store.max_queue_offset(TRANS_HALF_TOPIC, 0)  # rule 5
-            while more and self.broker.role.state_ready:
+            while more and self.role.state_ready:
                 try:
                     more = self.check_round(int(time.time() * 1000), round_top)
                 except (DiskFull, StoreClosed) as exc:
@@ -332,7 +335,7 @@ class TransactionService:
     def _park(self, m, props, txid) -> int:
         parked = StoreMessage(TRANS_CHECK_MAX_TIME_TOPIC, 0, m.body, props, flag=m.flag,
                               sys_flag=m.sys_flag & ~_HOSTS_V6, born_timestamp=m.born_timestamp,
-                              born_host=m.born_host, store_host=self.broker.store_host,
+                              born_host=m.born_host, store_host=self.store_host,
                               reconsume_times=m.reconsume_times)
         result = self.store.put([parked, self._op(m, txid, OP_PARKED_TAG)])
         self._decide(m.queue_offset, txid)
@@ -351,7 +354,7 @@ class TransactionService:
             props[PROP_CHECK_TIMES] = str(checks)
         copy = StoreMessage(TRANS_HALF_TOPIC, 0, m.body, props, flag=m.flag,
                             sys_flag=m.sys_flag & ~_HOSTS_V6, born_timestamp=m.born_timestamp,
-                            born_host=m.born_host, store_host=self.broker.store_host,
+                            born_host=m.born_host, store_host=self.store_host,
                             reconsume_times=m.reconsume_times)
         result = self.store.put([copy])
         self.last_copy[txid] = max(self.last_copy.get(txid, -1), result.placed[0][2])
@@ -368,7 +371,7 @@ class TransactionService:
         body = check_body(copy, props, phys, qoff, result.store_timestamp)
         ext = {"tranStateTableOffset": str(qoff), "commitLogOffset": str(phys),
                "msgId": props.get(rec.PROP_UNIQ_KEY) or txid, "transactionId": txid,
-               "offsetMsgId": rec.offset_msg_id(self.broker.store_host, phys)}
+               "offsetMsgId": rec.offset_msg_id(self.store_host, phys)}
         conn.send_command(RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, ext,
                                                   body, oneway=True,
                                                   serialize_type=conn.serialize_type))
@@ -376,7 +379,7 @@ class TransactionService:
         return result.end_offset
 
     def _producer_conn(self, group):
-        members = self.broker.clients.producers.get(group or "")
+        members = self.clients.producers.get(group or "")
         live = [c for c in (members or ()) if not c.closed]
         return live[next(self._rr) % len(live)] if live else None
 
@@ -390,7 +393,7 @@ class TransactionService:
         if end_offset is None:
             commit()
         else:
-            bridge = self.broker.bridge
+            bridge = self.bridge
             self.store.on_durable(end_offset, lambda status: bridge.post_or_run(commit))
 
     def _prune(self, half_progress: int) -> None:

@@ -81,8 +81,6 @@ def test_queue_offsets_and_times(shared_broker):
 def test_query_offset_for_a_new_group_follows_the_hot_rule(tmp_path, monkeypatch):
     """14 with no stored offset: 0 while offset 0 exists and is hot, 22 once it is cold or
     deleted by retention (checked against the processor with a real store in-process)."""
-    from types import SimpleNamespace
-
     from tests.store.helpers import message, small_config
     from tidemq.node.consumers.offset_table import ConsumerOffsets
     from tidemq.node.processors import consumer_offsets as offsets_mod
@@ -95,7 +93,7 @@ def test_query_offset_for_a_new_group_follows_the_hot_rule(tmp_path, monkeypatch
         for s in range(0, 400, 4):
             store.put([message(i, 600, queues=1) for i in range(s, s + 4)])
         table = ConsumerOffsets(str(tmp_path / "offsets.json"), OS_FILE_SYSTEM, 1000)
-        proc = offsets_mod.OffsetProcessor(SimpleNamespace(store=store, offsets=table))
+        proc = offsets_mod.OffsetProcessor(store, table, replication=None, reset_fence=None)
         query = RemotingCommand(14, ext={k: str(v) for k, v in _q("T", 0).items()})  # as decoded
         ask = lambda: proc.query_consumer_offset(None, query, parse_request(query))
         r = ask()

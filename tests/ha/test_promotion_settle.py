@@ -4,10 +4,9 @@ it has not seen confirmed is promoted by become_master; delayed delivery and tra
 and the state snapshot is written only then (never older than the records before it)."""
 import asyncio
 
-from tests.ha.test_replicated_state import make_node
+from tests.ha.test_replicated_state import make_node, state_of
 from tests.support.broker_proc import ha_secret_file
 from tidemq.node.config import load_config
-from tidemq.node.replication.replicated_state import ReplicatedState
 from tidemq.node.replication.service import ReplicaRole, Replication
 from tidemq.node.sending.schedule import SCHEDULE_GROUP, SCHEDULE_TOPIC
 
@@ -31,7 +30,7 @@ def test_a_promoted_slave_serves_delays_and_transactions_only_once_settled(tmp_p
                                  f"ha.secret_file={ha_secret_file(tmp_path)}",
                                  "ha.listen_port=0"])
         repl = Replication(cfg, s.store)
-        state = ReplicatedState(s, repl, batch_ms=100)
+        state = state_of(s, repl)
         state.attach()
         repl.state = state
         role = ReplicaRole(repl, 1)

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from tests.store.helpers import small_config
 from tidemq.node.consumers.group_settings_table import GroupSettingsTable
 from tidemq.node.consumers.offset_table import ConsumerOffsets
+from tidemq.node.ops.counters import Metrics
 from tidemq.node.remoting.loop_bridge import LoopBridge
 from tidemq.node.replication.replicated_state import STATE_TOPIC, ReplicatedState
 from tidemq.node.store.fileio import OS_FILE_SYSTEM
@@ -35,11 +36,19 @@ def make_node(root, loop, is_master):
     topics.load({})
     groups = GroupSettingsTable(str(root), OS_FILE_SYSTEM, 100, 16)
     broker = SimpleNamespace(store=store, offsets=offsets, topics=topics, groups=groups, loop=loop,
-                             bridge=LoopBridge(loop), store_host=b"\x7f\x00\x00\x01\x00\x00\x27\x1f")
+                             bridge=LoopBridge(loop), metrics=Metrics(),
+                             store_host=b"\x7f\x00\x00\x01\x00\x00\x27\x1f")
     role = FakeRole(is_master)
-    state = ReplicatedState(broker, role, batch_ms=100)
+    state = state_of(broker, role)
     state.attach()
     return broker, role, state
+
+
+def state_of(node, replication) -> ReplicatedState:
+    """A ReplicatedState over `node`'s tables, as the broker builds it."""
+    return ReplicatedState(replication, 100, store=node.store, offsets=node.offsets,
+                           topics=node.topics, groups=node.groups, metrics=node.metrics,
+                           bridge=node.bridge, loop=node.loop, store_host=node.store_host)
 
 
 def copy_log(src, dst):
