@@ -108,13 +108,16 @@ class DedupWindow:
         its record (the rebuild, where a delivered delayed message follows its stand-in)."""
         if not self.enabled:
             return
-        entries, system, prefixes = self._entries, _SYSTEM_TOPICS, _SYSTEM_PREFIXES
+        entries = self._entries
+        last_topic, last_system = None, False  # a put's requests mostly share one topic
         for i, r in enumerate(requests):
             uniq = r[8]
             if not uniq:
                 continue
             topic = r[0]
-            if topic in system or topic.startswith(prefixes):
+            if topic is not last_topic:
+                last_topic, last_system = topic, is_system_topic(topic)
+            if last_system:
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
                     continue
@@ -132,20 +135,28 @@ class DedupWindow:
         if not entries:
             return msgs, []
         cutoff = int(self.clock() * 1000) - self.window_ms
-        fresh, dups = [], []
-        system, prefixes = _SYSTEM_TOPICS, _SYSTEM_PREFIXES
-        for m in msgs:
-            t = m.topic
-            if m.uniq_key and (t in system or t.startswith(prefixes)):
-                t = _stand_in_topic(t, m.properties)
-            e = entries.get((t, m.uniq_key)) if m.uniq_key and t is not None else None
+        get = entries.get
+        fresh, dups = None, []  # fresh: built only once a duplicate is found
+        last_topic, last_system = None, False  # a request's messages share one topic
+        for i, m in enumerate(msgs):
+            uniq, t = m.uniq_key, m.topic
+            e = None
+            if uniq:
+                if t is not last_topic:
+                    last_topic, last_system = t, is_system_topic(t)
+                if last_system:
+                    t = _stand_in_topic(t, m.properties)
+                e = get((t, uniq)) if t is not None else None
             if e is not None and e[E_STORE_MS] >= cutoff:
+                if fresh is None:
+                    fresh = list(msgs[:i])
                 dups.append(e)
-            else:
+            elif fresh is not None:
                 fresh.append(m)
-        if dups:
-            self.suppressed += len(dups)
-        return (msgs if not dups else fresh), dups
+        if not dups:
+            return msgs, dups
+        self.suppressed += len(dups)
+        return fresh, dups
 
     def _evict(self, now_ms: int) -> None:
         entries = self._entries
