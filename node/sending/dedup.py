@@ -109,6 +109,7 @@ class DedupWindow:
         if not self.enabled:
             return
         entries = self._entries
+        setdefault = entries.setdefault
         last_topic, last_system = None, False  # a put's requests mostly share one topic
         for i, r in enumerate(requests):
             uniq = r[8]
@@ -121,12 +122,12 @@ class DedupWindow:
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
                     continue
-            key = (topic, uniq)
-            if key in entries:
+            key, entry = (topic, uniq), (r[3], r[4], r[1], r[2], r[6])
+            if setdefault(key, entry) is not entry:  # held already (one lookup for a new key)
                 if keep_first:
                     continue
                 entries.move_to_end(key)  # a key re-stored (past the window) is young again
-            entries[key] = (r[3], r[4], r[1], r[2], r[6])
+                entries[key] = entry
         self._evict(int(self.clock() * 1000))
 
     def split(self, msgs) -> tuple[list, list]:
