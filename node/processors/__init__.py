@@ -31,7 +31,11 @@ from tidemq.protocol.codes import RequestCode as R
 
 
 def register_all(server, broker) -> ClientManageProcessor:
-    send = SendProcessor(broker)
+    send = SendProcessor(broker.cfg, store=broker.store, topics=broker.topics,
+                         metrics=broker.metrics, loop=broker.loop, bridge=broker.bridge,
+                         role=broker.role, replication=broker.replication,
+                         schedule=broker.schedule, transactions=broker.transactions,
+                         store_host=broker.store_host)
     pull = PullProcessor(broker)
     offsets = OffsetProcessor(broker)
     clients = ClientManageProcessor(broker)

@@ -32,17 +32,22 @@ def kind_of(props: dict, sys_flag: int) -> str | None:
 
 def build(broker, kind, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
           born_host, store_host, reconsume, now_ms) -> StoreMessage:
+    """build_with the broker's schedule and transaction services."""
+    return build_with(broker.schedule, broker.transactions, kind, group, topic, queue_id, flag,
+                      body, props, sys_flag, born_ts, born_host, store_host, reconsume, now_ms)
+
+
+def build_with(schedule, transactions, kind, group, topic, queue_id, flag, body, props,
+               sys_flag, born_ts, born_host, store_host, reconsume, now_ms) -> StoreMessage:
     """The record to store instead; raises the schedule module's DelayError (rule 2)."""
-    schedule = broker.schedule
     if kind == TRANSACTION:
         schedule.divert(topic, queue_id, props, now_ms)  # validate the delay now (rule 2)
-        return broker.transactions.half_message(group, topic, queue_id, flag, body, props,
-                                                sys_flag, born_ts, born_host, store_host,
-                                                reconsume)
+        return transactions.half_message(group, topic, queue_id, flag, body, props, sys_flag,
+                                         born_ts, born_host, store_host, reconsume)
     return schedule.delayed_message(topic, queue_id, body, props, now_ms, flag=flag,
                                     sys_flag=sys_flag, born_timestamp=born_ts,
                                     born_host=born_host, store_host=store_host,
                                     reconsume_times=reconsume)
 
 
-__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "build", "kind_of"]
+__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "build", "build_with", "kind_of"]
