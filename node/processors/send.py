@@ -43,6 +43,8 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from itertools import chain
+from operator import attrgetter
 
 from tidemq.node import system_properties
 from tidemq.node.log_limit import RateLimitedLog
@@ -62,6 +64,7 @@ from tidemq.protocol.remoting import RemotingCommand, encode_frame
 log = logging.getLogger("tidemq.send")
 _put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
 _I64 = struct.Struct(">q")
+_BODY, _MSGS = attrgetter("body"), attrgetter("msgs")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
@@ -338,7 +341,8 @@ class SendProcessor:
                                              "the broker log has the details"))
 
     def _put_group(self, pending: list[_Pending]) -> None:
-        msgs = pending[0].msgs if len(pending) == 1 else [m for p in pending for m in p.msgs]
+        msgs = pending[0].msgs if len(pending) == 1 else list(chain.from_iterable(
+            map(_MSGS, pending)))
         try:
             result = self.store.put(msgs)
         except (MessageIllegal, QueueUnavailable) as exc:
@@ -450,4 +454,4 @@ class SendProcessor:
         n = len(msgs)
         m.put_total += n
         m.put_msgs[topic] += n
-        m.put_bytes[topic] += sum(len(x.body) for x in msgs) if n > 1 else len(msgs[0].body)
+        m.put_bytes[topic] += sum(map(len, map(_BODY, msgs))) if n > 1 else len(msgs[0].body)

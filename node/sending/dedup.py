@@ -128,7 +128,7 @@ class DedupWindow:
             return
         if requests.__class__ is not list:
             requests = list(requests)  # walked twice when the bulk path declines
-        if not self._remember_new(requests):
+        if len(requests) == 1 or not self._remember_new(requests):  # one: no bulk to gain
             self._remember_each(requests, msgs, keep_first)
         self._evict(int(self.clock() * 1000))
 
@@ -175,6 +175,12 @@ class DedupWindow:
         entries = self._entries
         if not entries:
             return msgs, []
+        if len(msgs) == 1:  # a single send: one lookup, no bulk to gain
+            m = msgs[0]
+            if not m.uniq_key or ((m.topic, m.uniq_key) not in entries
+                                  and not is_system_topic(m.topic)):
+                return msgs, []
+            return self._split_each(msgs)
         topic = _one_ordinary_topic(map(_M_TOPIC, msgs))
         if topic is not None and not any(map(entries.get, zip(repeat(topic), map(_M_UNIQ, msgs)))):
             return msgs, []  # rule 7: none held (the usual send)
