@@ -36,7 +36,12 @@ Rules:
 6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/sending/dedup.py) stores
    nothing and gets the original result.
 7. The broker owns the system properties: every message's properties pass
-   node/system_properties.py's from_client once (owned names stripped, CLUSTER added).
+   node/system_properties.py's from_client once (owned names stripped, CLUSTER added); a
+   batch's inside its decode (decode_batch), without a Python call per message.
+8. One pre-put pass per request: write refusal, topic and queue, kind, the messages, then the
+   duplicate window; each step raises _Refused, answered once by __call__. The processor gets
+   its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
+   transactions, store host), never the Broker.
 """
 from __future__ import annotations
 
