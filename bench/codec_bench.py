@@ -102,7 +102,11 @@ def _function_cases():
                         1700000000124, host, 0, 0, BODY, props, True, 0),
         "decode_properties": (props,),
         "prop_fields": (props,),
-        "decode_batch": (batch, b"CLUSTER\x01c", 4 << 20, 1024),
+        # with the broker's ownership pass (system_properties.from_client), as the send path
+        "decode_batch": (batch, b"", 4 << 20, 1024, b"CLUSTER\x01c"),
+        # a batch reply's msgId: 32 offsetMsgIds from the put's dispatch requests
+        "offset_msg_ids": (host, [("TopicTest", 0, i, i * 1200, 1200, 0, 1700000000123, None,
+                                   f"UNIQ{i:028d}", 0) for i in range(32)], 0, 32, 3),
         "encode_batch_body": (entries,),
         "decode_binary_ext": (header, 21, len(header)),
         "json_header_fields": (encode_frame(RemotingCommand.request(

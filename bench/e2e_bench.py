@@ -19,8 +19,9 @@ then two more ASYNC_FLUSH brokers for the cost of security (bench/security_phase
 
 Prints ONE JSON line with flat keys (msgs/s and ms), plus the CPU microseconds per message spent
 by this process (`*_client_cpu_us`) and by the broker (`*_broker_cpu_us`) in the throughput
-phases, and `calibration_echo_msgs_s`: the reference echo on this machine during the run
-(bench/calibration.py), to compare runs made on different days. `--quick` finishes in well
+phases, and the two reference loops on this machine during the run (bench/calibration.py:
+`calibration_echo_msgs_s`, `calibration_loop_records_s`), to compare runs made on different
+days; `batch_send_vs_loop_ratio` is batch send over the loop. `--quick` finishes in well
 under 60 s.
 The client and the broker share this machine's cores: the figures are for both together.
 """
@@ -238,6 +239,7 @@ def main():
               "batch": BATCH, "cpus": os.cpu_count()}
     t0 = time.perf_counter()
     result["calibration_echo_msgs_s"] = round(calibration.echo_msgs_s())  # the machine today
+    result["calibration_loop_records_s"] = round(calibration.loop_records_s())
     with tempfile.TemporaryDirectory(prefix="tidemq-bench-") as d:
         for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
             os.makedirs(os.path.join(d, flush.lower()))
@@ -253,6 +255,8 @@ def main():
                 broker.kill()
         result.update(security_phases.measure_all(d, args.header, args.seconds, async_send,
                                                   batch_send, CpuMeter))
+    result["batch_send_vs_loop_ratio"] = round(result["batch_send_msgs_s"]
+                                               / result["calibration_loop_records_s"], 3)
     result["bench_seconds"] = round(time.perf_counter() - t0, 1)
     result.update(build_fields())
     print(json.dumps(result, sort_keys=True))

@@ -89,6 +89,10 @@ class Message:
     def check(self, max_body_bytes: int) -> None:
         """Client-side validation (Java `Validators.checkMessage`)."""
         check_topic(self.topic)
+        self.check_content(max_body_bytes)
+
+    def check_content(self, max_body_bytes: int) -> None:
+        """check() without the topic: a batch checks its one topic once."""
         if not isinstance(self.body, (bytes, bytearray, memoryview)):
             raise errors.IllegalArgument(f"body must be bytes or str, got {type(self.body).__name__}")
         if len(self.body) == 0:
@@ -178,6 +182,15 @@ class UniqKeyGenerator:
             self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
         return "%s%08X%04X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF,
                                next(self._counter) & 0xFFFF)
+
+    def next_many(self, count: int) -> list[str]:
+        """`count` keys made at one instant (a batch): one clock read for all of them."""
+        now_ms = int(time.time() * 1000)
+        if now_ms >= self._next_month_ms:
+            self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
+        head = "%s%08X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF)
+        counter = self._counter
+        return ["%s%04X" % (head, next(counter) & 0xFFFF) for _ in range(count)]
 
 
 uniq_keys = UniqKeyGenerator()

@@ -61,6 +61,9 @@ OWNED = frozenset((rec.PROP_REAL_TOPIC, rec.PROP_REAL_QID, PROP_DELIVER_AT_MS, P
 _OWNED_SEARCH = re.compile(b"(?:" + b"|".join(re.escape(n.encode()) for n in sorted(OWNED))
                            + b")\x01").search
 _SEP = b"\x02"
+# Each owned name with its separator: the compiled batch decoder's screen (a property holding
+# one takes the pure path, which strips it).
+OWNED_MARKS = tuple(n.encode() + b"\x01" for n in sorted(OWNED))
 
 
 def cluster_pair(cluster_name: str) -> bytes:

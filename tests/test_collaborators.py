@@ -19,10 +19,8 @@ ROOT = "tidemq.node.broker"
 RUNNERS = {"tidemq.node.main", "tidemq.node.__main__"}
 # module -> why it still takes the whole broker
 ALLOWED = {
-    "tidemq.node.processors.send": "the send processor is being rewritten separately",
     "tidemq.node.processors.pull": "the pull processor is being rewritten separately",
-    "tidemq.node.processors": "register_all hands the broker to send and pull",
-    "tidemq.node.sending.divert": "build(broker, ...) is the send processor's call",
+    "tidemq.node.processors": "register_all hands the broker to pull",
 }
 SERVER_AREAS = ("tidemq.node", "tidemq.ha", "tidemq.coordinator")
 

@@ -507,15 +507,18 @@ class Producer(AsyncLifecycle):
         if not msgs:
             raise errors.IllegalArgument("a batch needs at least one message")
         topic = msgs[0].topic
+        max_bytes = self.config.max_message_bytes
+        check_topic(topic)  # once: every message must have this one
         entries: list[tuple[int, bytes, str]] = []
         keys: list[str] = []
-        for msg in msgs:
-            msg.check(self.config.max_message_bytes)
+        for msg, made in zip(msgs, uniq_keys.next_many(len(msgs))):
             if msg.topic != topic:
+                msg.check(max_bytes)  # its own topic's error first, as for a single send
                 raise errors.IllegalArgument("every message of a batch must have the same topic")
+            msg.check_content(max_bytes)
             if msg.delay_level:
                 raise errors.IllegalArgument("a batch cannot carry delayed messages")
-            uniq = _given_uniq_key(msg) or uniq_keys.next()
+            uniq = _given_uniq_key(msg) or made
             keys.append(uniq)
             entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
         if topic.startswith("%RETRY%"):

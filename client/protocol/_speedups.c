@@ -516,19 +516,57 @@ prop_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
 
 /* ------------------------------------------------------------------ batch bodies */
 
+/* Whether any of `marks` (a tuple of bytes, each ending in \x01) occurs in p[0:len]: every
+occurrence ends at a \x01, so only the bytes before each \x01 are compared. -1: a mark is
+not bytes or does not end in \x01 (the caller falls back). */
+static int
+has_mark(const unsigned char *p, Py_ssize_t len, PyObject *marks)
+{
+    Py_ssize_t i, k, nm = PyTuple_GET_SIZE(marks);
+    for (i = 0; i < len; i++) {
+        if (p[i] != 1)
+            continue;
+        for (k = 0; k < nm; k++) {
+            PyObject *m = PyTuple_GET_ITEM(marks, k);
+            Py_ssize_t ml;
+            if (!PyBytes_CheckExact(m))
+                return -1;
+            ml = PyBytes_GET_SIZE(m);
+            if (ml == 0 || PyBytes_AS_STRING(m)[ml - 1] != 1)
+                return -1;
+            if (ml <= i + 1 && memcmp(p + i + 1 - ml, PyBytes_AS_STRING(m), (size_t)ml) == 0)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* decode_batch(body, header_props, max_bytes, max_entries[, cluster]): with `cluster`, each
+entry's properties are also passed through system_properties.from_client (the cluster pair
+appended). A property holding any of the owned marks (provided by the Python side as
+"decode_batch:owned_marks") takes the pure twin, which strips; no marks provided: pure. */
 static PyObject *
 decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     Py_buffer view;
     long long max_bytes, max_entries;
-    PyObject *mv = NULL, *out = NULL, *hp;
+    PyObject *mv = NULL, *out = NULL, *hp, *cluster = NULL, *marks = NULL;
     const unsigned char *b;
-    Py_ssize_t n, pos = 0, hp_len;
+    Py_ssize_t n, pos = 0, hp_len, cl_len = 0;
 
-    if (kwnames != NULL || nargs != 4 || !PyBytes_CheckExact(args[1])
+    if (kwnames != NULL || (nargs != 4 && nargs != 5) || !PyBytes_CheckExact(args[1])
             || as_i64(args[2], I64_MIN, I64_MAX, &max_bytes) < 0
             || as_i64(args[3], I64_MIN, I64_MAX, &max_entries) < 0)
         return fallback("decode_batch", args, nargs, kwnames);
+    if (nargs == 5 && args[4] != Py_None) {
+        cluster = args[4];
+        marks = PyDict_GetItemString(fallbacks, "decode_batch:owned_marks");
+        if (!PyBytes_CheckExact(cluster) || marks == NULL || !PyTuple_CheckExact(marks)
+                || has_mark((const unsigned char *)PyBytes_AS_STRING(args[1]),
+                            PyBytes_GET_SIZE(args[1]), marks) != 0)
+            return fallback("decode_batch", args, nargs, kwnames);
+        cl_len = PyBytes_GET_SIZE(cluster);
+    }
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
         return fallback("decode_batch", args, nargs, kwnames);
     hp = args[1];
@@ -560,7 +598,13 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
         if (props_len < 0 || b_end + 2 + props_len != end)
             goto slow;
         p_len = props_len;
+        if (marks != NULL && has_mark(b + b_end + 2, p_len, marks) != 0)
+            goto slow;  /* an owned name to strip: the pure twin does it */
         extra = hp_len ? hp_len + (p_len && b[end - 1] != 2 ? 1 : 0) : 0;
+        if (cluster != NULL) {  /* from_client: a \x02 after the last pair, then the pair */
+            int last = hp_len ? PyBytes_AS_STRING(hp)[hp_len - 1] : (p_len ? b[end - 1] : 2);
+            extra += cl_len + ((p_len || hp_len) && last != 2 ? 1 : 0);
+        }
         props = PyBytes_FromStringAndSize(NULL, p_len + extra);
         if (props == NULL)
             goto fail;
@@ -570,6 +614,12 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
             if (p_len && b[end - 1] != 2)
                 dst[p_len++] = 2;
             memcpy(dst + p_len, PyBytes_AS_STRING(hp), (size_t)hp_len);
+            p_len += hp_len;
+        }
+        if (cluster != NULL) {
+            if (p_len && dst[p_len - 1] != 2)
+                dst[p_len++] = 2;
+            memcpy(dst + p_len, PyBytes_AS_STRING(cluster), (size_t)cl_len);
         }
         body = PySequence_GetSlice(mv, b_start, b_end);
         item = body ? Py_BuildValue("(iNN)", (int)flag, body, props) : NULL;
@@ -1792,6 +1842,59 @@ record_views(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
 /* ------------------------------------------------------------------ module */
 
 /* A compiled twin: fast call with keywords (they always go to the pure twin), doc = twin's home. */
+/* ------------------------------------------------------------------ send replies */
+
+/* offset_msg_ids(host, requests, start, count, field): the offsetMsgIds (hex of host + the
+big-endian 8-byte offset at requests[i][field]) of requests[start:start + count], joined with
+",". Lists of tuples and non-negative offsets here; anything else: the twin. */
+static PyObject *
+offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    long long start, count, field;
+    Py_ssize_t host_len, id_len, i, k;
+    const unsigned char *host;
+    PyObject *reqs, *out;
+    char *dst;
+
+    if (kwnames != NULL || nargs != 5 || !PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[1])
+            || as_i64(args[2], 0, PY_SSIZE_T_MAX, &start) < 0
+            || as_i64(args[3], 1, 1 << 20, &count) < 0
+            || as_i64(args[4], 0, 64, &field) < 0)
+        return fallback("offset_msg_ids", args, nargs, kwnames);
+    reqs = args[1];
+    if (start + count > PyList_GET_SIZE(reqs))
+        return fallback("offset_msg_ids", args, nargs, kwnames);
+    host = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    host_len = PyBytes_GET_SIZE(args[0]);
+    for (i = start; i < start + count; i++) {  /* check everything before allocating */
+        PyObject *r = PyList_GET_ITEM(reqs, i);
+        long long v;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) <= field
+                || as_i64(PyTuple_GET_ITEM(r, field), 0, I64_MAX, &v) < 0)
+            return fallback("offset_msg_ids", args, nargs, kwnames);
+    }
+    id_len = 2 * host_len + 16;
+    out = PyUnicode_New(count * (id_len + 1) - 1, 127);
+    if (out == NULL)
+        return NULL;
+    dst = (char *)PyUnicode_1BYTE_DATA(out);
+    for (i = start; i < start + count; i++) {
+        unsigned long long v = (unsigned long long)PyLong_AsLongLong(
+            PyTuple_GET_ITEM(PyList_GET_ITEM(reqs, i), field));
+        if (i > start)
+            *dst++ = ',';
+        for (k = 0; k < host_len; k++) {
+            *dst++ = hex[host[k] >> 4];
+            *dst++ = hex[host[k] & 15];
+        }
+        for (k = 15; k >= 0; k--)
+            dst[15 - k] = hex[(v >> (4 * k)) & 15];
+        dst += 16;
+    }
+    return out;
+}
+
 #define TWIN(name, home) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL | METH_KEYWORDS, home "." #name}
 
 static PyMethodDef methods[] = {
@@ -1809,6 +1912,7 @@ static PyMethodDef methods[] = {
     TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(wire_messages, "tidemq.node.store.message"),
     TWIN(record_views, "tidemq.message"),
+    TWIN(offset_msg_ids, "tidemq.node.processors.send"),
     {NULL, NULL, 0, NULL},
 };
 

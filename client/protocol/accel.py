@@ -10,7 +10,9 @@ Rules:
    when this module is first imported.
 2. A missing or unloadable extension (no C compiler at install time) silently means pure
    Python: the results are the same, only slower.
-3. The compiled function handles the common valid input and calls its registered twin for
+3. A constant a compiled twin needs but Python owns (a table of names) is handed over with
+   `provide`; a twin that finds it missing falls back to pure Python.
+4. The compiled function handles the common valid input and calls its registered twin for
    anything else, so both give byte-identical output and the same exceptions
    (tests/protocol/test_speedups_equivalence.py).
 """
@@ -32,6 +34,7 @@ if not PURE_FORCED:
 
 COMPILED = _speedups is not None
 PURE: dict[str, Callable[..., Any]] = {}  # name -> pure-Python twin, whichever path is in use
+PROVIDED: dict[str, Any] = {}  # name -> a constant the compiled twins read (owned by Python)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -44,6 +47,14 @@ def pick(pure: F) -> F:
     _speedups.set_fallback(name, pure)
     compiled: F = getattr(_speedups, name)
     return compiled
+
+
+def provide(name: str, value: Any) -> None:
+    """Hand the compiled twins a constant whose source of truth is Python (a table of names):
+    kept in PROVIDED so tests can hand it to the extension when pure is forced."""
+    PROVIDED[name] = value
+    if _speedups is not None:
+        _speedups.set_fallback(name, value)
 
 
 def compiled_module() -> ModuleType | None:

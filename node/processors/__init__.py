@@ -32,9 +32,13 @@ from tidemq.protocol.codes import RequestCode as R
 
 def register_all(server, broker) -> ClientManageProcessor:
     """Wire every processor to its code on `server`. Each processor gets the broker's
-    components it uses; only send and pull still take the whole broker."""
+    components it uses; only pull still takes the whole broker."""
     b = broker
-    send = SendProcessor(broker)
+    send = SendProcessor(broker.cfg, store=broker.store, topics=broker.topics,
+                         metrics=broker.metrics, loop=broker.loop, bridge=broker.bridge,
+                         role=broker.role, replication=broker.replication,
+                         schedule=broker.schedule, transactions=broker.transactions,
+                         store_host=broker.store_host)
     pull = PullProcessor(broker)
     offsets = OffsetProcessor(b.store, b.offsets, b.replication, b.reset_fence)
     clients = ClientManageProcessor(b.clients, b.topics, b.loop)

@@ -36,13 +36,20 @@ Rules:
 6. A retried send whose UNIQ_KEYs are all in the duplicate window (node/sending/dedup.py) stores
    nothing and gets the original result.
 7. The broker owns the system properties: every message's properties pass
-   node/system_properties.py's from_client once (owned names stripped, CLUSTER added).
+   node/system_properties.py's from_client once (owned names stripped, CLUSTER added); a
+   batch's inside its decode (decode_batch), without a Python call per message.
+8. One pre-put pass per request: write refusal, topic and queue, kind, the messages, then the
+   duplicate window; each step raises _Refused, answered once by __call__. The processor gets
+   its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
+   transactions, store host), never the Broker.
 """
 from __future__ import annotations
 
 import logging
 import struct
 import time
+from itertools import chain
+from operator import attrgetter
 
 from tidemq.node import system_properties
 from tidemq.node.log_limit import RateLimitedLog
@@ -52,7 +59,7 @@ from tidemq.node.remoting.server import DEFERRED
 from tidemq.node.sending import divert as send_divert
 from tidemq.node.sending.dedup import DedupWindow, duplicate_reply
 from tidemq.node.store.errors import DiskFull, MessageIllegal, PutStatus, QueueUnavailable, StoreClosed
-from tidemq.node.store.message import StoreMessage
+from tidemq.node.store.message import DR_PHYS, DR_QUEUE_OFFSET, StoreMessage
 from tidemq.node.topics import AUTO_CREATE_TOPIC, NOT_ALLOWED_SEND_TOPICS, RETRY_PREFIX, topic_name_problem
 from tidemq.protocol import accel
 from tidemq.protocol import record as rec
@@ -62,6 +69,7 @@ from tidemq.protocol.remoting import RemotingCommand, encode_frame
 log = logging.getLogger("tidemq.send")
 _put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
 _I64 = struct.Struct(">q")
+_BODY, _MSGS = attrgetter("body"), attrgetter("msgs")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
@@ -76,9 +84,20 @@ class BatchError(ValueError):
     pass
 
 
-def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
+class _Refused(Exception):
+    """A check refused the request: answered with `code` and `remark`, nothing stored."""
+
+    def __init__(self, code: int, remark: str):
+        super().__init__(remark)
+        self.code, self.remark = code, remark
+
+
+def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int,
+                 cluster: bytes | None = None):
     """[(flag, body, properties_raw)] of a batch body (docs/protocol.md, Send). Each entry's
-    stored properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder).
+    stored properties are its own plus the header's, joined with \\x02 (CommitLog batch encoder),
+    and, given `cluster`, passed through system_properties.from_client in the same pass (rule 7;
+    the compiled twin screens with system_properties.OWNED_MARKS and leaves stripping to this).
     The whole body is capped at `max_bytes` (the largest message, as Java caps a batch) and
     the count at `max_entries`: both bound the time a batch holds the event loop and the size
     of its reply, one msgId per entry. Decoding stops at the first entry past the cap.
@@ -89,6 +108,7 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
     out = []
     pos = 0
     mv = memoryview(body)
+    own = system_properties.from_client
     while pos < n:
         if len(out) == max_entries:
             raise BatchError(f"the batch holds more than {max_entries} messages; the limit "
@@ -111,6 +131,8 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
             if props and not props.endswith(b"\x02"):
                 props += b"\x02"
             props += header_props
+        if cluster is not None:
+            props = own(props, cluster)
         out.append((flag, mv[b_start:b_end], props))  # a view: the store copies it once
         pos = end
     if not out:
@@ -119,120 +141,87 @@ def decode_batch(body, header_props: bytes, max_bytes: int, max_entries: int):
 
 
 decode_batch = accel.pick(decode_batch)  # a compiled twin when built: same entries, same errors
+accel.provide("decode_batch:owned_marks", system_properties.OWNED_MARKS)
+
+
+def offset_msg_ids(host: bytes, requests: list, start: int, count: int, field: int) -> str:
+    """The offsetMsgIds (host + the 8-byte big-endian offset at r[field], in upper-case hex) of
+    requests[start:start + count], joined with ",": a send reply's msgId. A compiled twin
+    when built."""
+    return ",".join([(host + _I64.pack(r[field])).hex().upper()
+                     for r in requests[start:start + count]])
+
+
+offset_msg_ids = accel.pick(offset_msg_ids)
+
+
+class _Pending:
+    """One accepted request waiting for this loop turn's group put (rule 4). `reply_fn`:
+    another processor's answer (send-back), else None (a send reply from the put result)."""
+
+    __slots__ = ("conn", "cmd", "msgs", "topic", "queue_id", "batch", "wait", "t0", "reply_fn")
+
+    def __init__(self, conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn=None):
+        self.conn, self.cmd, self.msgs, self.topic, self.queue_id = conn, cmd, msgs, topic, queue_id
+        self.batch, self.wait, self.t0, self.reply_fn = batch, wait, t0, reply_fn
 
 
 class SendProcessor:
-    def __init__(self, broker):
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topics
-        self.metrics = broker.metrics
-        self.bridge = broker.bridge
-        self.max_body = broker.cfg.store.max_message_bytes  # also a whole batch's limit
-        self.max_batch = broker.cfg.max_batch_messages
-        self.sync_flush = broker.cfg.store.flush_mode == "SYNC_FLUSH"
+    """Collaborators, passed explicitly: the store, the topic table, the metrics, the loop and
+    its bridge (durability callbacks from any thread), the role (writable or not), the HA
+    service (None when standalone), the schedule and transaction services (diverted sends),
+    this broker's store host bytes and its BrokerConfig."""
+
+    def __init__(self, cfg, *, store, topics, metrics, loop, bridge, role, replication,
+                 schedule, transactions, store_host: bytes):
+        self.store = store
+        self.topics = topics
+        self.metrics = metrics
+        self.bridge = bridge
+        self.loop = loop
+        self.role = role
+        self.schedule = schedule
+        self.transactions = transactions
+        self.store_host = store_host
+        self.max_body = cfg.store.max_message_bytes  # also a whole batch's limit
+        self.max_batch = cfg.max_batch_messages
+        self.sync_flush = cfg.store.flush_mode == "SYNC_FLUSH"
         # HA (node/replication/service.py): refuse before writing on a slave, a fenced master or too
         # few in-sync copies; under SYNC_MASTER answer once every in-sync replica holds it.
-        self.replication = getattr(broker, "replication", None)
-        self.sync_master = self.replication is not None and self.replication.sync_master
+        self.replication = replication
+        self.sync_master = replication is not None and replication.sync_master
         self.wait_acks = self.sync_flush or self.sync_master
-        self.region = broker.cfg.region_id
+        self.region = cfg.region_id
         self._json_reply = json_reply_template(self.region)
         self._binary_tail = binary_reply_tail(self.region)
-        self.broker_name = broker.cfg.broker_name
-        self._cluster = system_properties.cluster_pair(broker.cfg.cluster_name)
-        self.loop = broker.loop
+        self.broker_name = cfg.broker_name
+        self._cluster = system_properties.cluster_pair(cfg.cluster_name)
         self._rr = 0
-        self._pending = []  # sends accepted this loop turn, put together (rule 4)
-        self.dedup = DedupWindow(broker.cfg.dedup_window_ms, broker.cfg.dedup_window_keys)
+        self._pending: list[_Pending] = []  # accepted this loop turn, put together (rule 4)
+        self.dedup = DedupWindow(cfg.dedup_window_ms, cfg.dedup_window_keys)
         # Rebuilt from the key index (node/sending/dedup.py rule 4): at start, or under HA when this
         # broker takes its first write as master (a promoted slave indexed the replicated log).
-        self._window_current = self.replication is None
+        self._window_current = replication is None
         if self._window_current:
-            self.dedup.rebuild(self.store)
+            self.dedup.rebuild(store)
 
     def __call__(self, conn, cmd: RemotingCommand, req):
+        """The one pre-put pass: every check, then the messages to store, then the duplicate
+        window; a refusal at any step answers at once and stores nothing (rule 1)."""
         t0 = time.perf_counter()
-        topic = req.topic
-        queue_id = req.queue_id
-        sys_flag, flag, born_ts, reconsume = req.sys_flag, req.flag, req.born_ts, req.reconsume_times
         batch = req.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
-        props_text = req.properties
-
-        if self.replication is not None:
-            refusal = self.replication.write_refusal()
-            if refusal is None and not self._window_current:
-                self._window_current = True
-                self.dedup.rebuild(self.store)
-            elif refusal is not None and not self.replication.is_master:
-                self._window_current = False
-            if refusal is not None:  # retriable: the SDK refreshes its route and retries
-                return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
-        if not self.broker.role.writable:
-            return error(cmd, ResponseCode.NO_PERMISSION,
-                         f"the broker[{self.broker_name}] sending message is forbidden")
-        tc = self.topics.table.get(topic)
-        if tc is None or topic == AUTO_CREATE_TOPIC:
-            problem = topic_name_problem(topic)
-            if problem:
-                return error(cmd, ResponseCode.SYSTEM_ERROR, problem)
-            if topic in NOT_ALLOWED_SEND_TOPICS:
-                return error(cmd, ResponseCode.NO_PERMISSION,
-                             f"Sending message to topic[{topic}] is forbidden.")
-            tc = self.topics.create_in_send(topic, req.default_topic, req.default_queues)
-            if tc is None:
-                return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        if not tc.perm & _WRITE:
-            return error(cmd, ResponseCode.NO_PERMISSION,
-                         f"the topic[{topic}] sending message is forbidden")
-        if queue_id < 0:
-            self._rr += 1
-            queue_id = self._rr % tc.write_queue_nums
-        elif queue_id >= tc.queue_count:
-            return error(cmd, ResponseCode.SYSTEM_ERROR,
-                         f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
-                         f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
-                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-                         f"Producer:[{conn.peer}]")
-        props = rec.decode_properties(props_text) if props_text else {}
-        divert = send_divert.kind_of(props, sys_flag)
-        if sys_flag & rec.SYSFLAG_TX_MASK in (rec.TX_COMMIT, rec.TX_ROLLBACK) or (divert and batch):
-            return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                         "a send may not carry a commit/rollback type, and a batch no delay or "
-                         "transaction")
-        body = cmd.body
-        born_host, store_host = conn.born_host, self.broker.store_host
-        if batch:
-            if topic.startswith(RETRY_PREFIX):
-                return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                             f"batch request does not support retry group {topic}")
-            try:
-                entries = decode_batch(body, props_text.encode(), self.max_body,
-                                       self.max_batch)
-            except BatchError as exc:
-                return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
-            own, cluster = system_properties.from_client, self._cluster
-            entries = [(f, b, own(p, cluster)) for f, b, p in entries]
-            msgs = StoreMessage.many_from_wire(topic, queue_id, entries, sys_flag, born_ts,
-                                               born_host, store_host, reconsume)
-        else:
-            if len(body) > self.max_body:
-                return error(cmd, ResponseCode.MESSAGE_ILLEGAL,
-                             f"the message body is {len(body)} bytes; the limit is {self.max_body}")
-            raw = system_properties.from_client(props_text.encode(), self._cluster, props)
-            if divert:  # a half message or a schedule entry (node/sending/divert.py)
-                try:
-                    msgs = [send_divert.build(self.broker, divert, req.group,
-                                              topic, queue_id, flag, body,
-                                              rec.decode_properties(raw), sys_flag,
-                                              born_ts, born_host, store_host, reconsume,
-                                              int(time.time() * 1000))]
-                except ValueError as exc:  # DelayError
-                    return error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        try:
+            self._check_writable()
+            queue_id = self._queue_for(conn, req)
+            props = rec.decode_properties(req.properties) if req.properties else {}
+            divert = send_divert.kind_of(props, req.sys_flag)
+            self._check_kind(req, batch, divert)
+            if batch:
+                msgs = self._batch_messages(conn, cmd, req, queue_id)
             else:
-                msgs = StoreMessage.many_from_wire(topic, queue_id, ((flag, body, raw),),
-                                                   sys_flag, born_ts, born_host, store_host,
-                                                   reconsume)
+                msgs = self._single_message(conn, cmd, req, queue_id, props, divert)
+        except _Refused as r:
+            return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(rec.PROP_WAIT) != "false")
         if self.dedup.enabled:
@@ -240,23 +229,109 @@ class SendProcessor:
             if dups:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
-                return self._answer_duplicate(conn, cmd, dups, (topic, batch), wait, t0)
-        conn.defer()
+                return self._answer_duplicate(conn, cmd, dups, (req.topic, batch), wait, t0)
+        return self._enqueue(_Pending(conn, cmd, msgs, req.topic, queue_id, batch, wait, t0))
+
+    def _check_writable(self) -> None:
+        """HA's write refusal (retriable: the SDK refreshes its route and retries), then the
+        role's; the first write as master rebuilds the duplicate window."""
+        replication = self.replication
+        if replication is not None:
+            refusal = replication.write_refusal()
+            if refusal is None and not self._window_current:
+                self._window_current = True
+                self.dedup.rebuild(self.store)
+            elif refusal is not None and not replication.is_master:
+                self._window_current = False
+            if refusal is not None:
+                raise _Refused(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+        if not self.role.writable:
+            raise _Refused(ResponseCode.NO_PERMISSION,
+                           f"the broker[{self.broker_name}] sending message is forbidden")
+
+    def _queue_for(self, conn, req) -> int:
+        """The topic's config (auto-created when allowed) and the queue the send goes to."""
+        topic = req.topic
+        tc = self.topics.table.get(topic)
+        if tc is None or topic == AUTO_CREATE_TOPIC:
+            problem = topic_name_problem(topic)
+            if problem:
+                raise _Refused(ResponseCode.SYSTEM_ERROR, problem)
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                raise _Refused(ResponseCode.NO_PERMISSION,
+                               f"Sending message to topic[{topic}] is forbidden.")
+            tc = self.topics.create_in_send(topic, req.default_topic, req.default_queues)
+            if tc is None:
+                raise _Refused(ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
+        if not tc.perm & _WRITE:
+            raise _Refused(ResponseCode.NO_PERMISSION,
+                           f"the topic[{topic}] sending message is forbidden")
+        queue_id = req.queue_id
+        if queue_id < 0:
+            self._rr += 1
+            return self._rr % tc.write_queue_nums
+        if queue_id >= tc.queue_count:
+            raise _Refused(ResponseCode.SYSTEM_ERROR,
+                           f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
+                           f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
+                           f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
+                           f"Producer:[{conn.peer}]")
+        return queue_id
+
+    @staticmethod
+    def _check_kind(req, batch: bool, divert) -> None:
+        if req.sys_flag & rec.SYSFLAG_TX_MASK in (rec.TX_COMMIT, rec.TX_ROLLBACK) or (
+                divert and batch):
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
+                           "a send may not carry a commit/rollback type, and a batch no delay or "
+                           "transaction")
+        if batch and req.topic.startswith(RETRY_PREFIX):
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
+                           f"batch request does not support retry group {req.topic}")
+
+    def _batch_messages(self, conn, cmd, req, queue_id: int) -> list:
+        """A batch's messages: one decode that also applies the broker's property ownership
+        (rule 7), then the store's messages built straight from the entries."""
+        try:
+            entries = decode_batch(cmd.body, req.properties.encode(), self.max_body,
+                                   self.max_batch, self._cluster)
+        except BatchError as exc:
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        return StoreMessage.many_from_wire(req.topic, queue_id, entries, req.sys_flag,
+                                           req.born_ts, conn.born_host, self.store_host,
+                                           req.reconsume_times)
+
+    def _single_message(self, conn, cmd, req, queue_id: int, props: dict, divert) -> list:
+        body = cmd.body
+        if len(body) > self.max_body:
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
+                           f"the message body is {len(body)} bytes; the limit is {self.max_body}")
+        raw = system_properties.from_client(req.properties.encode(), self._cluster, props)
+        if not divert:
+            return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
+                                               req.sys_flag, req.born_ts, conn.born_host,
+                                               self.store_host, req.reconsume_times)
+        try:  # a half message or a schedule entry (node/sending/divert.py)
+            return [send_divert.divert_message(
+                self.schedule, self.transactions, divert, req.group, req.topic, queue_id,
+                req.flag, body, rec.decode_properties(raw), req.sys_flag, req.born_ts,
+                conn.born_host, self.store_host, req.reconsume_times, int(time.time() * 1000))]
+        except ValueError as exc:  # DelayError
+            raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+
+    def _enqueue(self, pending: _Pending) -> object:
+        pending.conn.defer()
         if not self._pending:
             self.loop.call_soon(self._put_pending)
-        self._pending.append((conn, cmd, msgs, topic, queue_id, batch, wait, t0, None))
+        self._pending.append(pending)
         return DEFERRED
 
     def submit(self, conn, cmd, msgs, reply_fn) -> object:
         """Store `msgs` for another processor (send-back) through the same group put; the
         request is answered with reply_fn(code) once stored (and durable under SYNC_FLUSH)."""
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY
-        conn.defer()
-        if not self._pending:
-            self.loop.call_soon(self._put_pending)
-        self._pending.append((conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False, wait,
-                              time.perf_counter(), reply_fn))
-        return DEFERRED
+        return self._enqueue(_Pending(conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False,
+                                      wait, time.perf_counter(), reply_fn))
 
     def _put_pending(self) -> None:
         """One store put for every send that arrived in this loop turn (rule 4)."""
@@ -265,74 +340,69 @@ class SendProcessor:
             self._put_group(pending)
         except Exception as exc:  # never leave a request unanswered
             _put_errors.error(type(exc).__name__, "group put failed", exc_info=exc)
-            for conn, cmd, *_ in pending:
-                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR,
-                                         "the message was not stored (internal error); the broker "
-                                         "log has the details"))
+            for p in pending:
+                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SYSTEM_ERROR,
+                                             "the message was not stored (internal error); "
+                                             "the broker log has the details"))
 
-    def _put_group(self, pending) -> None:
-        msgs = pending[0][2] if len(pending) == 1 else [m for p in pending for m in p[2]]
+    def _put_group(self, pending: list[_Pending]) -> None:
+        msgs = pending[0].msgs if len(pending) == 1 else list(chain.from_iterable(
+            map(_MSGS, pending)))
         try:
             result = self.store.put(msgs)
-        except MessageIllegal as exc:
-            if len(pending) == 1:
-                conn, cmd = pending[0][:2]
-                conn.complete(cmd, error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc)))
-            else:  # the store wrote nothing: put one by one to find the bad request(s)
-                for p in pending:
-                    self._put_group([p])
-            return
-        except QueueUnavailable as exc:
-            if len(pending) > 1:  # nothing was written: only the sends to that queue fail
+        except (MessageIllegal, QueueUnavailable) as exc:
+            if len(pending) > 1:  # the store wrote nothing: put one by one to find the bad one
                 for p in pending:
                     self._put_group([p])
                 return
-            conn, cmd = pending[0][:2]
-            conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
-                                     f"service not available now: {exc}"))
+            p = pending[0]
+            if isinstance(exc, MessageIllegal):
+                reply = error(p.cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+            else:
+                reply = error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                              f"service not available now: {exc}")
+            p.conn.complete(p.cmd, reply)
             return
         except (DiskFull, StoreClosed) as exc:
             remark = f"service not available now: {exc}"
-            for conn, cmd, *_ in pending:
-                conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
+            for p in pending:
+                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
             return
         self.dedup.remember(result.requests, msgs)
-        placed = result.placed
-        store_host = self.broker.store_host
-        latency = self.metrics.put_latency
-        waiting = []
-        i = 0
-        for p in pending:
-            conn, cmd, pmsgs, topic, queue_id, batch, wait, t0, custom = p
-            n = len(pmsgs)
-            self._count(topic, pmsgs)
-            if custom is not None:
-                i += n
-                if wait:
-                    waiting.append((conn, cmd, custom, t0, batch))
-                else:
-                    conn.complete(cmd, custom(0))
-                continue
-            if batch:
-                msg_id = ",".join([(store_host + _I64.pack(x[0])).hex().upper()
-                                   for x in placed[i:i + n]])
-            else:
-                msg_id = (store_host + _I64.pack(placed[i][0])).hex().upper()
-            reply = (msg_id, queue_id, placed[i][2])
-            i += n
-            if wait:  # last field: the latency key (node/ops/counters.py put_latency)
-                waiting.append((conn, cmd, reply, t0, (topic, batch)))
-            else:
-                latency[(topic, batch)].observe(time.perf_counter() - t0)
-                conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
+        waiting = self._reply_stored(pending, result.requests)
         if waiting:
             post, done, end = self.bridge.post_or_run, self._durable, result.end_offset
             self.store.on_durable(end, lambda status: post(done, waiting, status, end))
 
+    def _reply_stored(self, pending: list[_Pending], requests) -> list:
+        """Answer now what need not wait for durability; returns what must (rule 3). Requests
+        are the put's dispatch requests (node/store/message.py DR_* fields), in order."""
+        host = self.store_host
+        latency = self.metrics.put_latency
+        waiting = []
+        i = 0
+        for p in pending:
+            n = len(p.msgs)
+            self._count(p.topic, p.msgs)
+            if p.reply_fn is not None:
+                reply = p.reply_fn
+            else:
+                reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), p.queue_id,
+                         requests[i][DR_QUEUE_OFFSET])
+            i += n
+            if p.wait:  # last field: the latency key (node/ops/counters.py put_latency)
+                waiting.append((p.conn, p.cmd, reply, p.t0, (p.topic, p.batch)))
+            elif p.reply_fn is not None:
+                p.conn.complete(p.cmd, reply(0))
+            else:
+                latency[(p.topic, p.batch)].observe(time.perf_counter() - p.t0)
+                p.conn.complete_frame(p.cmd, self._reply_frame(p.cmd, 0, reply))
+        return waiting
+
     def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
         """A retry of messages already stored: the original result, once the original is
         durable (node/sending/dedup.py rule 2)."""
-        reply, end = duplicate_reply(dups, self.broker.store_host)
+        reply, end = duplicate_reply(dups, self.store_host)
         conn.defer()
         if wait:
             post, done = self.bridge.post_or_run, self._durable
@@ -389,4 +459,4 @@ class SendProcessor:
         n = len(msgs)
         m.put_total += n
         m.put_msgs[topic] += n
-        m.put_bytes[topic] += sum(len(x.body) for x in msgs) if n > 1 else len(msgs[0].body)
+        m.put_bytes[topic] += sum(map(len, map(_BODY, msgs))) if n > 1 else len(msgs[0].body)

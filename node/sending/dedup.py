@@ -41,6 +41,9 @@ Rules:
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
+7. The usual send (one ordinary topic, every key set and not held) is checked and remembered
+   in bulk, walking the messages at C speed; anything else takes the message-by-message path,
+   with the same result.
 """
 from __future__ import annotations
 
@@ -49,6 +52,8 @@ import struct
 import time
 import weakref
 from collections import OrderedDict, deque
+from itertools import repeat, starmap
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from tidemq.node.store import index_file
@@ -95,6 +100,20 @@ def _stand_in_topic(topic: str, props) -> str | None:
 
 # entry fields
 E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = 0, 1, 2, 3, 4
+# The bulk paths (rule 7) walk a request's messages at C speed with these.
+_R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
+_R_ENTRY = itemgetter(DR_PHYS, DR_SIZE, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_STORE_TS)  # E_* order
+_M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")
+_drain = deque(maxlen=0).extend  # runs an iterator for its side effects
+
+
+def _one_ordinary_topic(topics) -> str | None:
+    """The topic when all of `topics` are one ordinary (not system) topic, else None."""
+    found = set(topics)
+    if len(found) != 1:
+        return None
+    (topic,) = found
+    return None if is_system_topic(topic) else topic
 
 
 class DedupWindow:
@@ -117,58 +136,106 @@ class DedupWindow:
         its record (the rebuild, where a delivered delayed message follows its stand-in)."""
         if not self.enabled:
             return
-        entries, system, prefixes = self._entries, _SYSTEM_TOPICS, _SYSTEM_PREFIXES
+        if requests.__class__ is not list:
+            requests = list(requests)  # walked twice when the bulk path declines
+        if len(requests) == 1 or not self._remember_new(requests):  # one: no bulk to gain
+            self._remember_each(requests, msgs, keep_first)
+        self._evict(int(self.clock() * 1000))
+
+    def _remember_new(self, requests) -> bool:
+        """Rule 7: a put of one ordinary topic whose keys are all set, distinct and new is
+        added in one update; False (nothing changed) for anything else."""
+        entries = self._entries
+        topic = _one_ordinary_topic(map(_R_TOPIC, requests))
+        if topic is None:
+            return False
+        uniqs = list(map(_R_UNIQ, requests))
+        if not all(uniqs) or len(set(uniqs)) != len(uniqs):
+            return False
+        keys = list(zip(repeat(topic), uniqs))
+        if any(map(entries.__contains__, keys)):
+            return False
+        entries.update(zip(keys, map(_R_ENTRY, requests)))
+        return True
+
+    def _remember_each(self, requests, msgs, keep_first: bool) -> None:
+        entries = self._entries
+        setdefault = entries.setdefault
+        last_topic, last_system = None, False  # a put's requests mostly share one topic
         for i, r in enumerate(requests):
             uniq = r[DR_UNIQ_KEY]
             if not uniq:
                 continue
             topic = r[DR_TOPIC]
-            if topic in system or topic.startswith(prefixes):
+            if topic is not last_topic:
+                last_topic, last_system = topic, is_system_topic(topic)
+            if last_system:
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
                     continue
-            key = (topic, uniq)
-            if key in entries:
+            key, entry = (topic, uniq), _R_ENTRY(r)
+            if setdefault(key, entry) is not entry:  # held already (one lookup for a new key)
                 if keep_first:
                     continue
                 entries.move_to_end(key)  # a key re-stored (past the window) is young again
-            entries[key] = (r[DR_PHYS], r[DR_SIZE], r[DR_QUEUE_ID], r[DR_QUEUE_OFFSET], r[DR_STORE_TS])
-        self._evict(int(self.clock() * 1000))
+                entries[key] = entry
 
     def split(self, msgs) -> tuple[list, list]:
         """(new messages, window entries of the duplicates) for one request's messages."""
         entries = self._entries
         if not entries:
             return msgs, []
+        if len(msgs) == 1:  # a single send: one lookup, no bulk to gain
+            m = msgs[0]
+            if not m.uniq_key or ((m.topic, m.uniq_key) not in entries
+                                  and not is_system_topic(m.topic)):
+                return msgs, []
+            return self._split_each(msgs)
+        topic = _one_ordinary_topic(map(_M_TOPIC, msgs))
+        if topic is not None and not any(map(entries.get, zip(repeat(topic), map(_M_UNIQ, msgs)))):
+            return msgs, []  # rule 7: none held (the usual send)
+        return self._split_each(msgs)
+
+    def _split_each(self, msgs) -> tuple[list, list]:
+        entries = self._entries
         cutoff = int(self.clock() * 1000) - self.window_ms
-        fresh, dups = [], []
-        system, prefixes = _SYSTEM_TOPICS, _SYSTEM_PREFIXES
-        for m in msgs:
-            t = m.topic
-            if m.uniq_key and (t in system or t.startswith(prefixes)):
-                t = _stand_in_topic(t, m.properties)
-            e = entries.get((t, m.uniq_key)) if m.uniq_key and t is not None else None
+        get = entries.get
+        fresh, dups = None, []  # fresh: built only once a duplicate is found
+        last_topic, last_system = None, False  # a request's messages share one topic
+        for i, m in enumerate(msgs):
+            uniq, t = m.uniq_key, m.topic
+            e = None
+            if uniq:
+                if t is not last_topic:
+                    last_topic, last_system = t, is_system_topic(t)
+                if last_system:
+                    t = _stand_in_topic(t, m.properties)
+                e = get((t, uniq)) if t is not None else None
             if e is not None and e[E_STORE_MS] >= cutoff:
+                if fresh is None:
+                    fresh = list(msgs[:i])
                 dups.append(e)
-            else:
+            elif fresh is not None:
                 fresh.append(m)
-        if dups:
-            self.suppressed += len(dups)
-        return (msgs if not dups else fresh), dups
+        if not dups:
+            return msgs, dups
+        self.suppressed += len(dups)
+        return fresh, dups
 
     def _evict(self, now_ms: int) -> None:
         entries = self._entries
         pop = entries.popitem
-        for _ in range(len(entries) - self.max_keys):
-            pop(False)
+        excess = len(entries) - self.max_keys
+        if excess > 0:
+            _drain(starmap(pop, repeat((False,), excess)))  # oldest first, at C speed
         cutoff = now_ms - self.window_ms
         stale = 0
         for e in entries.values():  # oldest first: count, then pop (no mutation mid-walk)
             if e[E_STORE_MS] >= cutoff:
                 break
             stale += 1
-        for _ in range(stale):
-            pop(False)
+        if stale:
+            _drain(starmap(pop, repeat((False,), stale)))
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:

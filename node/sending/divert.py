@@ -30,15 +30,6 @@ def kind_of(props: dict, sys_flag: int) -> str | None:
     return None
 
 
-def build(broker, kind, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
-          born_host, store_host, reconsume, now_ms) -> StoreMessage:
-    """divert_message with the broker's schedule and transaction services (the remoting send
-    processor's call)."""
-    return divert_message(broker.schedule, broker.transactions, kind, group, topic, queue_id,
-                          flag, body, props, sys_flag, born_ts, born_host, store_host, reconsume,
-                          now_ms)
-
-
 def divert_message(schedule, transactions, kind, group, topic, queue_id, flag, body, props,
                    sys_flag, born_ts, born_host, store_host, reconsume, now_ms) -> StoreMessage:
     """The record to store instead; raises the schedule module's DelayError (rule 2)."""
@@ -52,4 +43,4 @@ def divert_message(schedule, transactions, kind, group, topic, queue_id, flag, b
                                     reconsume_times=reconsume)
 
 
-__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "build", "divert_message", "kind_of"]
+__all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "divert_message", "kind_of"]

@@ -56,7 +56,8 @@ def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path)
 
 def test_e2e_bench_prints_its_keys_without_failed_sends():
     result = run_bench("e2e_bench.py", "--quick", "--seconds", "1")
-    assert_positive(result, E2E_KEYS + ("calibration_echo_msgs_s",))
+    assert_positive(result, E2E_KEYS + ("calibration_echo_msgs_s", "calibration_loop_records_s",
+                                        "batch_send_vs_loop_ratio"))
     assert result["async_send_async_flush_failed"] == 0
     assert result["async_send_sync_flush_failed"] == 0
     assert result["consume_count"] > 0
@@ -104,7 +105,8 @@ def test_codec_bench_times_both_paths_and_says_which_it_used():
     functions = result["functions"]
     assert set(functions) == {"encode_into", "decode_properties", "prop_fields", "decode_batch",
                               "encode_batch_body", "decode_binary_ext", "index_entries",
-                              "json_header_fields", "wire_messages", "record_views"}
+                              "json_header_fields", "wire_messages", "record_views",
+                              "offset_msg_ids"}
     for name, row in functions.items():
         assert row["pure_us"] > 0, name
         if result["compiled"]:

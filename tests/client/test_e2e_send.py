@@ -128,6 +128,12 @@ def test_client_side_validation_and_broker_errors(broker_factory):
                 await p.send(Message("bad topic!", b"x"))
             with pytest.raises(errors.IllegalArgument):
                 await p.send(Message("T", b""))
+            with pytest.raises(errors.IllegalArgument, match="topic must be"):
+                await p.send_batch([Message("T", b"x"), Message("bad topic!", b"x")])
+            with pytest.raises(errors.IllegalArgument, match="same topic"):
+                await p.send_batch([Message("T", b"x"), Message("U", b"x")])
+            with pytest.raises(errors.IllegalArgument, match="body is empty"):
+                await p.send_batch([Message("T", b"x"), Message("T", b"")])
             with pytest.raises(errors.TopicNotExist):
                 await p.send(Message("NoSuchTopic", b"x"))
     run(main())

@@ -127,3 +127,13 @@ def test_bare_message_fast_path_matches_general_properties():
     tagged = Message("T", b"x", tags="t", keys="k")
     assert decode_properties(_properties_text(tagged, "ABC")) == {
         "TAGS": "t", "KEYS": "k", "WAIT": "true", "UNIQ_KEY": "ABC"}
+
+
+def test_uniq_keys_made_for_a_batch_share_the_instant_and_count_on():
+    gen = UniqKeyGenerator(ip="127.0.0.1")
+    keys = gen.next_many(5) + [gen.next()]
+    fields = [parse_uniq_key(k) for k in keys]
+    assert len(set(keys)) == 6
+    assert len({f["ms_in_month"] for f in fields[:5]}) == 1
+    assert [f["counter"] for f in fields] == [(fields[0]["counter"] + i) & 0xFFFF for i in range(6)]
+    assert all(k[:20] == keys[-1][:20] for k in keys)  # ip, pid, salt

@@ -40,6 +40,7 @@ def test_extension_built():
     for name in ("encode_into", "decode_properties", "prop_fields"):
         assert getattr(record, name) is getattr(_mod, name)
     assert send.decode_batch is _mod.decode_batch
+    assert send.offset_msg_ids is _mod.offset_msg_ids
     assert send_codec.encode_batch_body is _mod.encode_batch_body
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert remoting.json_header_fields is _mod.json_header_fields
@@ -58,7 +59,7 @@ def _outcome(fn, *args):
 
 
 def _register_fallbacks():
-    for name, fn in accel.PURE.items():  # also when pure was forced (nothing registered then)
+    for name, fn in {**accel.PURE, **accel.PROVIDED}.items():  # also when pure was forced
         _mod.set_fallback(name, fn)
 
 
@@ -267,6 +268,31 @@ def batch_case(draw):
 @given(batch_case())
 def test_decode_batch(case):
     _both("decode_batch", *case, normalize=_norm_batch)
+
+
+_PAIR_NAME = st.sampled_from(["TAGS", "UNIQ_KEY", "CLUSTER", "REAL_TOPIC", "xCLUSTER",
+                               "__CRC32#", "K", ""])
+_PAIR = st.tuples(_PAIR_NAME, st.sampled_from(["", "v", "CLUSTER", "a\x01b"])).map(
+    lambda nv: f"{nv[0]}\x01{nv[1]}" if nv[0] or nv[1] else "")
+_OWNED_PROPS = st.lists(_PAIR, max_size=4).flatmap(
+    lambda pairs: st.sampled_from(["", "\x02"]).map(lambda end: "\x02".join(pairs) + end))
+
+
+@needs_compiled
+@SETTINGS
+@given(st.lists(st.tuples(I32, st.binary(max_size=20), _OWNED_PROPS), max_size=5),
+       st.sampled_from([b"", b"A\x01b", b"A\x01b\x02", b"CLUSTER\x01x", b"\x02"]),
+       rarely(st.just(b"CLUSTER\x01c"), st.sampled_from([None, b"", "str"])))
+def test_decode_batch_with_ownership(entries, header, cluster):
+    """The batch decode that also applies system_properties.from_client: both paths give the
+    same entries, and those are the plain decode's passed through from_client one by one."""
+    from tidemq.node import system_properties
+    body = accel.PURE["encode_batch_body"](entries) if entries else b""
+    got = _both("decode_batch", body, header, 10**6, 100, cluster, normalize=_norm_batch)
+    if got[0] == "ok" and cluster is not None:
+        plain = accel.PURE["decode_batch"](body, header, 10**6, 100)
+        want = [(f, bytes(b), system_properties.from_client(p, cluster)) for f, b, p in plain]
+        assert got[1] == want
 
 
 @needs_compiled
@@ -649,3 +675,41 @@ def test_record_views(body, broker, as_bytearray):
     from tidemq.message import MessageExt
     arg = bytearray(body) if as_bytearray else body
     _both("record_views", MessageExt, arg, broker, normalize=_views)
+
+
+@needs_compiled
+def test_decode_batch_ownership_compiled_without_twin():
+    """Clean properties never reach the pure twin: the compiled decode applies the ownership
+    pass itself; a property with an owned name does go to the twin (which strips it)."""
+    _register_fallbacks()
+    calls = []
+
+    def spy(*args):
+        calls.append(args)
+        return accel.PURE["decode_batch"](*args)
+
+    clean = accel.PURE["encode_batch_body"]([(0, b"b", "TAGS\x01t\x02UNIQ_KEY\x01u")] * 3)
+    owned = accel.PURE["encode_batch_body"]([(0, b"b", "REAL_TOPIC\x01x\x02TAGS\x01t")])
+    _mod.set_fallback("decode_batch", spy)
+    try:
+        got = _mod.decode_batch(clean, b"A\x01b", 10**6, 100, b"CLUSTER\x01c")
+        assert not calls
+        assert [p for _, _, p in got] == [b"TAGS\x01t\x02UNIQ_KEY\x01u\x02A\x01b\x02CLUSTER\x01c"] * 3
+        got = _mod.decode_batch(owned, b"", 10**6, 100, b"CLUSTER\x01c")
+        assert len(calls) == 1 and [p for _, _, p in got] == [b"TAGS\x01t\x02CLUSTER\x01c"]
+    finally:
+        _register_fallbacks()
+
+
+_REQUEST = st.tuples(st.text(max_size=3), I32, I64, rarely(st.integers(0, 2**63 - 1), ODD_I64),
+                     I32, I64, I64, st.none(), st.text(max_size=4), I32)
+
+
+@needs_compiled
+@SETTINGS
+@given(st.lists(rarely(_REQUEST, st.one_of(_REQUEST.map(list), _REQUEST.map(lambda r: r[:2]))),
+                max_size=6).map(lambda rs: rarely(st.just(rs), st.just(tuple(rs)))).flatmap(lambda s: s),
+       ODD_HOST, st.integers(-1, 7), st.integers(-1, 7), rarely(st.just(3), st.sampled_from([0, 2, 11])))
+def test_offset_msg_ids(requests, host, start, count, field):
+    """A send reply's msgId from the put's dispatch requests: the same text or the same error."""
+    _both("offset_msg_ids", host, requests, start, count, field)
