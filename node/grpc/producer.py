@@ -194,14 +194,13 @@ class ProducerService:
         born_ms = msg.system_properties.born_timestamp.ToMilliseconds() or convert.now_ms()
         store_host = self.deps.store_host
         kind = send_divert.kind_of(props, 0)
+        plain = StoreMessage(topic, queue_id, body, props, properties_raw=raw,
+                             born_timestamp=born_ms, born_host=born_host, store_host=store_host)
         if kind is None:
-            return StoreMessage(topic, queue_id, body, props, properties_raw=raw,
-                                born_timestamp=born_ms, born_host=born_host,
-                                store_host=store_host)
+            return plain
         try:
             return send_divert.divert_message(self.deps.schedule, self.deps.transactions, kind,
-                                              group, topic, queue_id, 0, body, props, 0, born_ms,
-                                              born_host, store_host, 0, convert.now_ms())
+                                              group, plain, convert.now_ms())
         except DelayError as exc:
             raise Refused(pb.Code.ILLEGAL_DELIVERY_TIME, str(exc)) from None
 

@@ -311,11 +311,13 @@ class SendProcessor:
             return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
                                                req.sys_flag, req.born_ts, conn.born_host,
                                                self.store_host, req.reconsume_times)
+        msg = StoreMessage(req.topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
+                           flag=req.flag, sys_flag=req.sys_flag, born_timestamp=req.born_ts,
+                           born_host=conn.born_host, store_host=self.store_host,
+                           reconsume_times=req.reconsume_times)
         try:  # a half message or a schedule entry (node/sending/divert.py)
-            return [send_divert.divert_message(
-                self.schedule, self.transactions, divert, req.group, req.topic, queue_id,
-                req.flag, body, rec.decode_properties(raw), req.sys_flag, req.born_ts,
-                conn.born_host, self.store_host, req.reconsume_times, int(time.time() * 1000))]
+            return [send_divert.divert_message(self.schedule, self.transactions, divert, req.group,
+                                               msg, int(time.time() * 1000))]
         except ValueError as exc:  # DelayError
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 

@@ -9,7 +9,7 @@ Rules:
    three dict lookups and nothing else.
 2. A delay that cannot be honoured (not a number, past max_delivery_delay_ms) is refused with
    MESSAGE_ILLEGAL before anything is stored; so is a transactional message's.
-3. `build` gets properties the send path already passed through
+3. `divert_message` gets properties the send path already passed through
    node/system_properties.py (no client REAL_TOPIC / REAL_QID left); the record it returns
    names the send's own topic and queue as its target.
 """
@@ -30,17 +30,17 @@ def kind_of(props: dict, sys_flag: int) -> str | None:
     return None
 
 
-def divert_message(schedule, transactions, kind, group, topic, queue_id, flag, body, props,
-                   sys_flag, born_ts, born_host, store_host, reconsume, now_ms) -> StoreMessage:
-    """The record to store instead; raises the schedule module's DelayError (rule 2)."""
+def divert_message(schedule, transactions, kind: str, group: str, msg: StoreMessage,
+                   now_ms: int) -> StoreMessage:
+    """The record to store instead of `msg` (the record the send would store as it is);
+    raises the schedule module's DelayError (rule 2)."""
     if kind == TRANSACTION:
-        schedule.divert(topic, queue_id, props, now_ms)  # validate the delay now (rule 2)
-        return transactions.half_message(group, topic, queue_id, flag, body, props, sys_flag,
-                                         born_ts, born_host, store_host, reconsume)
-    return schedule.delayed_message(topic, queue_id, body, props, now_ms, flag=flag,
-                                    sys_flag=sys_flag, born_timestamp=born_ts,
-                                    born_host=born_host, store_host=store_host,
-                                    reconsume_times=reconsume)
+        schedule.divert(msg.topic, msg.queue_id, msg.properties, now_ms)  # validate the delay (rule 2)
+        return transactions.half_message(group, msg)
+    return schedule.delayed_message(msg.topic, msg.queue_id, msg.body, msg.properties, now_ms,
+                                    flag=msg.flag, sys_flag=msg.sys_flag,
+                                    born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                                    store_host=msg.store_host, reconsume_times=msg.reconsume_times)
 
 
 __all__ = ["DELAYED", "TRANSACTION", "StoreMessage", "divert_message", "kind_of"]

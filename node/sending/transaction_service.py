@@ -102,20 +102,21 @@ class TransactionService:
         self.guard = ReputGuard(topics, "committed")  # rule 6
 
     # -- prepare ------------------------------------------------------------------------------
-    def half_message(self, group, topic, queue_id, flag, body, props, sys_flag, born_ts,
-                     born_host, store_host, reconsume) -> StoreMessage:
-        props = dict(props)
-        props[rec.PROP_REAL_TOPIC] = topic
-        props[rec.PROP_REAL_QID] = str(queue_id)
+    def half_message(self, group: str, msg: StoreMessage) -> StoreMessage:
+        """The half message that stands in for the transactional `msg` until its end."""
+        props = dict(msg.properties)
+        props[rec.PROP_REAL_TOPIC] = msg.topic
+        props[rec.PROP_REAL_QID] = str(msg.queue_id)
         if group or rec.PROP_PGROUP not in props:  # the request's group decides (rule 6)
             props[rec.PROP_PGROUP] = group
         # The transaction id is the client's message id (what Java uses); a client without one
         # gets a broker-made id, unique per process lifetime and time.
         props[PROP_TRANSACTION_ID] = (props.get(rec.PROP_UNIQ_KEY)
                                       or f"B{time.time_ns():X}-{next(self._rr)}")
-        return StoreMessage(TRANS_HALF_TOPIC, 0, body, props, flag=flag,
-                            sys_flag=sys_flag & ~rec.SYSFLAG_TX_MASK, born_timestamp=born_ts,
-                            born_host=born_host, store_host=store_host, reconsume_times=reconsume)
+        return StoreMessage(TRANS_HALF_TOPIC, 0, msg.body, props, flag=msg.flag,
+                            sys_flag=msg.sys_flag & ~rec.SYSFLAG_TX_MASK,
+                            born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                            store_host=msg.store_host, reconsume_times=msg.reconsume_times)
 
     # -- end ----------------------------------------------------------------------------------
     def end(self, group: str, half_queue_offset: int, phys: int, decision: int, schedule,
