@@ -79,7 +79,7 @@ class OrderlyPushConsumer(PushConsumer):
         if mine is None:
             return
         self._wanted[topic] = mine
-        removed = [pq for mq, pq in self._pqs.items() if mq.topic == topic and mq not in mine]
+        removed = [self._pqs[mq] for mq in list(self.owned(topic)) if mq not in mine]
         if removed:
             await asyncio.gather(*[self._drop(pq) for pq in removed])
         await self._lock_missing(topic)

@@ -27,6 +27,9 @@ Rules:
    `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
    queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
+   With `pull_batching` (the default) the pulls of all queues bound for one broker travel
+   together in batched long polls (client/consumer/batch_pull.py); a broker without them gets
+   one PULL_MESSAGE per queue.
 3. Offsets: the committable offset (tidemq.consumer.process_queue rule 2) is committed every
    `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
@@ -47,6 +50,7 @@ from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from tidemq.consumer import broker_calls as pull_api
 from tidemq.consumer import send_back as retry
+from tidemq.consumer.batch_pull import BatchUnsupported, PullBatcher
 from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
 from tidemq.consumer.broker_calls import PullStatus, TagFilter
 from tidemq.consumer.offset_store import RemoteOffsetStore
@@ -97,8 +101,12 @@ class PushConsumer(AsyncLifecycle):
         self._listener = listener
         self._allocate = STRATEGIES[self.config.allocate_strategy]
         self._instance = None
+        self._batcher = None
         self._store = None
         self._pqs = {}  # MessageQueue -> ProcessQueue
+        self._progress = {}  # (topic, broker, queue id) -> QueueProgress, this rebalance round's
+        self._member_ids = {}  # broker address -> task fetching the group's ids, this round's
+        self._by_topic = {}  # topic -> its MessageQueues in _pqs (rebalance reads one topic)
         self._rebalance_event = None
         self._rebalance_lock = None
         self._closing = False
@@ -120,6 +128,12 @@ class PushConsumer(AsyncLifecycle):
         cfg = self.config
         inst = self._instance = ClientInstance(cfg, self._heartbeat_data)
         self.pull_targets = PullTargets(inst.routes)
+        if cfg.pull_batching:
+            self._batcher = PullBatcher(
+                inst, cfg.group, self._filters, max_nums=cfg.pull_batch_size,
+                suspend_ms=cfg.suspend_ms, timeout_s=cfg.pull_timeout_s,
+                queues_max=cfg.batch_pull_queues_max,
+                inflight_max=cfg.batch_pulls_per_broker_max)
         self._rebalance_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         if self.clustering:
@@ -129,11 +143,7 @@ class PushConsumer(AsyncLifecycle):
         inst.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
-        for topic in self._filters:
-            try:
-                await inst.routes.refresh(topic)
-            except errors.TideMQError as exc:
-                log.warning("%s: route of %r not available yet: %s", inst.client_id, topic, exc)
+        await self._learn_routes()
         await inst.heartbeat()
         await self._rebalance_once()
         inst.start_timers()
@@ -151,6 +161,20 @@ class PushConsumer(AsyncLifecycle):
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
+    async def _learn_routes(self):
+        """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
+        inst = self._instance
+        sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+
+        async def one(topic):
+            async with sem:
+                try:
+                    await inst.routes.refresh(topic)
+                except errors.TideMQError as exc:
+                    log.warning("%s: route of %r not available yet: %s", inst.client_id, topic,
+                                exc)
+        await asyncio.gather(*[one(topic) for topic in self._filters])
+
     def _heartbeat_data(self):
         cfg = self.config
         subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
@@ -167,18 +191,25 @@ class PushConsumer(AsyncLifecycle):
         return await self._store.persist()
 
     async def _start_offset(self, mq) -> int:
-        offset = await self._store.read(mq)
+        """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
+        known = self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+        if known is not None:
+            offset = self._store.known(mq, known.committed)
+        else:
+            offset = await self._store.read(mq)
         if offset >= 0:
             return offset
         inst, cfg = self._instance, self.config
         addr = inst.routes.read_addr(mq.broker_name)
         if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
-            offset = await pull_api.queue_offset(inst, addr, mq, "min")
+            offset = known.min_offset if known else \
+                await pull_api.queue_offset(inst, addr, mq, "min")
         elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
             ts = cfg.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60 * 1000
             offset = await pull_api.queue_offset(inst, addr, mq, "search", ts)
         else:
-            offset = await pull_api.queue_offset(inst, addr, mq, "max")
+            offset = known.max_offset if known else \
+                await pull_api.queue_offset(inst, addr, mq, "max")
         self._store.update(mq, offset, allow_backwards=True)
         return offset
 
@@ -245,17 +276,50 @@ class PushConsumer(AsyncLifecycle):
             if self._closing:
                 return
             sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+            self._member_ids = {}
+            try:
+                await self._fetch_progress()
+                # topics (and below, queues) concurrently: with thousands of queues, one round
+                # trip after another would keep most of them unpulled for seconds
+                await asyncio.gather(*[self._rebalance_guarded(sem, topic)
+                                       for topic in list(self._filters)])
+            finally:
+                self._progress = {}
 
-            async def one(topic):
-                async with sem:
-                    try:
-                        await self._rebalance_topic(topic)
-                    except errors.TideMQError as exc:
-                        log.warning("%s: rebalance of %r failed: %s", self._instance.client_id,
-                                    topic, exc)
-            # topics (and below, queues) concurrently: with thousands of queues, one round
-            # trip after another would keep most of them unpulled for seconds
-            await asyncio.gather(*[one(topic) for topic in list(self._filters)])
+    async def _rebalance_guarded(self, sem, topic):
+        async with sem:
+            try:
+                await self._rebalance_topic(topic)
+            except errors.TideMQError as exc:
+                log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic,
+                            exc)
+
+    async def _fetch_progress(self):
+        """Clustering: every broker's committed, min and max offsets of the group's queues in
+        one 208 each, so new queues start without two requests apiece. A broker that cannot
+        answer leaves its queues to the per-queue requests."""
+        inst = self._instance
+        if not self.clustering:
+            return
+        addrs = {inst.routes.read_addr(name) for name in list(inst.routes.broker_addrs)}
+        addrs.discard(None)
+        found = await asyncio.gather(*[pull_api.group_progress(inst, addr, self.config.group)
+                                       for addr in addrs], return_exceptions=True)
+        for addr, progress in zip(addrs, found):
+            if isinstance(progress, errors.TideMQError):
+                log.info("%s: progress from %s unavailable: %s", inst.client_id, addr, progress)
+            elif isinstance(progress, BaseException):
+                raise progress
+            else:
+                self._progress.update(progress)
+
+    def _group_ids(self, addr):
+        """The group's member ids from addr, fetched once per rebalance round."""
+        task = self._member_ids.get(addr)
+        if task is None:
+            task = self._member_ids[addr] = asyncio.ensure_future(
+                pull_api.consumer_ids(self._instance, addr, self.config.group))
+        return task
 
     async def _allocated(self, topic):
         """This member's share of the topic's queues; None when no broker serves it."""
@@ -266,7 +330,7 @@ class PushConsumer(AsyncLifecycle):
         brokers = inst.routes.brokers_of(topic)
         if not brokers:
             return None
-        cids = await pull_api.consumer_ids(inst, brokers[0], self.config.group)
+        cids = await asyncio.shield(self._group_ids(brokers[0]))
         return set(self._allocate(inst.client_id, mqs, cids))
 
     async def _rebalance_topic(self, topic):
@@ -274,7 +338,7 @@ class PushConsumer(AsyncLifecycle):
         mine = await self._allocated(topic)
         if mine is None:
             return
-        current = {mq for mq in self._pqs if mq.topic == topic}
+        current = set(self.owned(topic))
         removed = current - mine
         if removed:
             await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
@@ -292,9 +356,14 @@ class PushConsumer(AsyncLifecycle):
             log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
                      len(mine), topic)
 
+    def owned(self, topic):
+        """The queues of `topic` this member holds now."""
+        return self._by_topic.get(topic, ())
+
     def _add(self, mq, offset):
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
+        self._by_topic.setdefault(mq.topic, set()).add(mq)
         pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
         pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
 
@@ -316,7 +385,9 @@ class PushConsumer(AsyncLifecycle):
             except errors.TideMQError as exc:
                 log.warning("commit of dropped %s failed: %s", pq.mq, exc)
         self._store.remove(pq.mq)
-        self._pqs.pop(pq.mq, None)
+        if self._pqs.get(pq.mq) is pq:
+            del self._pqs[pq.mq]
+            self._by_topic[pq.mq.topic].discard(pq.mq)
         self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
@@ -332,11 +403,9 @@ class PushConsumer(AsyncLifecycle):
             try:
                 if addr is None:
                     raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
-                result = await pull_api.pull(
-                    inst, addr, mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
-                    max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
-                    timeout_s=cfg.pull_timeout_s,
-                    commit_offset=pq.commit_offset() if commit and not on_slave else None)
+                result = await self._fetch(
+                    addr, pq, tag_filter,
+                    pq.commit_offset() if commit and not on_slave else None)
             except errors.TideMQError as exc:
                 if pq.dropped:
                     return
@@ -366,6 +435,19 @@ class PushConsumer(AsyncLifecycle):
                 self._store.update(mq, result.next_begin_offset, allow_backwards=True)
             else:
                 pq.advance(result.next_begin_offset)
+
+    async def _fetch(self, addr, pq, tag_filter, commit_offset):
+        """One pull of pq: batched with other queues of addr when it serves that (rule 2)."""
+        cfg, batcher = self.config, self._batcher
+        if batcher is not None and batcher.supports(addr):
+            try:
+                return await batcher.pull(addr, pq.mq, pq.next_offset, commit_offset)
+            except BatchUnsupported:
+                pass  # an older broker: this and later pulls go one by one
+        return await pull_api.pull(
+            self._instance, addr, pq.mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
+            max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
+            timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
     async def _consume_loop(self, pq):
         batch_max = self.config.consume_batch_max

@@ -1,0 +1,170 @@
+"""BATCH_PULL_MESSAGE (9002, TideMQ's own): one long poll over many queues of one group
+(docs/protocol.md, Batched pull). The SDK push consumer sends it instead of one PULL_MESSAGE per
+queue; a broker without it answers 3 and the SDK falls back to per-queue pulls.
+
+Request: header consumerGroup, maxMsgNums (per queue), suspendTimeoutMillis; body
+{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: TAG expression}}
+(node/requests/bodies.py: 1 to 4096 distinct queues).
+Reply 0: body = 4-byte big-endian length + JSON index {"rows": [[i, code, nextBeginOffset,
+minOffset, maxOffset, suggestWhichBrokerId, recordBytes]], "remarks": {"i": text}} + the records
+of the FOUND rows, in row order. `i` is the queue's position in the request.
+
+Rules:
+1. Each queue gets what PULL_MESSAGE would answer (node/processors/pull.py rules 2-7: the same
+   checks, filter, piggybacked commit, suggestion); the group's refusal answers the whole
+   request. A queue's filter is the group's registered subscription of its topic, else the
+   body's expression, else "*".
+2. Only queues with something to say get a row: FOUND (0), offset moved (21), filtered range
+   skipped (20), or a refusal (its code, remark in "remarks"). A queue with nothing new has
+   no row: its offset stays where the client asked.
+3. No row at all and suspendTimeoutMillis > 0: the request is held (node/consumers/long_polling.py
+   rule 6) until a message arrives on any of its queues or the deadline; at most
+   batch_pull_held_per_connection per connection, past it (or past max_held_pulls)
+   SYSTEM_BUSY. The reply at the deadline may have no rows.
+4. A reply holds at most batch_pull_max_msgs messages and batch_pull_max_bytes record bytes
+   (a first message larger than that still goes, as with pulls); queues are read in request
+   order, so the client rotates its list to share the reply fairly.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+from tidemq.node import filter as message_filter
+from tidemq.node.filter import FilterError
+from tidemq.node.processors.common import error
+from tidemq.node.remoting.server import DEFERRED
+from tidemq.protocol.codes import ResponseCode
+from tidemq.protocol.remoting import RemotingCommand
+
+_INDEX_LEN = struct.Struct(">I")
+_MOVED = ResponseCode.PULL_OFFSET_MOVED
+_FILTERED = ResponseCode.PULL_RETRY_IMMEDIATELY
+
+
+class BatchPullProcessor:
+    def __init__(self, pull, hold, groups, clients, cfg):
+        self.pull = pull  # the PULL_MESSAGE processor: checks, filters, reads, records
+        self.hold = hold
+        self.groups = groups
+        self.clients = clients
+        self.max_queue_offset = hold.max_queue_offset
+        self.per_queue_max = cfg.pull_max_msgs
+        self.reply_msgs_max = cfg.batch_pull_max_msgs
+        self.reply_bytes_max = cfg.batch_pull_max_bytes
+        self.held_per_conn = cfg.batch_pull_held_per_connection
+        hold.execute_batch = self._execute_held
+
+    def __call__(self, conn, cmd: RemotingCommand, req):
+        group = req.group
+        refusal = self.groups.pull_refusal(group, self.clients.message_model(group))
+        if refusal is not None:
+            return error(cmd, ResponseCode.NO_PERMISSION, refusal)
+        limit = max(1, min(req.max_msgs, self.per_queue_max))
+        wanted, refused = self._admit(conn, group, req.body, limit)
+        rows, chunks, remarks = [], [], {}
+        for i, code, remark in refused:
+            rows.append([i, int(code), -1, -1, -1, 0, 0])
+            remarks[str(i)] = remark
+        offsets: dict = {}  # (topic, queue id) -> offset past filtered messages
+        self._collect(wanted, offsets, rows, chunks)
+        if not rows:
+            timeout_s = self.pull.hold_s(req.suspend_ms) if req.suspend_ms > 0 else 0
+            if timeout_s > 0:
+                for _, topic, queue_id, asked, _ in wanted:
+                    offsets.setdefault((topic, queue_id), asked)
+                if self.hold.hold_batch(conn, cmd, offsets, wanted, timeout_s,
+                                        self.held_per_conn):
+                    return DEFERRED
+                self.pull.metrics.busy["held_pulls"] += 1
+                return error(cmd, ResponseCode.SYSTEM_BUSY,
+                             "[OVERLOAD]system busy, too many held pulls")
+        _filtered_rows(wanted, offsets, rows)
+        return _reply(cmd, rows, chunks, remarks)
+
+    def _admit(self, conn, group: str, body, limit: int):
+        """([(i, topic, queue id, offset, read args)], [(i, code, remark)]) by rule 1."""
+        pull, fence = self.pull, self.pull.reset_fence
+        filters: dict[str, object] = {}
+        wanted, refused = [], []
+        for i, (topic, queue_id, offset, commit) in enumerate(body.queues):
+            problem = pull.queue_problem(topic, queue_id, conn.peer)
+            if problem is None:
+                problem = self._filter(filters, group, topic, body.subscriptions.get(topic))
+            if problem is not None:
+                refused.append((i, *problem))
+                continue
+            if commit >= 0:
+                pull.piggyback_commit(conn, group, topic, queue_id, commit)
+            if fence is not None:
+                fence.saw_pull(conn, group, topic, queue_id, offset)
+            codes, predicate = filters[topic]
+            wanted.append((i, topic, queue_id, offset, (codes, limit, offset, predicate)))
+        return wanted, refused
+
+    def _filter(self, filters: dict, group: str, topic: str, expression):
+        """Build the topic's filter once per request; (code, remark) when it does not parse."""
+        if topic in filters:
+            return None
+        try:
+            if expression is None and self.clients.subscription(group, topic) is None:
+                filters[topic] = message_filter.build("TAG", "*")
+            else:
+                filters[topic] = self.pull.filter_for(group, topic, expression, "TAG")
+        except FilterError as exc:
+            return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)
+        return None
+
+    def _collect(self, wanted, offsets: dict, rows: list, chunks: list) -> None:
+        """Read the queues in order into rows and record chunks (rules 2 and 4). `offsets`
+        holds where a queue's next read starts when the filter rejected what it read before
+        (key -> offset); a queue that gets a row leaves it."""
+        pull, max_offset = self.pull, self.max_queue_offset
+        msgs_left, bytes_left = self.reply_msgs_max, self.reply_bytes_max
+        for i, topic, queue_id, asked, args in wanted:
+            key = (topic, queue_id)
+            offset = offsets.get(key, asked)
+            if max_offset(topic, queue_id) == offset or msgs_left <= 0 or bytes_left <= 0:
+                continue  # caught up, or the reply is full
+            codes, limit, _, predicate = args
+            res, code = pull.read(topic, queue_id, offset,
+                                  (codes, min(limit, msgs_left), asked, predicate),
+                                  min(pull.max_bytes, bytes_left))
+            if code == 0:
+                body, suggest = pull.records(topic, res)
+                msgs_left -= len(res.messages)
+                bytes_left -= len(body)
+                chunks.append(body)
+                rows.append([i, 0, res.next_begin_offset, res.min_offset, res.max_offset,
+                             suggest, len(body)])
+                offsets.pop(key, None)
+            elif code == _MOVED:
+                rows.append([i, int(_MOVED), res.next_begin_offset, res.min_offset,
+                             res.max_offset, 0, 0])
+                offsets.pop(key, None)
+            elif code == _FILTERED and res.next_begin_offset > offset:
+                offsets[key] = res.next_begin_offset
+
+    def _execute_held(self, held, final: bool):
+        """The hold service's re-execution (long_polling rule 6): None keeps holding."""
+        rows: list = []
+        chunks: list = []
+        self._collect(held.args, held.offsets, rows, chunks)
+        if not rows and not final:
+            return None
+        _filtered_rows(held.args, held.offsets, rows)
+        return _reply(held.request, rows, chunks, {})
+
+
+def _filtered_rows(wanted, offsets: dict, rows: list) -> None:
+    """A 20 row for each queue whose read moved past filtered messages without a row yet."""
+    for i, topic, queue_id, asked, _ in wanted:
+        offset = offsets.get((topic, queue_id), asked)
+        if offset != asked:
+            rows.append([i, int(_FILTERED), offset, -1, -1, 0, 0])
+
+
+def _reply(cmd, rows: list, chunks: list, remarks: dict) -> RemotingCommand:
+    index = json.dumps({"rows": rows, "remarks": remarks}, separators=(",", ":")).encode()
+    body = b"".join([_INDEX_LEN.pack(len(index)), index, *chunks])
+    return RemotingCommand.make_response(cmd, 0, {"rows": str(len(rows))}, body)
