@@ -35,7 +35,11 @@ Rules:
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
    so whoever takes the queue over starts where this member stopped.
 4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
-   min offset, TIMESTAMP = the offset found by time (29).
+   min offset, TIMESTAMP = the offset found by time (29). Clustering reads the committed, min
+   and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
+   of each rebalance round rather than two requests per new queue; as with per-queue reads, a
+   queue taken over while its previous owner still commits may replay a few messages
+   (at-least-once). Orderly consumers read a queue's offset after taking its lock.
 """
 
 from __future__ import annotations
@@ -175,6 +179,11 @@ class PushConsumer(AsyncLifecycle):
                                 exc)
         await asyncio.gather(*[one(topic) for topic in self._filters])
 
+    def _inst(self) -> ClientInstance:
+        inst: ClientInstance | None = self._instance
+        assert inst is not None, "used only between start() and shutdown()"
+        return inst
+
     def _heartbeat_data(self):
         cfg = self.config
         subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
@@ -199,7 +208,7 @@ class PushConsumer(AsyncLifecycle):
             offset = await self._store.read(mq)
         if offset >= 0:
             return offset
-        inst, cfg = self._instance, self.config
+        inst, cfg = self._inst(), self.config
         addr = inst.routes.read_addr(mq.broker_name)
         if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
             offset = known.min_offset if known else \
@@ -502,7 +511,7 @@ class PushConsumer(AsyncLifecycle):
 
     async def _send_back(self, pq, chunk) -> bool:
         """Hand failed messages to the broker's retry path; False when it did not take them."""
-        inst, cfg = self._instance, self.config
+        inst, cfg = self._inst(), self.config
         addr = inst.routes.master_addr(pq.mq.broker_name)
         if addr is None:
             return False

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 from tidemq.node import filter as message_filter
 from tidemq.node.filter import FilterError
@@ -62,7 +63,9 @@ class BatchPullProcessor:
             return error(cmd, ResponseCode.NO_PERMISSION, refusal)
         limit = max(1, min(req.max_msgs, self.per_queue_max))
         wanted, refused = self._admit(conn, group, req.body, limit)
-        rows, chunks, remarks = [], [], {}
+        rows: list[list[int]] = []
+        chunks: list[bytes] = []
+        remarks: dict[str, str] = {}
         for i, code, remark in refused:
             rows.append([i, int(code), -1, -1, -1, 0, 0])
             remarks[str(i)] = remark
@@ -85,7 +88,7 @@ class BatchPullProcessor:
     def _admit(self, conn, group: str, body, limit: int):
         """([(i, topic, queue id, offset, read args)], [(i, code, remark)]) by rule 1."""
         pull, fence = self.pull, self.pull.reset_fence
-        filters: dict[str, object] = {}
+        filters: dict[str, tuple[Any, Any]] = {}  # topic -> (tag codes, SQL92 predicate)
         wanted, refused = [], []
         for i, (topic, queue_id, offset, commit) in enumerate(body.queues):
             problem = pull.queue_problem(topic, queue_id, conn.peer)

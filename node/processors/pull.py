@@ -180,6 +180,7 @@ class PullProcessor:
             res.messages = message_filter.keep_matching(res.messages, predicate)
             if not res.messages:
                 status = res.status = _S.NO_MATCHED_MESSAGE
+        code: int
         if status in _EMPTY:
             code = ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         else:
