@@ -213,9 +213,9 @@ class BrokerConfig:
     pull_max_bytes: int = _f(256 * 1024, "Most record bytes in one pull reply.")
     batch_pull_enable: bool = _f(True, "Serve batched pulls (9002, TideMQ's own); off = "
                                        "answer 3 and SDK consumers pull one queue at a time.")
-    batch_pull_max_msgs: int = _f(2048, "Most messages in one batched pull reply (9002, "
+    batch_pull_max_msgs: int = _f(4096, "Most messages in one batched pull reply (9002, "
                                         "TideMQ's own), all its queues together.")
-    batch_pull_max_bytes: int = _f(1 * MIB, "Most record bytes in one batched pull reply "
+    batch_pull_max_bytes: int = _f(4 * MIB, "Most record bytes in one batched pull reply "
                                             "(9002), all its queues together.")
     batch_pull_held_per_connection: int = _f(64, "Batched pulls (9002) one connection may "
                                                  "have held at once; past it SYSTEM_BUSY.")

@@ -24,6 +24,9 @@ Rules:
 4. A reply holds at most batch_pull_max_msgs messages and batch_pull_max_bytes record bytes
    (a first message larger than that still goes, as with pulls); queues are read in request
    order, so the client rotates its list to share the reply fairly.
+5. Queues are examined one at a time as the reply fills; once it is full the rest are left
+   unexamined (no row, offsets unchanged), so a request costs what its reply carries, not
+   what it lists. The piggybacked commits of all its pullable queues are stored first.
 """
 from __future__ import annotations
 
@@ -62,48 +65,56 @@ class BatchPullProcessor:
         if refusal is not None:
             return error(cmd, ResponseCode.NO_PERMISSION, refusal)
         limit = max(1, min(req.max_msgs, self.per_queue_max))
-        wanted, refused = self._admit(conn, group, req.body, limit)
         rows: list[list[int]] = []
         chunks: list[bytes] = []
         remarks: dict[str, str] = {}
-        for i, code, remark in refused:
-            rows.append([i, int(code), -1, -1, -1, 0, 0])
-            remarks[str(i)] = remark
+        admitted: list[tuple] = []
+        self._commit(conn, group, req.body)
         offsets: dict = {}  # (topic, queue id) -> offset past filtered messages
-        self._collect(wanted, offsets, rows, chunks)
-        if not rows:
+        self._collect(self._admit(conn, group, req.body, limit, rows, remarks, admitted),
+                      offsets, rows, chunks)
+        if not rows:  # every queue was admitted and read (rule 5): nothing to say yet
             timeout_s = self.pull.hold_s(req.suspend_ms) if req.suspend_ms > 0 else 0
             if timeout_s > 0:
-                for _, topic, queue_id, asked, _ in wanted:
+                for _, topic, queue_id, asked, _ in admitted:
                     offsets.setdefault((topic, queue_id), asked)
-                if self.hold.hold_batch(conn, cmd, offsets, wanted, timeout_s,
+                if self.hold.hold_batch(conn, cmd, offsets, admitted, timeout_s,
                                         self.held_per_conn):
                     return DEFERRED
                 self.pull.metrics.busy["held_pulls"] += 1
                 return error(cmd, ResponseCode.SYSTEM_BUSY,
                              "[OVERLOAD]system busy, too many held pulls")
-        _filtered_rows(wanted, offsets, rows)
+        _filtered_rows(admitted, offsets, rows)
         return _reply(cmd, rows, chunks, remarks)
 
-    def _admit(self, conn, group: str, body, limit: int):
-        """([(i, topic, queue id, offset, read args)], [(i, code, remark)]) by rule 1."""
+    def _commit(self, conn, group: str, body) -> None:
+        """Every piggybacked commit of a queue that may be pulled (rule 1)."""
+        pull = self.pull
+        for topic, queue_id, _, commit in body.queues:
+            if commit >= 0 and pull.queue_problem(topic, queue_id, conn.peer) is None:
+                pull.piggyback_commit(conn, group, topic, queue_id, commit)
+
+    def _admit(self, conn, group: str, body, limit: int, rows: list, remarks: dict,
+               admitted: list):
+        """Yield (i, topic, queue id, offset, read args) by rule 1, one queue at a time, so a
+        full reply leaves the rest unexamined (rule 5); a refusal goes into rows and remarks,
+        every yielded queue into `admitted`."""
         pull, fence = self.pull, self.pull.reset_fence
         filters: dict[str, tuple[Any, Any]] = {}  # topic -> (tag codes, SQL92 predicate)
-        wanted, refused = [], []
-        for i, (topic, queue_id, offset, commit) in enumerate(body.queues):
+        for i, (topic, queue_id, offset, _) in enumerate(body.queues):
             problem = pull.queue_problem(topic, queue_id, conn.peer)
             if problem is None:
                 problem = self._filter(filters, group, topic, body.subscriptions.get(topic))
             if problem is not None:
-                refused.append((i, *problem))
+                rows.append([i, int(problem[0]), -1, -1, -1, 0, 0])
+                remarks[str(i)] = problem[1]
                 continue
-            if commit >= 0:
-                pull.piggyback_commit(conn, group, topic, queue_id, commit)
             if fence is not None:
                 fence.saw_pull(conn, group, topic, queue_id, offset)
             codes, predicate = filters[topic]
-            wanted.append((i, topic, queue_id, offset, (codes, limit, offset, predicate)))
-        return wanted, refused
+            entry = (i, topic, queue_id, offset, (codes, limit, offset, predicate))
+            admitted.append(entry)
+            yield entry
 
     def _filter(self, filters: dict, group: str, topic: str, expression):
         """Build the topic's filter once per request; (code, remark) when it does not parse."""
@@ -127,8 +138,10 @@ class BatchPullProcessor:
         for i, topic, queue_id, asked, args in wanted:
             key = (topic, queue_id)
             offset = offsets.get(key, asked)
-            if max_offset(topic, queue_id) == offset or msgs_left <= 0 or bytes_left <= 0:
-                continue  # caught up, or the reply is full
+            if msgs_left <= 0 or bytes_left <= 0:
+                break  # the reply is full
+            if max_offset(topic, queue_id) == offset:
+                continue  # caught up
             codes, limit, _, predicate = args
             res, code = pull.read(topic, queue_id, offset,
                                   (codes, min(limit, msgs_left), asked, predicate),
