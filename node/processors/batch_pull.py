@@ -24,7 +24,10 @@ Rules:
 4. A reply holds at most batch_pull_max_msgs messages and batch_pull_max_bytes record bytes
    (a first message larger than that still goes, as with pulls); queues are read in request
    order, so the client rotates its list to share the reply fairly.
-5. Queues are examined one at a time as the reply fills; once it is full the rest are left
+5. A reply's byte budget shrinks with what its connection has not read yet (down to
+   REPLY_BYTES_MIN), so batched replies alone do not push a slow reader towards
+   max_write_buffer_bytes, where it would be cut off.
+6. Queues are examined one at a time as the reply fills; once it is full the rest are left
    unexamined (no row, offsets unchanged), so a request costs what its reply carries, not
    what it lists. The piggybacked commits of all its pullable queues are stored first.
 """
@@ -42,6 +45,7 @@ from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.remoting import RemotingCommand
 
 _INDEX_LEN = struct.Struct(">I")
+REPLY_BYTES_MIN = 64 * 1024  # the least a reply may carry however slow its reader (rule 5)
 _MOVED = ResponseCode.PULL_OFFSET_MOVED
 _FILTERED = ResponseCode.PULL_RETRY_IMMEDIATELY
 
@@ -57,6 +61,7 @@ class BatchPullProcessor:
         self.reply_msgs_max = cfg.batch_pull_max_msgs
         self.reply_bytes_max = cfg.batch_pull_max_bytes
         self.held_per_conn = cfg.batch_pull_held_per_connection
+        self.unread_max = cfg.max_write_buffer_bytes // 2
         hold.execute_batch = self._execute_held
 
     def __call__(self, conn, cmd: RemotingCommand, req):
@@ -72,8 +77,8 @@ class BatchPullProcessor:
         self._commit(conn, group, req.body)
         offsets: dict = {}  # (topic, queue id) -> offset past filtered messages
         self._collect(self._admit(conn, group, req.body, limit, rows, remarks, admitted),
-                      offsets, rows, chunks)
-        if not rows:  # every queue was admitted and read (rule 5): nothing to say yet
+                      offsets, rows, chunks, self._budget(conn))
+        if not rows:  # every queue was admitted and read (rule 6): nothing to say yet
             timeout_s = self.pull.hold_s(req.suspend_ms) if req.suspend_ms > 0 else 0
             if timeout_s > 0:
                 for _, topic, queue_id, asked, _ in admitted:
@@ -97,7 +102,7 @@ class BatchPullProcessor:
     def _admit(self, conn, group: str, body, limit: int, rows: list, remarks: dict,
                admitted: list):
         """Yield (i, topic, queue id, offset, read args) by rule 1, one queue at a time, so a
-        full reply leaves the rest unexamined (rule 5); a refusal goes into rows and remarks,
+        full reply leaves the rest unexamined (rule 6); a refusal goes into rows and remarks,
         every yielded queue into `admitted`."""
         pull, fence = self.pull, self.pull.reset_fence
         filters: dict[str, tuple[Any, Any]] = {}  # topic -> (tag codes, SQL92 predicate)
@@ -129,12 +134,17 @@ class BatchPullProcessor:
             return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)
         return None
 
-    def _collect(self, wanted, offsets: dict, rows: list, chunks: list) -> None:
+    def _budget(self, conn) -> int:
+        """Record bytes a reply to conn may carry (rules 4 and 5)."""
+        room = self.unread_max - conn.unsent_bytes()
+        return max(REPLY_BYTES_MIN, min(self.reply_bytes_max, room))
+
+    def _collect(self, wanted, offsets: dict, rows: list, chunks: list, bytes_max: int) -> None:
         """Read the queues in order into rows and record chunks (rules 2 and 4). `offsets`
         holds where a queue's next read starts when the filter rejected what it read before
         (key -> offset); a queue that gets a row leaves it."""
         pull, max_offset = self.pull, self.max_queue_offset
-        msgs_left, bytes_left = self.reply_msgs_max, self.reply_bytes_max
+        msgs_left, bytes_left = self.reply_msgs_max, bytes_max
         for i, topic, queue_id, asked, args in wanted:
             key = (topic, queue_id)
             offset = offsets.get(key, asked)
@@ -165,7 +175,7 @@ class BatchPullProcessor:
         """The hold service's re-execution (long_polling rule 6): None keeps holding."""
         rows: list = []
         chunks: list = []
-        self._collect(held.args, held.offsets, rows, chunks)
+        self._collect(held.args, held.offsets, rows, chunks, self._budget(held.conn))
         if not rows and not final:
             return None
         _filtered_rows(held.args, held.offsets, rows)
