@@ -37,7 +37,9 @@ Rules:
 4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
    min offset, TIMESTAMP = the offset found by time (29). Clustering reads the committed, min
    and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
-   of each rebalance round rather than two requests per new queue; as with per-queue reads, a
+   of each rebalance round rather than two requests per new queue (a never-committed queue
+   whose offset 0 may still be "hot" is asked with 14, unless it starts at its min offset
+   anyway); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
    (at-least-once). Orderly consumers read a queue's offset after taking its lock.
 """
@@ -202,7 +204,7 @@ class PushConsumer(AsyncLifecycle):
     async def _start_offset(self, mq) -> int:
         """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
         known = self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
-        if known is not None:
+        if known is not None and not self._may_be_hot(mq, known):
             offset = self._store.known(mq, known.committed)
         else:
             offset = await self._store.read(mq)
@@ -303,6 +305,15 @@ class PushConsumer(AsyncLifecycle):
                 log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic,
                             exc)
 
+    def _may_be_hot(self, mq, known):
+        """Whether only a per-queue query (14) can tell the start: the broker answers 0 for a
+        never-committed queue whose offset 0 is still in memory (docs/protocol.md, Offsets),
+        which matters unless the queue starts at its min offset anyway."""
+        from_min = self.config.consume_from is ConsumeFrom.FIRST or \
+            mq.topic.startswith(retry.RETRY_PREFIX)
+        return known.committed < 0 and not from_min and known.min_offset == 0 and \
+            known.max_offset > 0
+
     async def _fetch_progress(self):
         """Clustering: every broker's committed, min and max offsets of the group's queues in
         one 208 each, so new queues start without two requests apiece. A broker that cannot
@@ -323,12 +334,18 @@ class PushConsumer(AsyncLifecycle):
                 self._progress.update(progress)
 
     def _group_ids(self, addr):
-        """The group's member ids from addr, fetched once per rebalance round."""
+        """The group's member ids from addr, fetched once per rebalance round; a failed
+        fetch is forgotten, so the topics after it ask again."""
         task = self._member_ids.get(addr)
         if task is None:
             task = self._member_ids[addr] = asyncio.ensure_future(
                 pull_api.consumer_ids(self._instance, addr, self.config.group))
+            task.add_done_callback(lambda done: self._forget_failed_ids(addr, done))
         return task
+
+    def _forget_failed_ids(self, addr, task):
+        if self._member_ids.get(addr) is task and (task.cancelled() or task.exception()):
+            del self._member_ids[addr]
 
     async def _allocated(self, topic):
         """This member's share of the topic's queues; None when no broker serves it."""
