@@ -171,6 +171,8 @@ class PullBatcher:
             at = 4 + size
             out = []
             for i, code, nxt, lo, hi, suggest, nbytes in rows:
+                if not 0 <= i < len(batch) or not 0 <= nbytes <= len(body) - at:
+                    raise ValueError(f"row {i} with {nbytes} bytes does not fit the request")
                 records = body[at:at + nbytes]
                 at += nbytes
                 out.append((i, self._outcome(addr, batch[i].mq, code, nxt, lo, hi, suggest,
