@@ -87,7 +87,8 @@ class PullBatcher:
         if addr in self.unsupported:
             raise BatchUnsupported(f"{addr} serves no batched pulls")
         future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(mq, offset, -1 if commit_offset is None else commit_offset, future)
+        commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
+        waiter = _Waiter(mq, offset, commit, future)  # as pull(): a commit of 0 is not sent
         waiting = self._waiting.setdefault(addr, {})
         waiting[mq] = waiter
         self._schedule()

@@ -39,7 +39,7 @@ Rules:
    and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
    of each rebalance round rather than two requests per new queue (a never-committed queue
    whose offset 0 may still be "hot" is asked with 14, unless it starts at its min offset
-   anyway); as with per-queue reads, a
+   anyway; the retry queue is always asked); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
    (at-least-once). Orderly consumers read a queue's offset after taking its lock.
 """
@@ -203,7 +203,8 @@ class PushConsumer(AsyncLifecycle):
 
     async def _start_offset(self, mq) -> int:
         """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
-        known = self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+        known = None if mq.topic.startswith(retry.RETRY_PREFIX) else \
+            self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
         if known is not None and not self._may_be_hot(mq, known):
             offset = self._store.known(mq, known.committed)
         else:
@@ -309,8 +310,7 @@ class PushConsumer(AsyncLifecycle):
         """Whether only a per-queue query (14) can tell the start: the broker answers 0 for a
         never-committed queue whose offset 0 is still in memory (docs/protocol.md, Offsets),
         which matters unless the queue starts at its min offset anyway."""
-        from_min = self.config.consume_from is ConsumeFrom.FIRST or \
-            mq.topic.startswith(retry.RETRY_PREFIX)
+        from_min = self.config.consume_from is ConsumeFrom.FIRST
         return known.committed < 0 and not from_min and known.min_offset == 0 and \
             known.max_offset > 0
 
