@@ -53,7 +53,7 @@ QPT = 8              # queues per topic
 WINDOW = 512         # pipelined raw requests per connection
 IN_FLIGHT = 256
 BATCH = 32
-PUSH_TOPICS_MAX = 1250
+PUSH_TOPICS_MAX = 12500  # every topic of the 100,000-queue run
 OFFSETS_FLUSH_MS = 300
 _CHECKPOINT_DISPATCHED = struct.Struct(">q")
 

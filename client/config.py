@@ -133,6 +133,10 @@ class ConsumerConfig(ClientConfig):
     pull_timeout_s: float = 30.0  # socket timeout of a suspended pull (Java, cpp); > suspend
     pull_error_backoff_s: float = 1.0  # pullTimeDelayMillsWhenException
     commit_offset_on_pull: bool = True  # piggyback commits on pulls (COMMIT_OFFSET flag)
+    # many queues of a broker in one long poll (TideMQ's 9002; off = one pull per queue)
+    pull_batching: bool = True
+    batch_pull_queues_max: int = 4096  # queues in one batched pull (the broker allows 4096)
+    batch_pulls_per_broker_max: int = 32  # batched pulls outstanding per broker
     offset_commit_interval_s: float = 5.0  # persistConsumerOffsetInterval (ClientConfig.java)
     consume_batch_max: int = 1  # consumeMessageBatchMaxSize
     cached_messages_per_queue_max: int = 1000  # pullThresholdForQueue (flow control)
@@ -154,6 +158,11 @@ class ConsumerConfig(ClientConfig):
             out.append("pull_timeout_s must exceed suspend_ms, or idle pulls time out")
         if not 1 <= self.consume_batch_max <= 1024:
             out.append("consume_batch_max must be in 1..1024")
+        if not 1 <= self.batch_pull_queues_max <= 4096:
+            out.append("batch_pull_queues_max must be in 1..4096")
+        if not 1 <= self.batch_pulls_per_broker_max <= 64:
+            out.append("batch_pulls_per_broker_max must be in 1..64 (the broker holds 64 "
+                       "per connection)")
         if self.cached_messages_per_queue_max < self.pull_batch_size:
             out.append("cached_messages_per_queue_max must be >= pull_batch_size")
         if self.local_retries_max < 0:

@@ -211,6 +211,14 @@ class BrokerConfig:
                                           "out at 30 s).")
     pull_max_msgs: int = _f(1024, "Most messages in one pull reply (also capped by maxMsgNums).")
     pull_max_bytes: int = _f(256 * 1024, "Most record bytes in one pull reply.")
+    batch_pull_enable: bool = _f(True, "Serve batched pulls (9002, TideMQ's own); off = "
+                                       "answer 3 and SDK consumers pull one queue at a time.")
+    batch_pull_max_msgs: int = _f(4096, "Most messages in one batched pull reply (9002, "
+                                        "TideMQ's own), all its queues together.")
+    batch_pull_max_bytes: int = _f(4 * MIB, "Most record bytes in one batched pull reply "
+                                            "(9002), all its queues together.")
+    batch_pull_held_per_connection: int = _f(64, "Batched pulls (9002) one connection may "
+                                                 "have held at once; past it SYSTEM_BUSY.")
     query_max_msgs: int = _f(64, "Most messages one QUERY_MESSAGE returns.")
     offsets_flush_interval_ms: int = _f(5000, "Consumer offsets are written this often (and at "
                                               "shutdown).")
@@ -426,7 +434,8 @@ def _validate(c: BrokerConfig) -> list[str]:
                 "max_inflight_per_connection", "max_held_pulls", "write_buffer_high_bytes",
                 "max_write_buffer_bytes", "write_stall_timeout_ms", "idle_timeout_ms",
                 "client_expiry_ms", "short_polling_ms", "max_pull_suspend_ms", "pull_max_msgs",
-                "pull_max_bytes", "query_max_msgs", "offsets_flush_interval_ms",
+                "pull_max_bytes", "batch_pull_max_msgs", "batch_pull_max_bytes",
+                "batch_pull_held_per_connection", "query_max_msgs", "offsets_flush_interval_ms",
                 "max_offset_entries", "lock_expiry_ms", "max_locks", "max_delivery_delay_ms",
                 "transaction_timeout_ms", "transaction_check_interval_ms",
                 "transaction_check_max", "grpc_max_delivery_attempts",

@@ -1,5 +1,5 @@
 """Consumer-side broker calls shared by the push and pull consumers: PULL_MESSAGE (11), offsets
-(14, 15, 29, 30, 31), consumer ids (38), and tag expressions.
+(14, 15, 29, 30, 31), a group's progress (208), consumer ids (38), and tag expressions.
 
 Pull outcomes (docs/protocol.md, Pull) become a PullResult status, never an exception:
 
@@ -46,6 +46,11 @@ _STATUS: dict[int, PullStatus] = {ResponseCode.SUCCESS: PullStatus.FOUND,
            ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
            ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
            ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL}
+
+
+def status_of(code: int) -> PullStatus | None:
+    """The pull outcome of a response code; None when the code is an error."""
+    return _STATUS.get(code)
 
 
 class PullResult:
@@ -178,3 +183,33 @@ async def consumer_ids(instance: ClientInstance, addr: str, group: str,
     except (ValueError, AttributeError) as exc:
         raise errors.ProtocolViolation(f"bad consumer list from {addr}: {exc}") from None
     return [str(i) for i in ids]
+
+
+class QueueProgress:
+    """One queue in a group's progress: committed offset (-1 = none), min and max offsets."""
+    __slots__ = ("committed", "min_offset", "max_offset")
+
+    def __init__(self, committed: int, min_offset: int, max_offset: int) -> None:
+        self.committed = committed
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+
+
+async def group_progress(instance: ClientInstance, addr: str, group: str,
+                         timeout_s: float = 10.0) -> dict[tuple[str, str, int], QueueProgress]:
+    """GET_CONSUME_STATS (208) without a topic: every queue of the topics the group subscribes
+    to on addr, keyed (topic, broker name, queue id); {} when the broker knows none of them."""
+    resp = await instance.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group},
+                               timeout_s=timeout_s, what=f"progress of {group!r}",
+                               ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+    if resp.code != ResponseCode.SUCCESS:
+        return {}
+    out = {}
+    try:
+        for key, row in json.loads(bytes(resp.body).decode("utf-8"))["offsetTable"].items():
+            mq = json.loads(key)
+            out[(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = QueueProgress(
+                int(row["consumerOffset"]), int(row.get("minOffset", 0)), int(row["brokerOffset"]))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise errors.ProtocolViolation(f"bad consume stats from {addr}: {exc}") from None
+    return out

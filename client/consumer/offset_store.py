@@ -84,6 +84,10 @@ class RemoteOffsetStore(_TableStore):
 
     async def read(self, mq: MessageQueue) -> int:
         offset = await pull_api.query_consumer_offset(self._instance, self._addr(mq), self._group, mq)
+        return self.known(mq, offset)
+
+    def known(self, mq: MessageQueue, offset: int) -> int:
+        """What read() does with an offset the broker reported another way (208)."""
         if offset >= 0:
             self._table.update(mq, offset, allow_backwards=True)
             self._table.persisted[mq] = offset

@@ -36,7 +36,6 @@ from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.push import ConsumeResult, PushConsumer
-from tidemq.instance import ClientInstance
 from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
 from tidemq.topic_routes import MessageQueue
@@ -63,10 +62,9 @@ class OrderlyPushConsumer(PushConsumer):
         self._wanted: dict[str, set[MessageQueue]] = {}  # topic -> queues allocated to us
         self._locked_at: dict[MessageQueue, float] = {}  # loop time of the last grant
 
-    def _inst(self) -> ClientInstance:
-        inst: ClientInstance | None = self._instance
-        assert inst is not None, "used only between start() and shutdown()"
-        return inst
+    async def _fetch_progress(self) -> None:
+        """A queue's offset is read only once its lock is held (rule 1): a progress read at
+        the start of the round could predate the previous owner's final commit."""
 
     async def start(self) -> Self:
         await super().start()
@@ -79,7 +77,7 @@ class OrderlyPushConsumer(PushConsumer):
         if mine is None:
             return
         self._wanted[topic] = mine
-        removed = [pq for mq, pq in self._pqs.items() if mq.topic == topic and mq not in mine]
+        removed = [self._pqs[mq] for mq in list(self.owned(topic)) if mq not in mine]
         if removed:
             await asyncio.gather(*[self._drop(pq) for pq in removed])
         await self._lock_missing(topic)

@@ -27,12 +27,21 @@ Rules:
    `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
    queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
+   With `pull_batching` (the default) the pulls of all queues bound for one broker travel
+   together in batched long polls (client/consumer/batch_pull.py); a broker without them gets
+   one PULL_MESSAGE per queue.
 3. Offsets: the committable offset (tidemq.consumer.process_queue rule 2) is committed every
    `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
    so whoever takes the queue over starts where this member stopped.
 4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
-   min offset, TIMESTAMP = the offset found by time (29).
+   min offset, TIMESTAMP = the offset found by time (29). Clustering reads the committed, min
+   and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
+   of each rebalance round rather than two requests per new queue (a never-committed queue
+   whose offset 0 may still be "hot" is asked with 14, unless it starts at its min offset
+   anyway; the retry queue is always asked); as with per-queue reads, a
+   queue taken over while its previous owner still commits may replay a few messages
+   (at-least-once). Orderly consumers read a queue's offset after taking its lock.
 """
 
 from __future__ import annotations
@@ -42,31 +51,25 @@ import enum
 import json
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any, Self, TypeVar
 
 from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
 from tidemq.consumer import broker_calls as pull_api
 from tidemq.consumer import send_back as retry
+from tidemq.consumer.batch_pull import BatchUnsupported, PullBatcher
 from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
 from tidemq.consumer.broker_calls import PullStatus, TagFilter
-from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.pull_target import PullTargets
 from tidemq.consumer.rebalance import STRATEGIES
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
-from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
-from tidemq.protocol.remoting import RemotingCommand
 from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
-from tidemq.remoting_client import RemotingConnection
 from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
-E = TypeVar("E", bound=enum.Enum)
 
 
 class ConsumeResult(enum.Enum):
@@ -78,7 +81,7 @@ _SUCCESS = ConsumeResult.SUCCESS
 REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
 
 
-def _enum(cls: type[E], value: object) -> E:
+def _enum(cls, value):
     if isinstance(value, cls):
         return value
     text = str(value).upper()
@@ -91,10 +94,8 @@ def _enum(cls: type[E], value: object) -> E:
 class PushConsumer(AsyncLifecycle):
     """asyncio push consumer. Options are the fields of client.config.ConsumerConfig."""
 
-    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
-                 model: MessageModel | str = MessageModel.CLUSTERING,
-                 consume_from: ConsumeFrom | str = ConsumeFrom.LAST,
-                 namesrv_or_broker: str = DEFAULT_ADDR, **options: Any) -> None:
+    def __init__(self, group, subscription, listener, model=MessageModel.CLUSTERING,
+                 consume_from=ConsumeFrom.LAST, namesrv_or_broker=DEFAULT_ADDR, **options):
         if not subscription:
             raise ValueError("subscription must name at least one topic")
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker,
@@ -105,31 +106,40 @@ class PushConsumer(AsyncLifecycle):
             self._filters.setdefault(retry.retry_topic(group), TagFilter("*"))
         self._listener = listener
         self._allocate = STRATEGIES[self.config.allocate_strategy]
-        # None until start(): typed as set, since only started consumers use them
-        self._instance: ClientInstance = None  # type: ignore[assignment]
-        self._store: RemoteOffsetStore | BroadcastOffsetStore = None  # type: ignore[assignment]
-        self._pqs: dict[MessageQueue, ProcessQueue] = {}
-        self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
-        self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
+        self._instance = None
+        self._batcher = None
+        self._store = None
+        self._pqs = {}  # MessageQueue -> ProcessQueue
+        self._progress = {}  # (topic, broker, queue id) -> QueueProgress, this rebalance round's
+        self._member_ids = {}  # broker address -> task fetching the group's ids, this round's
+        self._by_topic = {}  # topic -> its MessageQueues in _pqs (rebalance reads one topic)
+        self._rebalance_event = None
+        self._rebalance_lock = None
         self._closing = False
         self.consumed_count = 0
 
     @property
-    def assigned_queues(self) -> list[MessageQueue]:
+    def assigned_queues(self):
         """Queues of the subscribed topics this member consumes (its retry queue aside)."""
         return sorted(mq for mq in self._pqs if not mq.topic.startswith(retry.RETRY_PREFIX))
 
     @property
-    def clustering(self) -> bool:
+    def clustering(self):
         return self.config.message_model is MessageModel.CLUSTERING
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self) -> Self:
+    async def start(self):
         if self._instance is not None:
             raise errors.ClientStateError("consumer already started")
         cfg = self.config
         inst = self._instance = ClientInstance(cfg, self._heartbeat_data)
-        self.pull_targets: PullTargets = PullTargets(inst.routes)
+        self.pull_targets = PullTargets(inst.routes)
+        if cfg.pull_batching:
+            self._batcher = PullBatcher(
+                inst, cfg.group, self._filters, max_nums=cfg.pull_batch_size,
+                suspend_ms=cfg.suspend_ms, timeout_s=cfg.pull_timeout_s,
+                queues_max=cfg.batch_pull_queues_max,
+                inflight_max=cfg.batch_pulls_per_broker_max)
         self._rebalance_event = asyncio.Event()
         self._rebalance_lock = asyncio.Lock()
         if self.clustering:
@@ -139,11 +149,7 @@ class PushConsumer(AsyncLifecycle):
         inst.remoting.register_handler(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
-        for topic in self._filters:
-            try:
-                await inst.routes.refresh(topic)
-            except errors.TideMQError as exc:
-                log.warning("%s: route of %r not available yet: %s", inst.client_id, topic, exc)
+        await self._learn_routes()
         await inst.heartbeat()
         await self._rebalance_once()
         inst.start_timers()
@@ -151,7 +157,7 @@ class PushConsumer(AsyncLifecycle):
         inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
         return self
 
-    async def shutdown(self) -> None:
+    async def shutdown(self):
         if self._instance is None or self._closing:
             return
         self._closing = True
@@ -161,7 +167,26 @@ class PushConsumer(AsyncLifecycle):
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
-    def _heartbeat_data(self) -> HeartbeatData:
+    async def _learn_routes(self):
+        """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
+        inst = self._instance
+        sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+
+        async def one(topic):
+            async with sem:
+                try:
+                    await inst.routes.refresh(topic)
+                except errors.TideMQError as exc:
+                    log.warning("%s: route of %r not available yet: %s", inst.client_id, topic,
+                                exc)
+        await asyncio.gather(*[one(topic) for topic in self._filters])
+
+    def _inst(self) -> ClientInstance:
+        inst: ClientInstance | None = self._instance
+        assert inst is not None, "used only between start() and shutdown()"
+        return inst
+
+    def _heartbeat_data(self):
         cfg = self.config
         subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
                 for topic, f in self._filters.items()]
@@ -170,42 +195,50 @@ class PushConsumer(AsyncLifecycle):
         return HeartbeatData(self._instance.client_id, consumers=[consumer])
 
     # ------------------------------------------------------------------ offsets
-    async def commit_offsets(self) -> int:
+    async def commit_offsets(self):
         """Record every owned queue's committable offset and persist what changed."""
         for mq, pq in self._pqs.items():
             self._store.update(mq, pq.commit_offset())
         return await self._store.persist()
 
-    async def _start_offset(self, mq: MessageQueue) -> int:
-        offset = await self._store.read(mq)
+    async def _start_offset(self, mq) -> int:
+        """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
+        known = None if mq.topic.startswith(retry.RETRY_PREFIX) else \
+            self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+        if known is not None and not self._may_be_hot(mq, known):
+            offset = self._store.known(mq, known.committed)
+        else:
+            offset = await self._store.read(mq)
         if offset >= 0:
             return offset
-        inst, cfg = self._instance, self.config
-        addr: str = inst.routes.read_addr(mq.broker_name)  # type: ignore[assignment]  # routed
+        inst, cfg = self._inst(), self.config
+        addr = inst.routes.read_addr(mq.broker_name)
         if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
-            offset = await pull_api.queue_offset(inst, addr, mq, "min")
+            offset = known.min_offset if known else \
+                await pull_api.queue_offset(inst, addr, mq, "min")
         elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
             ts = cfg.consume_timestamp_ms or int(time.time() * 1000) - 30 * 60 * 1000
             offset = await pull_api.queue_offset(inst, addr, mq, "search", ts)
         else:
-            offset = await pull_api.queue_offset(inst, addr, mq, "max")
+            offset = known.max_offset if known else \
+                await pull_api.queue_offset(inst, addr, mq, "max")
         self._store.update(mq, offset, allow_backwards=True)
         return offset
 
     # ------------------------------------------------------------------ rebalance
-    def _on_ids_changed(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+    def _on_ids_changed(self, conn, cmd):
         if cmd.ext.get("consumerGroup") == self.config.group and self._rebalance_event is not None:
             self._rebalance_event.set()
         return None
 
-    def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+    def _on_reset_offset(self, conn, cmd):
         """220 from a broker after an operator reset this group's offsets (`tidemq consumer
         reset`): restart the listed queues at the new offsets, without committing the old
         positions over them. Body {"offsetTable": {"<MessageQueue JSON>": offset}}."""
         if cmd.ext.get("group") != self.config.group or self._closing or not self.clustering:
             return None
         try:
-            table: dict[MessageQueue, int] = {}
+            table = {}
             for key, offset in json.loads(bytes(cmd.body).decode()).get("offsetTable", {}).items():
                 mq = json.loads(key)
                 table[MessageQueue(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = int(offset)
@@ -215,7 +248,7 @@ class PushConsumer(AsyncLifecycle):
         self._instance.spawn(self._reset_offsets(table), name="reset-offsets")
         return None
 
-    async def _reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+    async def _reset_offsets(self, table):
         async with self._rebalance_lock:
             for mq, offset in table.items():
                 pq = self._pqs.get(mq)
@@ -226,11 +259,11 @@ class PushConsumer(AsyncLifecycle):
                 self._add(mq, offset)
                 log.info("%s: %s reset to offset %d", self._instance.client_id, mq.key(), offset)
 
-    def _on_connection_lost(self, addr: str) -> None:
+    def _on_connection_lost(self, addr):
         if not self._closing:
             self._instance.spawn(self._recover(addr), name="recover")
 
-    async def _recover(self, addr: str) -> None:
+    async def _recover(self, addr):
         """The broker may have restarted: register again and rebalance once it answers."""
         for delay_s in (0.2, 0.5, 1.0, 2.0, 4.0):
             await asyncio.sleep(delay_s)
@@ -240,7 +273,7 @@ class PushConsumer(AsyncLifecycle):
                 self._rebalance_event.set()
                 return
 
-    async def _rebalance_loop(self) -> None:
+    async def _rebalance_loop(self):
         while not self._closing:
             try:
                 await asyncio.wait_for(self._rebalance_event.wait(), self.config.rebalance_interval_s)
@@ -250,24 +283,71 @@ class PushConsumer(AsyncLifecycle):
             if not self._closing:
                 await self._rebalance_once()
 
-    async def _rebalance_once(self) -> None:
+    async def _rebalance_once(self):
         async with self._rebalance_lock:
             if self._closing:
                 return
             sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+            self._member_ids = {}
+            try:
+                await self._fetch_progress()
+                # topics (and below, queues) concurrently: with thousands of queues, one round
+                # trip after another would keep most of them unpulled for seconds
+                await asyncio.gather(*[self._rebalance_guarded(sem, topic)
+                                       for topic in list(self._filters)])
+            finally:
+                self._progress = {}
 
-            async def one(topic: str) -> None:
-                async with sem:
-                    try:
-                        await self._rebalance_topic(topic)
-                    except errors.TideMQError as exc:
-                        log.warning("%s: rebalance of %r failed: %s", self._instance.client_id,
-                                    topic, exc)
-            # topics (and below, queues) concurrently: with thousands of queues, one round
-            # trip after another would keep most of them unpulled for seconds
-            await asyncio.gather(*[one(topic) for topic in list(self._filters)])
+    async def _rebalance_guarded(self, sem, topic):
+        async with sem:
+            try:
+                await self._rebalance_topic(topic)
+            except errors.TideMQError as exc:
+                log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic,
+                            exc)
 
-    async def _allocated(self, topic: str) -> set[MessageQueue] | None:
+    def _may_be_hot(self, mq, known):
+        """Whether only a per-queue query (14) can tell the start: the broker answers 0 for a
+        never-committed queue whose offset 0 is still in memory (docs/protocol.md, Offsets),
+        which matters unless the queue starts at its min offset anyway."""
+        from_min = self.config.consume_from is ConsumeFrom.FIRST
+        return known.committed < 0 and not from_min and known.min_offset == 0 and \
+            known.max_offset > 0
+
+    async def _fetch_progress(self):
+        """Clustering: every broker's committed, min and max offsets of the group's queues in
+        one 208 each, so new queues start without two requests apiece. A broker that cannot
+        answer leaves its queues to the per-queue requests."""
+        inst = self._instance
+        if not self.clustering:
+            return
+        addrs = {inst.routes.read_addr(name) for name in list(inst.routes.broker_addrs)}
+        addrs.discard(None)
+        found = await asyncio.gather(*[pull_api.group_progress(inst, addr, self.config.group)
+                                       for addr in addrs], return_exceptions=True)
+        for addr, progress in zip(addrs, found):
+            if isinstance(progress, errors.TideMQError):
+                log.info("%s: progress from %s unavailable: %s", inst.client_id, addr, progress)
+            elif isinstance(progress, BaseException):
+                raise progress
+            else:
+                self._progress.update(progress)
+
+    def _group_ids(self, addr):
+        """The group's member ids from addr, fetched once per rebalance round; a failed
+        fetch is forgotten, so the topics after it ask again."""
+        task = self._member_ids.get(addr)
+        if task is None:
+            task = self._member_ids[addr] = asyncio.ensure_future(
+                pull_api.consumer_ids(self._instance, addr, self.config.group))
+            task.add_done_callback(lambda done: self._forget_failed_ids(addr, done))
+        return task
+
+    def _forget_failed_ids(self, addr, task):
+        if self._member_ids.get(addr) is task and (task.cancelled() or task.exception()):
+            del self._member_ids[addr]
+
+    async def _allocated(self, topic):
         """This member's share of the topic's queues; None when no broker serves it."""
         inst = self._instance
         mqs = await inst.routes.subscribe_queues(topic, refresh=topic not in inst.routes.routes)
@@ -276,15 +356,15 @@ class PushConsumer(AsyncLifecycle):
         brokers = inst.routes.brokers_of(topic)
         if not brokers:
             return None
-        cids = await pull_api.consumer_ids(inst, brokers[0], self.config.group)
+        cids = await asyncio.shield(self._group_ids(brokers[0]))
         return set(self._allocate(inst.client_id, mqs, cids))
 
-    async def _rebalance_topic(self, topic: str) -> None:
+    async def _rebalance_topic(self, topic):
         inst = self._instance
         mine = await self._allocated(topic)
         if mine is None:
             return
-        current = {mq for mq in self._pqs if mq.topic == topic}
+        current = set(self.owned(topic))
         removed = current - mine
         if removed:
             await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
@@ -302,13 +382,18 @@ class PushConsumer(AsyncLifecycle):
             log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
                      len(mine), topic)
 
-    def _add(self, mq: MessageQueue, offset: int) -> None:
+    def owned(self, topic):
+        """The queues of `topic` this member holds now."""
+        return self._by_topic.get(topic, ())
+
+    def _add(self, mq, offset):
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
+        self._by_topic.setdefault(mq.topic, set()).add(mq)
         pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
         pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
 
-    async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
+    async def _drop(self, pq, commit=True):
         """Stop a queue, let its running listener call finish (bounded), commit (unless an
         offset reset replaced the position), forget."""
         pq.dropped = True
@@ -326,11 +411,13 @@ class PushConsumer(AsyncLifecycle):
             except errors.TideMQError as exc:
                 log.warning("commit of dropped %s failed: %s", pq.mq, exc)
         self._store.remove(pq.mq)
-        self._pqs.pop(pq.mq, None)
+        if self._pqs.get(pq.mq) is pq:
+            del self._pqs[pq.mq]
+            self._by_topic[pq.mq.topic].discard(pq.mq)
         self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
-    async def _pull_loop(self, pq: ProcessQueue) -> None:
+    async def _pull_loop(self, pq):
         inst, cfg, mq = self._instance, self.config, pq.mq
         tag_filter = self._filters[mq.topic]
         commit = cfg.commit_offset_on_pull and self.clustering
@@ -342,11 +429,9 @@ class PushConsumer(AsyncLifecycle):
             try:
                 if addr is None:
                     raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
-                result = await pull_api.pull(
-                    inst, addr, mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
-                    max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
-                    timeout_s=cfg.pull_timeout_s,
-                    commit_offset=pq.commit_offset() if commit and not on_slave else None)
+                result = await self._fetch(
+                    addr, pq, tag_filter,
+                    pq.commit_offset() if commit and not on_slave else None)
             except errors.TideMQError as exc:
                 if pq.dropped:
                     return
@@ -377,7 +462,20 @@ class PushConsumer(AsyncLifecycle):
             else:
                 pq.advance(result.next_begin_offset)
 
-    async def _consume_loop(self, pq: ProcessQueue) -> None:
+    async def _fetch(self, addr, pq, tag_filter, commit_offset):
+        """One pull of pq: batched with other queues of addr when it serves that (rule 2)."""
+        cfg, batcher = self.config, self._batcher
+        if batcher is not None and batcher.supports(addr):
+            try:
+                return await batcher.pull(addr, pq.mq, pq.next_offset, commit_offset)
+            except BatchUnsupported:
+                pass  # an older broker: this and later pulls go one by one
+        return await pull_api.pull(
+            self._instance, addr, pq.mq, pq.next_offset, group=cfg.group, tag_filter=tag_filter,
+            max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
+            timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
+
+    async def _consume_loop(self, pq):
         batch_max = self.config.consume_batch_max
         listener = self._listener
         while True:
@@ -400,8 +498,7 @@ class PushConsumer(AsyncLifecycle):
             if batch.idx >= len(batch.msgs):
                 await asyncio.sleep(0)  # one pulled batch at a time: let other queues and timers run
 
-    async def _consume_slow(self, pq: ProcessQueue, chunk: list[MessageExt],
-                            result: Any) -> None:
+    async def _consume_slow(self, pq, chunk, result):
         """An awaitable listener result, or RECONSUME_LATER with local retries (see docstring)."""
         retries = 0
         while True:
@@ -429,9 +526,9 @@ class PushConsumer(AsyncLifecycle):
                 log.exception("listener failed on %s", pq.mq)
                 result = ConsumeResult.RECONSUME_LATER
 
-    async def _send_back(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
+    async def _send_back(self, pq, chunk) -> bool:
         """Hand failed messages to the broker's retry path; False when it did not take them."""
-        inst, cfg = self._instance, self.config
+        inst, cfg = self._inst(), self.config
         addr = inst.routes.master_addr(pq.mq.broker_name)
         if addr is None:
             return False

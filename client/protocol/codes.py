@@ -82,6 +82,7 @@ class RequestCode(IntEnum):
     QUERY_DATA_VERSION = 322
     # TideMQ's own (no Java client sends it; Java has no code 9001)
     GET_PARKED_TRANSACTIONS = 9001  # `tidemq txn parked` (node/processors/transaction.py)
+    BATCH_PULL_MESSAGE = 9002  # one long poll over many queues (node/processors/batch_pull.py)
 
 
 class ResponseCode(IntEnum):

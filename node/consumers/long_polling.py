@@ -20,6 +20,9 @@ Rules:
    messages). With final=True (deadline) it always returns a reply.
 5. A held pull is answered exactly once: on arrival, at its deadline, or dropped when its
    connection closes.
+6. A batched pull (9002) is held once for all its queues: it counts once against max_held, at
+   most `per_conn_max` of them per connection, and an arrival on any of its queues past the
+   offset it waits at re-executes it (`execute_batch`, same contract as rule 4).
 """
 from __future__ import annotations
 
@@ -51,6 +54,32 @@ class HeldPull:
         self.timer = None
         self.held_at = held_at
 
+    def keys(self):
+        return ((self.topic, self.queue_id),)
+
+    def woken_by(self, key, next_offset: int) -> bool:
+        return next_offset > self.offset
+
+
+class HeldBatch:
+    """A batched pull waiting on several queues (rule 6)."""
+    __slots__ = ("conn", "request", "queue_keys", "offsets", "args", "timer", "held_at")
+
+    def __init__(self, conn, request, offsets: dict, args, held_at):
+        self.conn = conn
+        self.request = request
+        self.queue_keys = tuple(offsets)
+        self.offsets = offsets  # (topic, queue id) -> next offset to look at
+        self.args = args        # the batch processor's own parameters
+        self.timer = None
+        self.held_at = held_at
+
+    def keys(self):
+        return self.queue_keys
+
+    def woken_by(self, key, next_offset: int) -> bool:
+        return next_offset > self.offsets.get(key, -1)
+
 
 class PullHoldService:
     def __init__(self, loop, bridge, max_held: int, metrics, max_queue_offset):
@@ -60,7 +89,9 @@ class PullHoldService:
         self.metrics = metrics
         self.max_queue_offset = max_queue_offset  # fn(topic, queue_id) -> int
         self.execute = None  # set by the pull processor (rule 4)
+        self.execute_batch = None  # set by the batched pull processor (rule 6)
         self.count = 0
+        self._batches_by_conn: dict[object, int] = {}
         self._by_queue: dict[tuple[str, int], dict[int, HeldPull]] = {}
         self._by_conn: dict[object, set[HeldPull]] = {}
         self._pending: dict[tuple[str, int], int] = {}
@@ -71,15 +102,31 @@ class PullHoldService:
              timeout_s: float) -> bool:
         if self.count >= self.max_held:
             return False
-        now = self.loop.time()
-        h = HeldPull(conn, request, topic, queue_id, offset, args, now)
-        self._by_queue.setdefault((topic, queue_id), {})[id(h)] = h
-        self._by_conn.setdefault(conn, set()).add(h)
-        self.count += 1
-        h.timer = self.loop.call_at(now + timeout_s, self._run, h, True)
+        h = HeldPull(conn, request, topic, queue_id, offset, args, self.loop.time())
+        self._register(h, timeout_s)
         if self.max_queue_offset(topic, queue_id) > offset:  # rule 2
             self._run(h, False)
         return True
+
+    def hold_batch(self, conn, request, offsets: dict, args, timeout_s: float,
+                   per_conn_max: int) -> bool:
+        """Rule 6; False (the caller answers SYSTEM_BUSY) past either bound."""
+        if self.count >= self.max_held or self._batches_by_conn.get(conn, 0) >= per_conn_max:
+            return False
+        h = HeldBatch(conn, request, offsets, args, self.loop.time())
+        self._batches_by_conn[conn] = self._batches_by_conn.get(conn, 0) + 1
+        self._register(h, timeout_s)
+        if any(self.max_queue_offset(t, q) > o for (t, q), o in offsets.items()):  # rule 2
+            self._run(h, False)
+        return True
+
+    def _register(self, h, timeout_s: float) -> None:
+        by_queue = self._by_queue
+        for key in h.keys():
+            by_queue.setdefault(key, {})[id(h)] = h
+        self._by_conn.setdefault(h.conn, set()).add(h)
+        self.count += 1
+        h.timer = self.loop.call_at(h.held_at + timeout_s, self._run, h, True)
 
     # -- arrivals -------------------------------------------------------------------------
     def arrival_listener(self, arrived: dict) -> None:
@@ -105,15 +152,16 @@ class PullHoldService:
             waiting = by_queue.get(key)
             if waiting:
                 for h in list(waiting.values()):
-                    if next_offset > h.offset:
+                    if h.woken_by(key, next_offset):
                         self._run(h, False)
 
     # -- answering ------------------------------------------------------------------------
-    def _run(self, h: HeldPull, final: bool) -> None:
+    def _run(self, h: HeldPull | HeldBatch, final: bool) -> None:
         if h.timer is None:
             return  # already answered
         try:
-            response = self.execute(h, final)
+            execute = self.execute_batch if h.__class__ is HeldBatch else self.execute
+            response = execute(h, final)
         except Exception as exc:  # logged once per cause per 10 s; no exception text replied
             _errors.error(type(exc).__name__, "held pull failed", exc_info=exc)
             response = error_response(h.request, ResponseCode.SYSTEM_ERROR,
@@ -125,16 +173,20 @@ class PullHoldService:
         self.metrics.hold_wait.observe(self.loop.time() - h.held_at)
         h.conn.complete(h.request, response, counted=False)
 
-    def _forget(self, h: HeldPull) -> None:
+    def _forget(self, h: HeldPull | HeldBatch) -> None:
         h.timer.cancel()
         h.timer = None
         self.count -= 1
-        key = (h.topic, h.queue_id)
-        waiting = self._by_queue.get(key)
-        if waiting is not None:
-            waiting.pop(id(h), None)
-            if not waiting:
-                del self._by_queue[key]
+        for key in h.keys():
+            waiting = self._by_queue.get(key)
+            if waiting is not None:
+                waiting.pop(id(h), None)
+                if not waiting:
+                    del self._by_queue[key]
+        if h.__class__ is HeldBatch:
+            left = self._batches_by_conn.pop(h.conn, 1) - 1
+            if left:
+                self._batches_by_conn[h.conn] = left
         mine = self._by_conn.get(h.conn)
         if mine is not None:
             mine.discard(h)

@@ -2,7 +2,8 @@
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
-41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions (TideMQ's own),
+41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions and 9002 batched
+pulls (TideMQ's own),
 operator codes 202/207/215/222 (ops.py), 200/201 group settings (subscription_groups.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from tidemq.node.processors import connections, subscription_groups
 from tidemq.node.processors.admin import AdminProcessor
+from tidemq.node.processors.batch_pull import BatchPullProcessor
 from tidemq.node.processors.client_manage import ClientManageProcessor
 from tidemq.node.processors.consume_stats import ConsumeStatsProcessor
 from tidemq.node.processors.consumer_offsets import OffsetProcessor
@@ -69,6 +71,8 @@ def register_all(server, broker) -> ClientManageProcessor:
                                                    b.cfg.broker_name, server.acl),
         R.GET_PARKED_TRANSACTIONS: parked_transactions(b.store, b.store_host),
     }
+    if b.cfg.batch_pull_enable:  # off: answered 3, as by a broker without it
+        table[R.BATCH_PULL_MESSAGE] = BatchPullProcessor(pull, b.hold, b.groups, b.clients, b.cfg)
     connections.register(server, b.clients)   # 203/204 (node/processors/connections.py)
     subscription_groups.register(server, b.groups, b.offsets, b.clients, b.topics,
                                  b.replication)   # 200/201 (node/processors/subscription_groups.py)

@@ -84,45 +84,26 @@ class PullProcessor:
         refusal = self.groups.pull_refusal(group, self.clients.message_model(group))
         if refusal is not None:  # rule 7
             return error(cmd, ResponseCode.NO_PERMISSION, refusal)
-        tc = self.topics.table.get(topic)
-        if tc is None and topic.startswith(RETRY_PREFIX):
-            tc = self.topics.create_in_send(topic, None, 1)
-        if tc is None:
-            return error(cmd, ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic))
-        if not tc.perm & _READ:
-            return error(cmd, ResponseCode.NO_PERMISSION,
-                         f"the topic[{topic}] pulling message is forbidden")
-        if not 0 <= queue_id < tc.read_queue_nums:
-            return error(cmd, ResponseCode.SYSTEM_ERROR,
-                         f"queueId[{queue_id}] is illegal, topic:[{topic}] "
-                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
-                         f"consumer:[{conn.peer}]")
+        problem = self.queue_problem(topic, queue_id, conn.peer)
+        if problem is not None:
+            return error(cmd, *problem)
         try:
-            codes, predicate = self._filter(req, group, topic, sys_flag)
+            if sys_flag & _SUBSCRIPTION:
+                codes, predicate = message_filter.build(req.expression_type, req.subscription)
+            else:
+                codes, predicate = self.filter_for(group, topic, req.subscription,
+                                                   req.expression_type)
         except FilterError as exc:
             return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
-        if sys_flag & _COMMIT and (self.replication is None or self.replication.is_master):
-            commit = req.commit_offset
-            fence = self.reset_fence
-            if commit >= 0 and fence is not None and \
-                    not fence.allow_commit(conn, group, topic, queue_id, commit):
-                commit = -1  # older than an offset reset this client has not handled yet
-            if commit >= 0 and group_name_ok(group):
-                try:
-                    self.offsets.commit(group, topic, queue_id, commit)
-                except OffsetTableFull:
-                    pass  # the pull itself still works; an explicit commit gets the error
+        if sys_flag & _COMMIT:
+            self.piggyback_commit(conn, group, topic, queue_id, req.commit_offset)
         if self.reset_fence is not None:  # a pull at the reset offset: the reset was handled
             self.reset_fence.saw_pull(conn, group, topic, queue_id, offset)
         limit = max(1, min(max_nums, self.max_msgs))
         args = (codes, limit, offset, predicate)  # the third: the offset the pull asked for
-        res, code = self._read(topic, queue_id, offset, args)
+        res, code = self.read(topic, queue_id, offset, args)
         if code == ResponseCode.PULL_NOT_FOUND and sys_flag & _SUSPEND:
-            if self.long_polling:
-                timeout_s = min(max(req.suspend_ms, 0) / 1000,
-                                self.max_suspend_s)
-            else:
-                timeout_s = self.short_polling_s
+            timeout_s = self.hold_s(req.suspend_ms)
             if timeout_s > 0:
                 if self.hold.hold(conn, cmd, topic, queue_id, offset, args, timeout_s):
                     return DEFERRED
@@ -133,19 +114,54 @@ class PullProcessor:
         self.metrics.get_latency[topic].observe(time.perf_counter() - t0)
         return response
 
-    def _filter(self, req, group: str, topic: str, sys_flag: int):
-        """(tag codes, SQL92 predicate or None) of the pull's subscription (rule 2)."""
-        if not sys_flag & _SUBSCRIPTION:
-            sub = self.clients.subscription(group, topic)
-            if sub is not None:
-                if (sub.expression_type or "TAG").upper() == "TAG":
-                    return subscription_codes(sub), None
-                return message_filter.build(sub.expression_type, sub.sub_string)
-        return message_filter.build(req.expression_type, req.subscription)
+    def hold_s(self, suspend_ms: int) -> float:
+        """How long a pull that found nothing waits (rule 1)."""
+        if self.long_polling:
+            return min(max(suspend_ms, 0) / 1000, self.max_suspend_s)
+        return self.short_polling_s
+
+    def queue_problem(self, topic: str, queue_id: int, peer) -> tuple[int, str] | None:
+        """(code, remark) when the queue may not be pulled, else None."""
+        tc = self.topics.table.get(topic)
+        if tc is None and topic.startswith(RETRY_PREFIX):
+            tc = self.topics.create_in_send(topic, None, 1)
+        if tc is None:
+            return ResponseCode.TOPIC_NOT_EXIST, topic_not_exist_remark(topic)
+        if not tc.perm & _READ:
+            return ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+        if not 0 <= queue_id < tc.read_queue_nums:
+            return (ResponseCode.SYSTEM_ERROR,
+                    f"queueId[{queue_id}] is illegal, topic:[{topic}] "
+                    f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer}]")
+        return None
+
+    def piggyback_commit(self, conn, group: str, topic: str, queue_id: int, commit: int) -> None:
+        """Rule 3 (and rule 6: a slave ignores it)."""
+        if self.replication is not None and not self.replication.is_master:
+            return
+        fence = self.reset_fence
+        if commit >= 0 and fence is not None and \
+                not fence.allow_commit(conn, group, topic, queue_id, commit):
+            return  # older than an offset reset this client has not handled yet
+        if commit >= 0 and group_name_ok(group):
+            try:
+                self.offsets.commit(group, topic, queue_id, commit)
+            except OffsetTableFull:
+                pass  # the pull itself still works; an explicit commit gets the error
+
+    def filter_for(self, group: str, topic: str, expression, expression_type):
+        """(tag codes, SQL92 predicate or None): the group's registered subscription of the
+        topic, else the given expression (rule 2). FilterError when it does not parse."""
+        sub = self.clients.subscription(group, topic)
+        if sub is not None:
+            if (sub.expression_type or "TAG").upper() == "TAG":
+                return subscription_codes(sub), None
+            return message_filter.build(sub.expression_type, sub.sub_string)
+        return message_filter.build(expression_type, expression)
 
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (longpoll rule 4)."""
-        res, code = self._read(held.topic, held.queue_id, held.offset, held.args)
+        res, code = self.read(held.topic, held.queue_id, held.offset, held.args)
         if not final:
             if code == ResponseCode.PULL_RETRY_IMMEDIATELY and res.next_begin_offset > held.offset:
                 held.offset = res.next_begin_offset  # skip what the filter rejected
@@ -155,14 +171,16 @@ class PullProcessor:
             code = ResponseCode.PULL_RETRY_IMMEDIATELY  # messages were passed over by the filter
         return self._respond(held.request, held.topic, res, code)
 
-    def _read(self, topic, queue_id, offset, args):
+    def read(self, topic, queue_id, offset, args, max_bytes: int | None = None):
         codes, limit, _, predicate = args  # the third: the offset the pull asked for
-        res = self.store.get_messages(topic, queue_id, offset, limit, self.max_bytes, codes)
+        res = self.store.get_messages(topic, queue_id, offset, limit,
+                                      self.max_bytes if max_bytes is None else max_bytes, codes)
         status = res.status
         if predicate is not None and status == _S.FOUND:
             res.messages = message_filter.keep_matching(res.messages, predicate)
             if not res.messages:
                 status = res.status = _S.NO_MATCHED_MESSAGE
+        code: int
         if status in _EMPTY:
             code = ResponseCode.PULL_NOT_FOUND if offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         else:
@@ -173,14 +191,21 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
                "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
         if code == 0:
-            if self.replication is not None:
-                ext["suggestWhichBrokerId"] = str(
-                    self.replication.suggest_broker_id(res.max_phys_offset))
-            msgs = res.messages
-            body = join_records(msgs, self.broker.store_host)
-            m = self.metrics
-            m.get_total += len(msgs)
-            m.get_msgs[topic] += len(msgs)
-            m.get_bytes[topic] += len(body)
+            body, suggest = self.records(topic, res)
+            ext["suggestWhichBrokerId"] = str(suggest)
             return RemotingCommand.make_response(cmd, 0, ext, body)
         return RemotingCommand.make_response(cmd, int(code), ext)
+
+    def records(self, topic: str, res) -> tuple[bytes, int]:
+        """A FOUND read's records as sent (rule 5, counted in the metrics) and the broker id
+        to suggest (rule 6)."""
+        suggest = 0
+        if self.replication is not None:
+            suggest = self.replication.suggest_broker_id(res.max_phys_offset)
+        msgs = res.messages
+        body = join_records(msgs, self.broker.store_host)
+        m = self.metrics
+        m.get_total += len(msgs)
+        m.get_msgs[topic] += len(msgs)
+        m.get_bytes[topic] += len(body)
+        return body, suggest

@@ -240,6 +240,11 @@ class Connection(asyncio.Protocol):
             self.send_command(RemotingCommand.request(code, ext, oneway=oneway,
                                                       serialize_type=self.serialize_type))
 
+    def unsent_bytes(self) -> int:
+        """Replies queued here and in the transport that the peer has not taken yet."""
+        transport = self.transport
+        return self._out_bytes + (transport.get_write_buffer_size() if transport else 0)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         out = self._out

@@ -1,5 +1,5 @@
 """Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks, 200
-subscription-group configs), so
+subscription-group configs, 9002 batched pulls), so
 the ACL and the processor read the same decoded value. A body that cannot be read is a
 RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
 from __future__ import annotations
@@ -8,11 +8,15 @@ import json
 from dataclasses import dataclass
 
 from tidemq.node.consumers import group_settings
-from tidemq.node.requests.fields import RequestError
+from tidemq.node.requests.fields import NAME_CHARS, RequestError
 from tidemq.protocol.remoting import ProtocolError
 from tidemq.protocol.route_json import decode_heartbeat
 
 MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
+MAX_BATCH_PULL_QUEUES = 4096  # queues in one 9002 body
+_TOPIC_CHARS = 262  # as the table's TOPIC_NAME
+_EXPRESSION_CHARS = 65536  # as PULL_MESSAGE's subscription field
+_INT32, _INT64 = 2**31, 2**63
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +52,56 @@ def lock_body(body: bytes) -> LockBody:
         raise RequestError("bad lock batch body: topic and brokerName must be strings, queueId "
                            "an int32")
     return LockBody(group, client_id, mqs)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPullBody:
+    queues: list  # [(topic, queue id, offset, commit offset or -1)], no (topic, queue) twice
+    subscriptions: dict  # topic -> TAG expression; a topic left out uses the group's own
+
+
+_BATCH_SHAPE = ("bad batch pull body: it must be a JSON object with queues [[topic, queueId, "
+                "offset, commitOffset], ...] and optional subscriptions {topic: expression}")
+
+
+def batch_pull_body(body: bytes) -> BatchPullBody:
+    """{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: expr}}:
+    1 to MAX_BATCH_PULL_QUEUES distinct queues; commitOffset < 0 commits nothing."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+        rows, subs = doc["queues"], doc.get("subscriptions") or {}
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise RequestError(_BATCH_SHAPE) from None
+    if not isinstance(rows, list) or not isinstance(subs, dict):
+        raise RequestError(_BATCH_SHAPE)
+    if not 0 < len(rows) <= MAX_BATCH_PULL_QUEUES:
+        raise RequestError(f"bad batch pull body: 1 to {MAX_BATCH_PULL_QUEUES} queues")
+    queues = [_batch_row(row) for row in rows]
+    if len({(t, q) for t, q, _, _ in queues}) != len(queues):
+        raise RequestError("bad batch pull body: a queue is listed twice")
+    if len(subs) > len(queues) or not all(
+            _topic_ok(t) and isinstance(e, str) and len(e) <= _EXPRESSION_CHARS
+            for t, e in subs.items()):
+        raise RequestError("bad batch pull body: subscriptions must map topics of the body to "
+                           f"tag expressions of at most {_EXPRESSION_CHARS} characters")
+    return BatchPullBody(queues, subs)
+
+
+def _topic_ok(topic) -> bool:
+    return isinstance(topic, str) and 0 < len(topic) <= _TOPIC_CHARS and \
+        NAME_CHARS.fullmatch(topic) is not None
+
+
+def _batch_row(row) -> tuple[str, int, int, int]:
+    if not isinstance(row, list) or len(row) != 4 or not _topic_ok(row[0]) or \
+            not all(type(v) is int for v in row[1:]):
+        raise RequestError("bad batch pull body: each queue is [topic, queueId, offset, "
+                           "commitOffset] with a topic name and three integers")
+    topic, queue_id, offset, commit = row
+    if not 0 <= queue_id < _INT32 or not -_INT64 <= offset < _INT64 or \
+            not -_INT64 <= commit < _INT64:
+        raise RequestError("bad batch pull body: queueId must be an int32 >= 0, offsets int64")
+    return topic, queue_id, offset, commit
 
 
 def subscription_group_body(body: bytes) -> dict:

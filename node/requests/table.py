@@ -100,6 +100,10 @@ def _heartbeat_resources(req: Any) -> list[Resource]:
     return out
 
 
+def _batch_pull_resources(req: Any) -> list[Resource]:
+    return [(TOPIC, topic, SUB) for topic in dict.fromkeys(t for t, _, _, _ in req.body.queues)]
+
+
 def _lock_resources(req: Any) -> list[Resource]:
     return [(GROUP, req.body.group, SUB)]
 
@@ -117,6 +121,13 @@ SPECS: dict[int, Spec] = {
         _f("subscription", "subscription", Text(65536)),
         _f("expression_type", "expressionType", Text(64))),
         ((TOPIC, "topic", SUB), (GROUP, "group", SUB))),
+    # TideMQ's own: one long poll over many queues (node/processors/batch_pull.py)
+    R.BATCH_PULL_MESSAGE: Spec("BATCH_PULL_MESSAGE", (
+        _f("group", "consumerGroup", GROUP_NAME, True),
+        _f("max_msgs", "maxMsgNums", I32, True),
+        _f("suspend_ms", "suspendTimeoutMillis", I64, default=0)),
+        ((GROUP, "group", SUB),), body=bodies.batch_pull_body,
+        body_resources=_batch_pull_resources),
     R.QUERY_MESSAGE: Spec("QUERY_MESSAGE", (
         _f("topic", "topic", TOPIC_NAME, True), _f("key", "key", ID_TEXT, True),
         _f("max_num", "maxNum", I32, True), _f("begin_ms", "beginTimestamp", I64, default=0),

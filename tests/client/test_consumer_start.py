@@ -33,6 +33,10 @@ class Script:
             return reply(cmd, body=json.dumps({"consumerIdList": self.client_ids}).encode())
         if code == 14:
             return reply(cmd, ResponseCode.QUERY_NOT_FOUND, remark="not found")
+        if code == 208:  # as RocketMQ: a group without offsets
+            return reply(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, remark="no offsets")
+        if code == 9002:  # as RocketMQ: TideMQ's batched pull is unknown, pulls go one by one
+            return reply(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
         if code == 30:
             return reply(cmd, ext={"offset": "100"})
         if code == 31:

@@ -59,6 +59,8 @@ def _body(code: int) -> bytes:
     if code in (R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ):
         return json.dumps({"consumerGroup": GROUP, "clientId": "edge-client", "mqSet": [
             {"topic": TOPIC, "brokerName": "b", "queueId": 0}]}).encode()
+    if code == R.BATCH_PULL_MESSAGE:
+        return json.dumps({"queues": [[TOPIC, 0, 0, -1]]}).encode()
     if code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2):
         return b"edge"
     if code == R.SEND_BATCH_MESSAGE:

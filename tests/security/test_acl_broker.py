@@ -199,3 +199,34 @@ def test_cli_takes_credentials_from_a_file_or_env_never_argv(acl_broker, tmp_pat
     assert out.returncode == 0 and '"sent": 5' in out.stdout, out.stderr
     out = cli("topic", "list")  # no credentials: anonymous, refused
     assert out.returncode == 1 and "anonymous" in out.stderr
+
+
+def test_batched_pull_needs_sub_on_every_topic_it_lists(acl_broker):
+    """9002 names its topics in the body: one the account may not SUB refuses the whole
+    request, and the commit it carried is not stored."""
+    addr = acl_broker.addr
+    asyncio.run(send(addr, "AclOrders", ALICE))
+
+    async def pull(queues):
+        async with Admin(addr, security=ALICE) as admin:
+            ext = {"consumerGroup": "acl-batch", "maxMsgNums": "32", "suspendTimeoutMillis": "0"}
+            body = json.dumps({"queues": queues}).encode()
+            return await admin._instance.call(addr, RequestCode.BATCH_PULL_MESSAGE, ext, body,
+                                              ok=range(1000))
+
+    resp = asyncio.run(pull([["AclOrders", 0, 0, 1], ["AclClosed", 0, 0, -1]]))
+    assert resp.code == ResponseCode.NO_PERMISSION and "AclClosed" in resp.remark, resp.remark
+    resp = asyncio.run(pull([["AclOrders", q, 0, -1] for q in range(4)]))
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert asyncio.run(committed(addr, "acl-batch")) != 1  # the refused request's commit
+
+
+async def committed(addr, group):
+    """Queue 0 of AclOrders: the group's committed offset, -1 when it has none."""
+    async with Admin(addr, security=ROOT) as admin:
+        try:
+            progress = await admin.consumer_progress(group, "AclOrders")
+        except errors.SubscriptionGroupNotExist:
+            return -1
+    return max((q["consumer_offset"] for q in progress["queues"] if q["queue_id"] == 0),
+               default=-1)

