@@ -16,6 +16,7 @@ import time
 
 from tidemq.node import __version__
 from tidemq.node.processors.common import error, ok
+from tidemq.node.remoting.server import DEFERRED
 from tidemq.node.store.reader import store_timestamp_of
 from tidemq.node.topics import TopicConfig, TopicError
 from tidemq.protocol.codes import ResponseCode
@@ -38,11 +39,15 @@ class AdminProcessor:
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); create topics "
                          f"on the master (broker id 0)")
+        def done(exc) -> None:
+            conn.reply(cmd, ok(cmd) if exc is None else error(
+                cmd, ResponseCode.SYSTEM_ERROR, f"topic {tc.name} could not be persisted; "
+                "the broker log has the details"))
         try:
-            self.topics.update(tc)
+            self.topics.update_later(tc, done)  # acknowledged once durable (group commit)
         except TopicError as exc:
             return error(cmd, exc.code, str(exc))
-        return ok(cmd)
+        return DEFERRED
 
     def all_topics(self, conn, cmd, req):
         return ok(cmd, body=self.topics.all_json())

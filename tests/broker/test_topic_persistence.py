@@ -1,9 +1,13 @@
 """Topic table persistence in standalone mode (node/topics.py FileTopicConfigStore on the real
 file system): a create or delete appends one journal line instead of rewriting the table, a
 reload gives the same table (deletes, updates, a torn last line, a crash between a snapshot
-and the journal reset), and a real broker keeps topics across a restart."""
+and the journal reset), a real broker keeps topics across a restart, concurrent creations share one fdatasync
+(group commit) and every acknowledged creation survives a SIGKILL."""
+import asyncio
+import json
 import os
 import shutil
+import time
 
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient
@@ -90,3 +94,75 @@ def test_broker_keeps_created_and_deleted_topics_across_restart(broker_factory):
     b.restart()
     codes = run(route_codes())
     assert codes[3] != 0 and all(c == 0 for i, c in enumerate(codes) if i != 3), codes
+
+
+def test_concurrent_creations_share_one_fdatasync_and_show_only_once_durable(tmp_path):
+    m = _manager(tmp_path)
+    journal = m._store.journal
+    syncs = journal.syncs
+
+    async def create_many():
+        loop = asyncio.get_running_loop()
+        done = [loop.create_future() for _ in range(200)]
+        for i, fut in enumerate(done):
+            m.update_later(TopicConfig(f"G{i}", 8, 8), fut.set_result)
+            assert m.get(f"G{i}") is None  # not durable yet: not visible (rule 1)
+        return await asyncio.gather(*done)
+
+    assert run(create_many()) == [None] * 200
+    # the first write started a sync; the other 199, written meanwhile, shared the next one
+    assert journal.syncs - syncs == 2
+    assert all(f"G{i}" in m.table for i in range(200))
+    assert _manager(tmp_path).table == m.table
+
+
+def test_a_direct_change_after_a_submitted_one_wins(tmp_path):
+    m = _manager(tmp_path)
+
+    async def both():
+        fut = asyncio.get_running_loop().create_future()
+        m.update_later(TopicConfig("Both", 8, 8), fut.set_result)
+        m.update(TopicConfig("Both", 2, 2))   # its own sync covers the earlier line too
+        return await fut
+
+    assert run(both()) is None
+    assert m.table["Both"].write_queue_nums == 2
+    assert _manager(tmp_path).table["Both"].write_queue_nums == 2
+
+
+def test_every_acknowledged_creation_survives_sigkill(broker_factory):
+    b = broker_factory().start()
+    acked: list[str] = []
+
+    async def create(conn_no, c):
+        for at in range(0, 400, 50):
+            names = [f"K{conn_no}x{i}" for i in range(at, at + 50)]
+            futs = [c.start(R.UPDATE_AND_CREATE_TOPIC, {"topic": n, "readQueueNums": 4,
+                                                        "writeQueueNums": 4}, b"")
+                    for n in names]
+            for name, fut in zip(names, futs):
+                r = await fut
+                assert r.code == 0, r.remark
+                acked.append(name)
+
+    async def load_until_killed():
+        clients = [await RawClient.connect(b.addr) for _ in range(4)]
+        tasks = [asyncio.ensure_future(create(n, c)) for n, c in enumerate(clients)]
+        deadline = time.monotonic() + 30
+        while len(acked) < 300 and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        b.kill()  # SIGKILL mid-load
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for c in clients:
+            await c.close()
+
+    run(load_until_killed())
+    assert len(acked) >= 300
+    b.start()
+
+    async def table():
+        async with await RawClient.connect(b.addr) as c:
+            r = await c.request(R.GET_ALL_TOPIC_CONFIG, {})
+            return json.loads(r.body)["topicConfigTable"]
+    kept = run(table())
+    assert [n for n in acked if n not in kept] == []
