@@ -2,9 +2,9 @@
 fdatasync is under way share the next one, so N concurrent changes cost about two syncs, not N.
 
 Rules:
-1. submit() writes the record at once (the journal's order is the order of submission) and
+1. submit() writes its records at once (the journal's order is the order of submission) and
    calls back done(None) only after an fdatasync that started after the write has returned;
-   done(OSError) when that sync failed (the record is then dropped: rule 3 of
+   done(OSError) when that sync failed (the records are then dropped: rule 3 of
    append_journal.py). Each callback runs exactly once, on the event loop.
 2. At most one fdatasync runs at a time, on the loop's default executor; the journal itself is
    only touched on the loop.
@@ -33,8 +33,12 @@ class JournalCommit:
     def pending(self) -> int:
         return len(self._waiters) + self._releasing
 
-    def submit(self, record: dict, done) -> None:
-        self._waiters.append((self.journal.write(record), done))
+    def submit(self, records: list[dict], done) -> None:
+        """Write `records` in order; done once the last one is durable (rule 1)."""
+        end = self.journal.end
+        for record in records:
+            end = self.journal.write(record)
+        self._waiters.append((end, done))
         if not self._syncing:
             self._start()
 

@@ -180,9 +180,9 @@ class FileTopicConfigStore:
         self.commit.settle()  # changes submitted earlier are durable too: applied first
         self.compact_if_due(table, data_version)
 
-    def submit_change(self, data_version, tc: TopicConfig, done) -> None:
-        """Group commit (node/journal_commit.py): done(None) once `tc` is durable."""
-        self.commit.submit({"v": data_version, "put": tc.to_json()}, done)
+    def submit_changes(self, data_version, tcs: list[TopicConfig], done) -> None:
+        """Group commit (node/journal_commit.py): done(None) once every one is durable."""
+        self.commit.submit([{"v": data_version, "put": tc.to_json()} for tc in tcs], done)
 
     def compact_if_due(self, table, data_version) -> None:
         """A snapshot once the journal outgrows the table; never while submitted changes
@@ -253,25 +253,31 @@ class TopicManager:
         self._put(tc)
         return tc
 
-    def update_later(self, tc: TopicConfig, done) -> None:
-        """update() with group commit: checks now (TopicError), then done(None) once the change
-        is durable, or done(OSError); it is visible only then (rule 1). Concurrent changes
-        share one journal fdatasync. Without a store that can, the same as update()."""
-        self._check(tc)
-        submit = getattr(self._store, "submit_change", None)
+    def update_later(self, tcs: list[TopicConfig], done) -> None:
+        """update() of every config in `tcs` (in order: a later one for the same name wins)
+        with group commit: checks them all now (TopicError: nothing changes), then done(None)
+        once every change is durable, or done(OSError); they are visible only then (rule 1).
+        Concurrent changes share one journal fdatasync. Without a store that can, update()."""
+        for tc in tcs:
+            self._check(tc)
+        submit = getattr(self._store, "submit_changes", None)
         if submit is None:
-            self._put(tc)
+            for tc in tcs:
+                self._put(tc)
             done(None)
             return
-        if tc.name not in self.table and tc.name not in self._pending \
-                and len(self.table) + len(self._pending) >= self.max_topics:
+        new = {tc.name for tc in tcs} - self.table.keys() - self._pending.keys()
+        if len(self.table) + len(self._pending) + len(new) > self.max_topics:
             raise TopicError(1, f"the broker holds max_topics={self.max_topics} topics")
         token = object()
-        self._pending[tc.name] = token
+        for tc in tcs:
+            self._pending[tc.name] = token
         self._bump_version()
 
         def durable(exc) -> None:
-            if self._pending.get(tc.name) is token:  # not superseded by a later change
+            for tc in tcs:
+                if self._pending.get(tc.name) is not token:
+                    continue  # superseded by a later change
                 del self._pending[tc.name]
                 if exc is None:
                     self.table[tc.name] = tc
@@ -280,7 +286,7 @@ class TopicManager:
             if exc is None:
                 self._store.compact_if_due(self.table, self.data_version)
             done(exc)
-        submit(self.data_version, tc, durable)
+        submit(self.data_version, tcs, durable)
 
     def _check(self, tc: TopicConfig) -> None:
         problem = topic_name_problem(tc.name)

@@ -1,5 +1,5 @@
-"""Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks, 200
-subscription-group configs), so
+"""Request bodies the request table decodes up front (18 topic config lists, 34 heartbeat,
+41 / 42 queue locks, 200 subscription-group configs), so
 the ACL and the processor read the same decoded value. A body that cannot be read is a
 RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
 from __future__ import annotations
@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 from tidemq.node.consumers import group_settings
 from tidemq.node.requests.fields import RequestError
+from tidemq.node.topics import TopicConfig
 from tidemq.protocol.remoting import ProtocolError
 from tidemq.protocol.route_json import decode_heartbeat
 
 MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
+MAX_TOPIC_LIST = 1000   # topic configs in one 18 body
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,26 @@ def lock_body(body: bytes) -> LockBody:
         raise RequestError("bad lock batch body: topic and brokerName must be strings, queueId "
                            "an int32")
     return LockBody(group, client_id, mqs)
+
+
+def topic_list_body(body: bytes) -> list:
+    """{"topicConfigList":[{"topicName","readQueueNums","writeQueueNums",...}]}: TopicConfigs
+    (their names and ranges are checked by the topic table, node/topics.py)."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+        items = doc["topicConfigList"]
+        if not isinstance(items, list):
+            raise TypeError
+        tcs = [TopicConfig.from_json(t) for t in items[:MAX_TOPIC_LIST + 1]]
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        raise RequestError("bad topic config list: the body must be a JSON object with "
+                           "topicConfigList [{topicName, readQueueNums, writeQueueNums, "
+                           "perm, ...}]") from None
+    if len(tcs) > MAX_TOPIC_LIST:
+        raise RequestError(f"bad topic config list: more than {MAX_TOPIC_LIST} topics")
+    if not tcs:
+        raise RequestError("bad topic config list: topicConfigList is empty")
+    return tcs
 
 
 def subscription_group_body(body: bytes) -> dict:

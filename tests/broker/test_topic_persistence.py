@@ -105,7 +105,7 @@ def test_concurrent_creations_share_one_fdatasync_and_show_only_once_durable(tmp
         loop = asyncio.get_running_loop()
         done = [loop.create_future() for _ in range(200)]
         for i, fut in enumerate(done):
-            m.update_later(TopicConfig(f"G{i}", 8, 8), fut.set_result)
+            m.update_later([TopicConfig(f"G{i}", 8, 8)], fut.set_result)
             assert m.get(f"G{i}") is None  # not durable yet: not visible (rule 1)
         return await asyncio.gather(*done)
 
@@ -121,13 +121,19 @@ def test_a_direct_change_after_a_submitted_one_wins(tmp_path):
 
     async def both():
         fut = asyncio.get_running_loop().create_future()
-        m.update_later(TopicConfig("Both", 8, 8), fut.set_result)
+        m.update_later([TopicConfig("Both", 8, 8)], fut.set_result)
         m.update(TopicConfig("Both", 2, 2))   # its own sync covers the earlier line too
         return await fut
 
     assert run(both()) is None
     assert m.table["Both"].write_queue_nums == 2
     assert _manager(tmp_path).table["Both"].write_queue_nums == 2
+
+
+async def _table(addr) -> dict:
+    async with await RawClient.connect(addr) as c:
+        r = await c.request(R.GET_ALL_TOPIC_CONFIG, {})
+        return json.loads(r.body)["topicConfigTable"]
 
 
 def test_every_acknowledged_creation_survives_sigkill(broker_factory):
@@ -159,10 +165,37 @@ def test_every_acknowledged_creation_survives_sigkill(broker_factory):
     run(load_until_killed())
     assert len(acked) >= 300
     b.start()
-
-    async def table():
-        async with await RawClient.connect(b.addr) as c:
-            r = await c.request(R.GET_ALL_TOPIC_CONFIG, {})
-            return json.loads(r.body)["topicConfigTable"]
-    kept = run(table())
+    kept = run(_table(b.addr))
     assert [n for n in acked if n not in kept] == []
+
+
+def _topic_list(names, queues=4) -> bytes:
+    return json.dumps({"topicConfigList": [
+        {"topicName": n, "readQueueNums": queues, "writeQueueNums": queues, "perm": 6}
+        for n in names]}).encode()
+
+
+def test_a_topic_list_is_created_whole_or_not_at_all_and_survives_sigkill(broker_factory):
+    b = broker_factory().start()
+
+    async def create():
+        async with await RawClient.connect(b.addr) as c:
+            bad = await c.request(R.UPDATE_AND_CREATE_TOPIC_LIST, {},
+                                  _topic_list(["Fine1", "Bad name!", "Fine2"]))
+            garbled = await c.request(R.UPDATE_AND_CREATE_TOPIC_LIST, {}, b'{"topicConfig')
+            too_many = await c.request(R.UPDATE_AND_CREATE_TOPIC_LIST, {},
+                                       _topic_list([f"M{i}" for i in range(1001)]))
+            good = await c.request(R.UPDATE_AND_CREATE_TOPIC_LIST, {},
+                                   _topic_list([f"L{i}" for i in range(1000)]))
+            return bad, garbled, too_many, good
+
+    bad, garbled, too_many, good = run(create())
+    assert bad.code == 1 and "Bad name!" in bad.remark
+    assert garbled.code != 0 and "Traceback" not in (garbled.remark or "")
+    assert too_many.code != 0 and "1000" in too_many.remark
+    assert good.code == 0, good.remark
+    b.kill()
+    b.start()
+    kept = run(_table(b.addr))
+    assert all(f"L{i}" in kept for i in range(1000))
+    assert not {"Fine1", "Fine2", "M0"} & kept.keys()
