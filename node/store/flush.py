@@ -212,12 +212,8 @@ class MaintenanceService:
                 log.exception("store checkpoint failed")
 
     def _run_retention(self) -> None:
-        period = self.store.config.clean_interval_ms / 1000
-        while not self._stop.wait(period):
-            try:
-                self.retention.run_once()
-            except Exception:
-                log.exception("store retention failed")
+        self._every(self.store.config.clean_interval_ms, self.retention.run_once,
+                    "store retention failed")
 
     def _note_lag(self, seconds: float) -> None:
         lags = self.checkpoint_lag_s
@@ -226,9 +222,12 @@ class MaintenanceService:
             del lags[:512]
 
     def _run_prepare(self) -> None:
-        period = self.store.config.derived_flush_interval_ms / 1000
-        while not self._stop.wait(period):
+        self._every(self.store.config.derived_flush_interval_ms, self.store.prepare_next_file,
+                    "preparing the next commit-log file failed")
+
+    def _every(self, period_ms: int, fn, failure: str) -> None:
+        while not self._stop.wait(period_ms / 1000):
             try:
-                self.store.prepare_next_file()
+                fn()
             except Exception:
-                log.exception("preparing the next commit-log file failed")
+                log.exception(failure)
