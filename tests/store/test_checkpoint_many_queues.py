@@ -69,3 +69,32 @@ def test_checkpoints_land_while_a_retention_pass_is_under_way(tmp_path):
     finally:
         release.set()
         store.close()
+
+
+def test_a_topics_queue_ids_come_from_its_own_index(tmp_path):
+    """The schedule service asks every 100 ms: the answer must not walk every queue."""
+    store = MessageStore(small_config(tmp_path)).open()
+    try:
+        for qid in (3, 0, 7):
+            store.queues.get_or_create("SCHEDULE_TOPIC_XXXX", qid)
+        store.queues.get_or_create("Other", 1)
+        store.queues.queues.clear()  # the index alone answers (rule 3 of queue_table.py)
+        assert store.queues.queue_ids("SCHEDULE_TOPIC_XXXX") == [0, 3, 7]
+        assert store.queues.queue_ids("Missing") == []
+    finally:
+        store.close()
+
+
+def test_queue_ids_follow_reload_and_topic_removal(tmp_path):
+    store = MessageStore(small_config(tmp_path)).open()
+    store.put([message(i, 20, topic="A", queues=3) for i in range(3)])
+    store.put([message(i, 20, topic="B", queues=2) for i in range(2)])
+    store.close()
+    store = MessageStore(small_config(tmp_path)).open()
+    try:
+        assert store.queues.topics() == {"A": [0, 1, 2], "B": [0, 1]}
+        store.queues.remove_topic("A")
+        assert store.queues.queue_ids("A") == [] and ("A", 0) not in store.queues.queues
+        assert store.queues.topics() == {"B": [0, 1]}
+    finally:
+        store.close()
