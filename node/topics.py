@@ -266,7 +266,8 @@ class TopicManager:
                 self._put(tc)
             done(None)
             return
-        new = {tc.name for tc in tcs} - self.table.keys() - self._pending.keys()
+        # (not `set - table.keys()`: that walks the whole table)
+        new = {tc.name for tc in tcs if tc.name not in self.table and tc.name not in self._pending}
         if len(self.table) + len(self._pending) + len(new) > self.max_topics:
             raise TopicError(1, f"the broker holds max_topics={self.max_topics} topics")
         token = object()
@@ -391,6 +392,12 @@ class TopicManager:
             save_change(self.table, self.data_version, name)
         else:
             self._store.save(self.table, self.data_version)
+
+    @property
+    def journal_syncs(self) -> int:
+        """fdatasyncs of the topic journal since start (0 for a store without one)."""
+        journal = getattr(self._store, "journal", None)
+        return journal.syncs if journal is not None else 0
 
     def _bump_version(self) -> None:
         self.data_version = {"counter": self.data_version.get("counter", 0) + 1,

@@ -91,6 +91,7 @@ class AdminProcessor:
             "heldPulls": self.broker.hold.count,
             "connections": len(self.broker.server.connections),
             "topicCount": len(self.topics.table),
+            "topicJournalSyncs": self.topics.journal_syncs,
             "sendThreadPoolQueueSize": 0,
             "pullThreadPoolQueueSize": 0,
         }

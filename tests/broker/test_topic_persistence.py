@@ -9,10 +9,12 @@ import os
 import shutil
 import time
 
+import pytest
+
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient
 from tidemq.node.store.fileio import OS_FILE_SYSTEM
-from tidemq.node.topics import FileTopicConfigStore, TopicConfig, TopicManager
+from tidemq.node.topics import FileTopicConfigStore, TopicConfig, TopicError, TopicManager
 from tidemq.protocol.codes import RequestCode as R
 
 TOPICS = 3000
@@ -114,6 +116,28 @@ def test_concurrent_creations_share_one_fdatasync_and_show_only_once_durable(tmp
     assert journal.syncs - syncs == 2
     assert all(f"G{i}" in m.table for i in range(200))
     assert _manager(tmp_path).table == m.table
+
+
+def test_creations_awaiting_the_disk_count_towards_max_topics(tmp_path):
+    m = TopicManager(FileTopicConfigStore(str(tmp_path), OS_FILE_SYSTEM), auto_create=False,
+                     default_queues=4, max_topics=3, max_queues=1024)
+    m.load({})
+
+    async def create():
+        loop = asyncio.get_running_loop()
+        done = [loop.create_future() for _ in range(3)]
+        for i, fut in enumerate(done):
+            m.update_later([TopicConfig(f"P{i}", 1, 1)], fut.set_result)
+        with pytest.raises(TopicError):
+            m.update_later([TopicConfig("P3", 1, 1)], lambda exc: None)
+        with pytest.raises(TopicError):  # a list is refused whole, its first one included
+            m.update_later([TopicConfig("P0", 2, 2), TopicConfig("Bad name", 1, 1)],
+                           lambda exc: None)
+        return await asyncio.gather(*done)
+
+    assert run(create()) == [None] * 3
+    assert sorted(m.table) == ["P0", "P1", "P2"] and m.table["P0"].write_queue_nums == 1
+    assert m.journal_syncs >= 1
 
 
 def test_a_direct_change_after_a_submitted_one_wins(tmp_path):
