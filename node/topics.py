@@ -131,8 +131,10 @@ class FileTopicConfigStore:
     """<root>/config/topics.json (a snapshot, replaced atomically: tmp + fsync + rename + fsync
     dir) plus <root>/config/topics.journal (one JSON line per change since the snapshot,
     node/append_journal.py): creating or deleting a topic appends one line, so its cost does
-    not grow with the table. Once the journal holds more lines than the table has topics
-    (and at least COMPACT_MIN), a new snapshot replaces both."""
+    not grow with the table. Creations from clients go through group commit
+    (node/journal_commit.py): those made while one fdatasync runs share the next. Once the
+    journal holds more lines than the table has topics (and at least COMPACT_MIN), and no
+    submitted change awaits the disk, a new snapshot replaces both."""
 
     COMPACT_MIN = 1024
 
