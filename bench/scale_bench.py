@@ -4,7 +4,8 @@
 
 For each queue count N (topics of 8 queues; interleaved: every configuration gets a fresh
 broker, started in turn, with the same phases) it measures:
-  - topic creation: UPDATE_AND_CREATE_TOPIC pipelined over one connection (topics/s)
+  - topic creation: UPDATE_AND_CREATE_TOPIC pipelined over one connection (topics/s), and
+    the topic journal's fdatasyncs meanwhile (the broker's runtime info, topicJournalSyncs)
   - population: one message to every queue (raw client, pipelined), so every queue exists
   - single send: SDK Producer.send of 1 KiB over all topics in turn, 256 in flight (msgs/s;
     the producer learns every topic's route first, untimed)
@@ -77,16 +78,25 @@ def topics_of(n_queues):
     return [f"Scale{t}" for t in range(max(1, n_queues // QPT))]
 
 
+async def journal_syncs(addr):
+    async with await RawClient.connect(addr) as c:
+        r = await c.request(R.GET_BROKER_RUNTIME_INFO)
+        return int(json.loads(r.body)["table"]["topicJournalSyncs"])
+
+
 async def create_and_populate(addr, topics):
+    """(topics created per second, journal fdatasyncs they took, refused population sends)."""
+    syncs = await journal_syncs(addr)
     t0 = time.perf_counter()
     codes = await pipelined(addr, [(R.UPDATE_AND_CREATE_TOPIC, {
         "topic": t, "readQueueNums": QPT, "writeQueueNums": QPT, "perm": 6}, b"")
         for t in topics])
     create_s = time.perf_counter() - t0
     assert not [c for c in codes if c], "topic creation failed"
+    syncs = await journal_syncs(addr) - syncs
     codes = await pipelined(addr, [(R.SEND_MESSAGE, send_ext(t, q, properties(tags="p")), BODY)
                                    for t in topics for q in range(QPT)])
-    return len(topics) / create_s, sum(1 for c in codes if c)
+    return len(topics) / create_s, syncs, sum(1 for c in codes if c)
 
 
 async def learn_routes(p, topics):
@@ -268,8 +278,9 @@ def measure(d, n_queues, args):
                              f"max_topics={len(topics) + 100}"], small_store=False)
     b.start()
     try:
-        rate, refused = asyncio.run(create_and_populate(b.addr, topics))
+        rate, syncs, refused = asyncio.run(create_and_populate(b.addr, topics))
         out["topic_create_per_s" + tag] = round(rate)
+        out["topic_create_journal_syncs" + tag] = syncs
         out["populate_refused" + tag] = refused
         t0 = time.perf_counter()  # idle: every queue holds one message
         b.stop()

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tidemq.node.append_journal import AppendJournal
+from tidemq.node.journal_commit import JournalCommit
 from tidemq.protocol.codes import PERM_READ_WRITE, PermName
 
 log = logging.getLogger("tidemq.topics")
@@ -130,8 +131,10 @@ class FileTopicConfigStore:
     """<root>/config/topics.json (a snapshot, replaced atomically: tmp + fsync + rename + fsync
     dir) plus <root>/config/topics.journal (one JSON line per change since the snapshot,
     node/append_journal.py): creating or deleting a topic appends one line, so its cost does
-    not grow with the table. Once the journal holds more lines than the table has topics
-    (and at least COMPACT_MIN), a new snapshot replaces both."""
+    not grow with the table. Creations from clients go through group commit
+    (node/journal_commit.py): those made while one fdatasync runs share the next. Once the
+    journal holds more lines than the table has topics (and at least COMPACT_MIN), and no
+    submitted change awaits the disk, a new snapshot replaces both."""
 
     COMPACT_MIN = 1024
 
@@ -139,6 +142,7 @@ class FileTopicConfigStore:
         self.path = os.path.join(root_dir, "config", "topics.json")
         self.fs = fs
         self.journal = AppendJournal(os.path.join(root_dir, "config", "topics.journal"))
+        self.commit = JournalCommit(self.journal)
 
     def load(self):
         try:
@@ -175,7 +179,17 @@ class FileTopicConfigStore:
         # Appended even when a snapshot follows: a crash before the journal is emptied then
         # replays it over a snapshot that already holds its outcome (the same table).
         self.journal.append(change)
-        if self.journal.records > max(self.COMPACT_MIN, len(table)):
+        self.commit.settle()  # changes submitted earlier are durable too: applied first
+        self.compact_if_due(table, data_version)
+
+    def submit_changes(self, data_version, tcs: list[TopicConfig], done) -> None:
+        """Group commit (node/journal_commit.py): done(None) once every one is durable."""
+        self.commit.submit([{"v": data_version, "put": tc.to_json()} for tc in tcs], done)
+
+    def compact_if_due(self, table, data_version) -> None:
+        """A snapshot once the journal outgrows the table; never while submitted changes
+        wait (the snapshot would not hold them and the reset would drop their lines)."""
+        if self.journal.records > max(self.COMPACT_MIN, len(table)) and not self.commit.pending:
             self.save(table, data_version)
 
 
@@ -196,6 +210,7 @@ class TopicManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
         self.listeners = []  # fn(TopicConfig) after a change is persisted (cluster re-register)
+        self._pending: dict[str, object] = {}  # topic -> token of its change awaiting the disk
 
     def load(self, store_topics: dict[str, list[int]]) -> None:
         """Read the kept table, then adopt topics the message store has but the table lacks
@@ -236,6 +251,47 @@ class TopicManager:
 
     def update(self, tc: TopicConfig) -> TopicConfig:
         """Create or replace (code 17). Raises TopicError(1) for a bad name or queue count."""
+        self._check(tc)
+        self._put(tc)
+        return tc
+
+    def update_later(self, tcs: list[TopicConfig], done) -> None:
+        """update() of every config in `tcs` (in order: a later one for the same name wins)
+        with group commit: checks them all now (TopicError: nothing changes), then done(None)
+        once every change is durable, or done(OSError); they are visible only then (rule 1).
+        Concurrent changes share one journal fdatasync. Without a store that can, update()."""
+        for tc in tcs:
+            self._check(tc)
+        submit = getattr(self._store, "submit_changes", None)
+        if submit is None:
+            for tc in tcs:
+                self._put(tc)
+            done(None)
+            return
+        # (not `set - table.keys()`: that walks the whole table)
+        new = {tc.name for tc in tcs if tc.name not in self.table and tc.name not in self._pending}
+        if len(self.table) + len(self._pending) + len(new) > self.max_topics:
+            raise TopicError(1, f"the broker holds max_topics={self.max_topics} topics")
+        token = object()
+        for tc in tcs:
+            self._pending[tc.name] = token
+        self._bump_version()
+
+        def durable(exc) -> None:
+            for tc in tcs:
+                if self._pending.get(tc.name) is not token:
+                    continue  # superseded by a later change
+                del self._pending[tc.name]
+                if exc is None:
+                    self.table[tc.name] = tc
+                    for fn in self.listeners:
+                        fn(tc)
+            if exc is None:
+                self._store.compact_if_due(self.table, self.data_version)
+            done(exc)
+        submit(self.data_version, tcs, durable)
+
+    def _check(self, tc: TopicConfig) -> None:
         problem = topic_name_problem(tc.name)
         if problem:
             raise TopicError(1, problem)
@@ -246,8 +302,6 @@ class TopicManager:
             raise TopicError(1, f"queue nums of topic[{tc.name}] must be in 1..{self.max_queues}")
         if tc.perm & ~0xF or tc.filter_type not in FILTER_TYPES:
             raise TopicError(1, f"bad perm {tc.perm} or topicFilterType {tc.filter_type[:64]}")
-        self._put(tc)
-        return tc
 
     def put_replicated(self, tc: TopicConfig) -> None:
         """A config from the master's replicated state (node/replication/replicated_state.py): taken as
@@ -319,6 +373,7 @@ class TopicManager:
             raise TopicError(1, f"the broker holds max_topics={self.max_topics} topics")
         old = self.table.get(tc.name)
         self.table[tc.name] = tc
+        self._pending.pop(tc.name, None)  # a change submitted earlier is superseded
         try:
             self._persist(tc.name)
         except Exception:
@@ -333,13 +388,22 @@ class TopicManager:
 
     def _persist(self, name: str | None = None) -> None:
         """The table (or, when the store can keep single changes, just topic `name`)."""
-        self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
-                             "timestamp": int(time.time() * 1000)}
+        self._bump_version()
         save_change = getattr(self._store, "save_change", None)
         if name is not None and save_change is not None:
             save_change(self.table, self.data_version, name)
         else:
             self._store.save(self.table, self.data_version)
+
+    @property
+    def journal_syncs(self) -> int:
+        """fdatasyncs of the topic journal since start (0 for a store without one)."""
+        journal = getattr(self._store, "journal", None)
+        return journal.syncs if journal is not None else 0
+
+    def _bump_version(self) -> None:
+        self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
+                             "timestamp": int(time.time() * 1000)}
 
     def all_json(self) -> bytes:
         """The GET_ALL_TOPIC_CONFIG (21) body."""

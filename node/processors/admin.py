@@ -1,9 +1,14 @@
-"""Admin codes: UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21),
+"""Admin codes: UPDATE_AND_CREATE_TOPIC (17), UPDATE_AND_CREATE_TOPIC_LIST (18),
+GET_ALL_TOPIC_CONFIG (21),
 GET_BROKER_RUNTIME_INFO (28), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42) (AdminBrokerProcessor).
 
 17: ext topic, readQueueNums, writeQueueNums, perm, topicFilterType, topicSysFlag, order
     (cpp sends the ints as JSON numbers; the decoder turns them into text). A bad name, a system
-    topic or a bad queue count -> 1 with the reason; nothing changes.
+    topic or a bad queue count -> 1 with the reason; nothing changes. Acknowledged once the
+    topic journal holds it durably (concurrent creations share one fdatasync).
+18: no header fields; body {"topicConfigList":[TopicConfig JSON]} (at most
+    bodies.MAX_TOPIC_LIST): all created or none (the first bad one's reason), one journal
+    fdatasync for the whole list.
 28: KVTable {"table": {k: "v"}}, every value a string.
 41/42: body {"consumerGroup","clientId","mqSet":[{"topic","brokerName","queueId"}]} (decoded
     by the request table, node/requests/bodies.py); 41 replies
@@ -16,6 +21,7 @@ import time
 
 from tidemq.node import __version__
 from tidemq.node.processors.common import error, ok
+from tidemq.node.remoting.server import DEFERRED
 from tidemq.node.store.reader import store_timestamp_of
 from tidemq.node.topics import TopicConfig, TopicError
 from tidemq.protocol.codes import ResponseCode
@@ -39,16 +45,27 @@ class AdminProcessor:
     def create_topic(self, conn, cmd, req):
         tc = TopicConfig(req.topic, req.read_queues, req.write_queues, req.perm, req.filter_type,
                          req.topic_sys_flag, req.order)
+        return self._create([tc], conn, cmd)
+
+    def create_topic_list(self, conn, cmd, req):
+        return self._create(req.body, conn, cmd)
+
+    def _create(self, tcs, conn, cmd):
         repl = self.replication
         if repl is not None and not repl.is_master:  # topic configs come from the master
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); create topics "
                          f"on the master (broker id 0)")
+
+        def done(exc) -> None:
+            conn.reply(cmd, ok(cmd) if exc is None else error(
+                cmd, ResponseCode.SYSTEM_ERROR, "the topic config could not be persisted; "
+                "the broker log has the details"))
         try:
-            self.topics.update(tc)
+            self.topics.update_later(tcs, done)  # acknowledged once durable (group commit)
         except TopicError as exc:
             return error(cmd, exc.code, str(exc))
-        return ok(cmd)
+        return DEFERRED
 
     def all_topics(self, conn, cmd, req):
         return ok(cmd, body=self.topics.all_json())
@@ -80,6 +97,7 @@ class AdminProcessor:
             "heldPulls": self.hold.count,
             "connections": len(self.connections),
             "topicCount": len(self.topics.table),
+            "topicJournalSyncs": self.topics.journal_syncs,
             "sendThreadPoolQueueSize": 0,
             "pullThreadPoolQueueSize": 0,
         }

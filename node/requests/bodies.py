@@ -1,5 +1,5 @@
-"""Request bodies the request table decodes up front (34 heartbeat, 41 / 42 queue locks, 200
-subscription-group configs, 9002 batched pulls), so
+"""Request bodies the request table decodes up front (18 topic config lists, 34 heartbeat,
+41 / 42 queue locks, 200 subscription-group configs, 9002 batched pulls), so
 the ACL and the processor read the same decoded value. A body that cannot be read is a
 RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
 from __future__ import annotations
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from tidemq.node.consumers import group_settings
 from tidemq.node.requests.fields import NAME_CHARS, RequestError
+from tidemq.node.topics import TopicConfig
 from tidemq.protocol.remoting import ProtocolError
 from tidemq.protocol.route_json import decode_heartbeat
 
@@ -17,6 +18,7 @@ MAX_BATCH_PULL_QUEUES = 4096  # queues in one 9002 body
 _TOPIC_CHARS = 262  # as the table's TOPIC_NAME
 _EXPRESSION_CHARS = 65536  # as PULL_MESSAGE's subscription field
 _INT32, _INT64 = 2**31, 2**63
+MAX_TOPIC_LIST = 1000   # topic configs in one 18 body
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,26 @@ def _batch_row(row) -> tuple[str, int, int, int]:
             not -_INT64 <= commit < _INT64:
         raise RequestError("bad batch pull body: queueId must be an int32 >= 0, offsets int64")
     return topic, queue_id, offset, commit
+
+
+def topic_list_body(body: bytes) -> list:
+    """{"topicConfigList":[{"topicName","readQueueNums","writeQueueNums",...}]}: TopicConfigs
+    (their names and ranges are checked by the topic table, node/topics.py)."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+        items = doc["topicConfigList"]
+        if not isinstance(items, list):
+            raise TypeError
+        tcs = [TopicConfig.from_json(t) for t in items[:MAX_TOPIC_LIST + 1]]
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        raise RequestError("bad topic config list: the body must be a JSON object with "
+                           "topicConfigList [{topicName, readQueueNums, writeQueueNums, "
+                           "perm, ...}]") from None
+    if len(tcs) > MAX_TOPIC_LIST:
+        raise RequestError(f"bad topic config list: more than {MAX_TOPIC_LIST} topics")
+    if not tcs:
+        raise RequestError("bad topic config list: topicConfigList is empty")
+    return tcs
 
 
 def subscription_group_body(body: bytes) -> dict:

@@ -148,6 +148,8 @@ SPECS: dict[int, Spec] = {
            default="SINGLE_TAG"),
         _f("topic_sys_flag", "topicSysFlag", I32, default=0),
         _f("order", "order", Bool(), default=False))),
+    R.UPDATE_AND_CREATE_TOPIC_LIST: Spec("UPDATE_AND_CREATE_TOPIC_LIST",
+                                         body=bodies.topic_list_body),
     R.GET_ALL_TOPIC_CONFIG: Spec("GET_ALL_TOPIC_CONFIG"),
     R.GET_BROKER_RUNTIME_INFO: Spec("GET_BROKER_RUNTIME_INFO"),
     R.SEARCH_OFFSET_BY_TIMESTAMP: Spec("SEARCH_OFFSET_BY_TIMESTAMP", (

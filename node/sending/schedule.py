@@ -141,8 +141,7 @@ class ScheduleService:
             await asyncio.sleep(max(delay_ms, 2) / 1000)
 
     def queues(self) -> list[int]:
-        return sorted(qid for (topic, qid) in list(self.store.queues.queues)
-                      if topic == SCHEDULE_TOPIC)
+        return self.store.queues.queue_ids(SCHEDULE_TOPIC)
 
     def round(self, now_ms: int) -> int:
         """Deliver everything due at now_ms; return ms until the next known due time."""

@@ -1,6 +1,6 @@
 """Background services: the commit-log flusher (group commit under SYNC_FLUSH, interval under
-ASYNC_FLUSH) and the maintenance threads (consume-queue/index flush, checkpoint and retention
-on one, next-file preparation on the other).
+ASYNC_FLUSH) and the maintenance threads (consume-queue/index flush and checkpoint on one,
+retention on another, next-file preparation on a third).
 
 Group commit (SYNC_FLUSH, CommitLog.GroupCommitService): writers register (end offset,
 deadline, callback); one fdatasync covers every write made before it started, so one fsync
@@ -153,11 +153,13 @@ class FlushService:
 
 
 class MaintenanceService:
-    """Two threads, so a checkpoint never waits behind a file being made:
+    """Three threads, so a checkpoint never waits behind a file being made or a retention pass
+    (which may look at every queue):
     - checkpoint: every derived_flush_interval_ms (at once when the flusher wakes it: the log
       grew a quarter of max_recovery_scan_bytes past the last checkpoint) probes the disk (writes
       refused or accepted again), commits the consume queues and index and saves the
-      checkpoint; every clean_interval_ms, retention;
+      checkpoint: its cost follows what was dispatched since the last one;
+    - retention: every clean_interval_ms;
     - prepare: makes and warms the next commit-log file (up to seconds for 1 GiB)."""
 
     def __init__(self, store, retention):
@@ -166,12 +168,16 @@ class MaintenanceService:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tidemq-maintenance", daemon=True)
+        self._clean = threading.Thread(target=self._run_retention, name="tidemq-retention",
+                                       daemon=True)
         self._prepare = threading.Thread(target=self._run_prepare, name="tidemq-prepare",
                                          daemon=True)
         self.checkpoint_lag_s: list[float] = []  # recent checkpoint intervals (bounded)
+        self.checkpoints = 0
 
     def start(self) -> None:
         self._thread.start()
+        self._clean.start()
         self._prepare.start()
 
     def stop(self) -> None:
@@ -180,6 +186,7 @@ class MaintenanceService:
         # a closing store must not wait seconds for the next file's warm-up: it is abandoned
         self.store.commit_log.queue.cancel_preparation()
         self._thread.join()
+        self._clean.join()
         self._prepare.join()
 
     def wake(self) -> None:
@@ -187,9 +194,8 @@ class MaintenanceService:
         self._wake.set()
 
     def _run(self) -> None:
-        cfg = self.store.config
-        period = cfg.derived_flush_interval_ms / 1000
-        last_clean = last_save = time.monotonic()
+        period = self.store.config.derived_flush_interval_ms / 1000
+        last_save = time.monotonic()
         while not self._stop.is_set():
             self._wake.wait(period)
             self._wake.clear()
@@ -198,14 +204,16 @@ class MaintenanceService:
             try:
                 self.store.disk_guard.refresh()
                 self.store.save_checkpoint()
+                self.checkpoints += 1
                 now = time.monotonic()
                 self._note_lag(now - last_save)
                 last_save = now
-                if now - last_clean >= cfg.clean_interval_ms / 1000:
-                    last_clean = now
-                    self.retention.run_once()
             except Exception:
-                log.exception("store maintenance failed")
+                log.exception("store checkpoint failed")
+
+    def _run_retention(self) -> None:
+        self._every(self.store.config.clean_interval_ms, self.retention.run_once,
+                    "store retention failed")
 
     def _note_lag(self, seconds: float) -> None:
         lags = self.checkpoint_lag_s
@@ -214,9 +222,12 @@ class MaintenanceService:
             del lags[:512]
 
     def _run_prepare(self) -> None:
-        period = self.store.config.derived_flush_interval_ms / 1000
-        while not self._stop.wait(period):
+        self._every(self.store.config.derived_flush_interval_ms, self.store.prepare_next_file,
+                    "preparing the next commit-log file failed")
+
+    def _every(self, period_ms: int, fn, failure: str) -> None:
+        while not self._stop.wait(period_ms / 1000):
             try:
-                self.store.prepare_next_file()
+                fn()
             except Exception:
-                log.exception("preparing the next commit-log file failed")
+                log.exception(failure)

@@ -10,6 +10,8 @@ Rules:
    last flush, not the number of queues.
 3. put_units() writes a whole dispatch slice's units with one database call (the append hot
    path); ConsumeQueue.put() stays the one-by-one path for everything else.
+4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
+   (periodic services ask every tick).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ class ConsumeQueueTable:
         self.directory = os.path.join(root_dir, "consumequeue")
         self.db = UnitDb(self.directory)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._by_topic: dict[str, set[int]] = {}  # rule 3
         self._lock = threading.Lock()
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -46,6 +49,7 @@ class ConsumeQueueTable:
                         self.db.open()
                     qkey = self.db.add_queue(topic, queue_id)
                     cq = ConsumeQueue(self.db, qkey, topic, queue_id)
+                    self._by_topic.setdefault(topic, set()).add(queue_id)
                     self.queues[(topic, queue_id)] = cq
         return cq
 
@@ -70,6 +74,7 @@ class ConsumeQueueTable:
             cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, last_end or 0)
             cq.head_phys = -1 if head_phys is None else head_phys
             self.queues[(topic, qid)] = cq
+            self._by_topic.setdefault(topic, set()).add(qid)
         return True
 
     def _remove_old_layout(self) -> None:
@@ -84,14 +89,16 @@ class ConsumeQueueTable:
                 shutil.rmtree(path, ignore_errors=True)
 
     def topics(self) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for topic, qid in list(self.queues):
-            out.setdefault(topic, []).append(qid)
-        return {t: sorted(q) for t, q in out.items()}
+        return {t: sorted(q) for t, q in list(self._by_topic.items())}
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """The ids of `topic`'s queues, ascending (rule 3)."""
+        return sorted(self._by_topic.get(topic, ()))
 
     def remove_topic(self, topic: str) -> None:
         with self._lock:
-            gone = [self.queues.pop(k) for k in [k for k in self.queues if k[0] == topic]]
+            qids = self._by_topic.pop(topic, set())
+            gone = [self.queues.pop((topic, q)) for q in qids if (topic, q) in self.queues]
             self.db.drop_queues([cq.qkey for cq in gone])
 
     def flush(self) -> bool:  # rule 2
@@ -99,15 +106,15 @@ class ConsumeQueueTable:
 
     def close(self) -> None:
         self.db.close()
-        self.queues = {}
+        self.queues, self._by_topic = {}, {}
 
     def abandon(self) -> None:
         """Drop what was not flushed and close, as a killed process would (tests)."""
         self.db.abandon()
-        self.queues = {}
+        self.queues, self._by_topic = {}, {}
 
     def destroy(self) -> None:
         if self.db._conn is None:
             self.db.open()
         self.db.clear()
-        self.queues = {}
+        self.queues, self._by_topic = {}, {}

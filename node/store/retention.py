@@ -16,6 +16,9 @@ Rules:
    without its consumer condition, and above disk_clean_forcibly_ratio unexpired files go
    too. Each deleted file that held unconsumed messages is logged at WARNING with the groups
    and counts affected, and counted (`unconsumed_deleted_files`, `..._messages`).
+5. The consumer-progress walk over every queue runs only in a pass where some file is old
+   enough (and the pass eligible) to go: an ordinary pass looks at no queue. Retention runs on
+   its own thread (flush.py), never delaying a checkpoint.
 The clock is injectable for tests; the broker sets `progress` (node/retention_progress.py).
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ class Retention:
         self.unconsumed_deleted_files = 0
         self.unconsumed_deleted_messages = 0
         self._held_by = None  # (group, topic, queue) last logged as holding files (rule 3)
+        self.queue_walks = 0  # passes that looked at every queue for consumer progress (rule 5)
 
     def _fresh_progress(self) -> ConsumerProgress | None:
         p = self.progress
@@ -59,14 +63,14 @@ class Retention:
         forcibly = opt_in and ratio > cfg.disk_clean_forcibly_ratio
         reserved_s = cfg.file_reserved_hours * 3600
         progress = self._fresh_progress()
-        pin = needed_from(self.store.queues, progress) if progress is not None else None
-        floor = self.store.commit_log.min_offset if progress is None else \
-            self.store.max_offset if pin is None else pin.physical_offset
+        pin, floor = None, None
         victims, held = [], 0
         for mf in self.store.commit_log.queue.files[:-1]:
             expired = now - mf.mtime() > reserved_s
             if not ((expired and eligible) or forcibly):
                 break
+            if floor is None:  # rule 5: only once some file could go
+                pin, floor = self._floor(progress)
             if not opt_in and mf.start_offset + mf.size > floor:
                 held += 1  # rule 3: would go, but holds unconsumed messages
             elif len(victims) >= cfg.delete_files_batch_max:
@@ -84,7 +88,15 @@ class Retention:
             self.guard.refresh()
         return len(victims)
 
-    def _report_held(self, held: int, pin, floor: int) -> None:
+    def _floor(self, progress):
+        """(pin, lowest commit-log offset some group still needs): a walk of every queue."""
+        if progress is None:
+            return None, self.store.commit_log.min_offset
+        self.queue_walks += 1
+        pin = needed_from(self.store.queues, progress)
+        return pin, self.store.max_offset if pin is None else pin.physical_offset
+
+    def _report_held(self, held: int, pin, floor) -> None:
         self.held_files = held
         who = None if not held else (pin.group, pin.topic, pin.queue_id) if pin else ()
         if who == self._held_by:

@@ -61,6 +61,9 @@ class UnitDb:
         self._conn = None
         self._ckpt = None
         self.commits = 0
+        self.rows_written = 0      # unit rows put or deleted, in total
+        self.last_commit_rows = 0  # ... by the transaction the last commit() ended
+        self._rows_open = 0        # ... by the open transaction
 
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
@@ -132,20 +135,23 @@ class UnitDb:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
             self._conn.execute(_INSERT, (qkey, qoff, phys, size, tags))
+            self._rows_open += 1
 
     def put_many(self, rows) -> None:
         with self.lock:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
-            self._conn.executemany(_INSERT, rows)
+            self._rows_open += self._conn.executemany(_INSERT, rows).rowcount
 
     def delete_from(self, qkey: int, qoff: int) -> None:
         with self.lock:
-            self._write("DELETE FROM units WHERE qkey = ? AND qoff >= ?", (qkey, qoff))
+            self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff >= ?",
+                                           (qkey, qoff)).rowcount
 
     def delete_below(self, qkey: int, qoff: int) -> None:
         with self.lock:
-            self._write("DELETE FROM units WHERE qkey = ? AND qoff < ?", (qkey, qoff))
+            self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff < ?",
+                                           (qkey, qoff)).rowcount
 
     def drop_queues(self, qkeys) -> None:
         with self.lock:
@@ -168,6 +174,8 @@ class UnitDb:
             # a restart re-dispatches whatever SQLite rolled back.
             self._conn.execute("COMMIT")
             self.commits += 1
+            self.rows_written += self._rows_open
+            self.last_commit_rows, self._rows_open = self._rows_open, 0
             ckpt = self._ckpt
             if os.path.getsize(self.path + "-wal") > WAL_RESET_BYTES:  # rule 2
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # fsyncs, then empties

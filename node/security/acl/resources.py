@@ -39,9 +39,10 @@ from tidemq.node.topics import (
 from tidemq.protocol.codes import RequestCode as R
 
 RETRY_PREFIX = "%RETRY%"
-# Java's Permission.ADMIN_CODE (17, 25, 200, 207, 215) plus 222 reset offsets: every code that
-# changes broker-wide configuration or other groups' progress.
-ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_BROKER_CONFIG,
+# Java's Permission.ADMIN_CODE (17, 25, 200, 207, 215) plus 18 (17 for a list) and 222 reset
+# offsets: every code that changes broker-wide configuration or other groups' progress.
+ADMIN_CODES = frozenset({R.UPDATE_AND_CREATE_TOPIC, R.UPDATE_AND_CREATE_TOPIC_LIST,
+                         R.UPDATE_BROKER_CONFIG,
                          R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, R.DELETE_SUBSCRIPTIONGROUP,
                          R.DELETE_TOPIC_IN_BROKER, R.INVOKE_BROKER_TO_RESET_OFFSET,
                          R.GET_PARKED_TRANSACTIONS,  # TideMQ's: any group's messages
