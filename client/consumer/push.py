@@ -51,6 +51,8 @@ import enum
 import json
 import logging
 import time
+from collections.abc import Collection, Mapping
+from typing import Any, Self, TypeVar
 
 from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ConsumeFrom, ConsumerConfig, MessageModel, make_config
@@ -58,18 +60,23 @@ from tidemq.consumer import broker_calls as pull_api
 from tidemq.consumer import send_back as retry
 from tidemq.consumer.batch_pull import BatchUnsupported, PullBatcher
 from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
-from tidemq.consumer.broker_calls import PullStatus, TagFilter
+from tidemq.consumer.broker_calls import PullResult, PullStatus, QueueProgress, TagFilter
+from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.pull_target import PullTargets
 from tidemq.consumer.rebalance import STRATEGIES
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
+from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
+from tidemq.protocol.remoting import RemotingCommand
 from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
+from tidemq.remoting_client import RemotingConnection
 from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
+E = TypeVar("E", bound=enum.Enum)
 
 
 class ConsumeResult(enum.Enum):
@@ -81,7 +88,7 @@ _SUCCESS = ConsumeResult.SUCCESS
 REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
 
 
-def _enum(cls, value):
+def _enum(cls: type[E], value: object) -> E:
     if isinstance(value, cls):
         return value
     text = str(value).upper()
@@ -94,8 +101,10 @@ def _enum(cls, value):
 class PushConsumer(AsyncLifecycle):
     """asyncio push consumer. Options are the fields of client.config.ConsumerConfig."""
 
-    def __init__(self, group, subscription, listener, model=MessageModel.CLUSTERING,
-                 consume_from=ConsumeFrom.LAST, namesrv_or_broker=DEFAULT_ADDR, **options):
+    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+                 model: MessageModel | str = MessageModel.CLUSTERING,
+                 consume_from: ConsumeFrom | str = ConsumeFrom.LAST,
+                 namesrv_or_broker: str = DEFAULT_ADDR, **options: Any) -> None:
         if not subscription:
             raise ValueError("subscription must name at least one topic")
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker,
@@ -106,34 +115,38 @@ class PushConsumer(AsyncLifecycle):
             self._filters.setdefault(retry.retry_topic(group), TagFilter("*"))
         self._listener = listener
         self._allocate = STRATEGIES[self.config.allocate_strategy]
-        self._instance = None
-        self._batcher = None
-        self._store = None
-        self._pqs = {}  # MessageQueue -> ProcessQueue
-        self._progress = {}  # (topic, broker, queue id) -> QueueProgress, this rebalance round's
-        self._member_ids = {}  # broker address -> task fetching the group's ids, this round's
-        self._by_topic = {}  # topic -> its MessageQueues in _pqs (rebalance reads one topic)
-        self._rebalance_event = None
-        self._rebalance_lock = None
+        # None until start(): typed as set, since only started consumers use them
+        self._instance: ClientInstance = None  # type: ignore[assignment]
+        self._batcher: PullBatcher | None = None  # stays None when pull_batching is off
+        self._store: RemoteOffsetStore | BroadcastOffsetStore = None  # type: ignore[assignment]
+        self._pqs: dict[MessageQueue, ProcessQueue] = {}
+        # (topic, broker, queue id) -> its progress, this rebalance round's
+        self._progress: dict[tuple[str, str, int], QueueProgress] = {}
+        # broker address -> task fetching the group's ids, this round's
+        self._member_ids: dict[str, asyncio.Future[list[str]]] = {}
+        # topic -> its MessageQueues in _pqs (rebalance reads one topic)
+        self._by_topic: dict[str, set[MessageQueue]] = {}
+        self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
+        self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
         self.consumed_count = 0
 
     @property
-    def assigned_queues(self):
+    def assigned_queues(self) -> list[MessageQueue]:
         """Queues of the subscribed topics this member consumes (its retry queue aside)."""
         return sorted(mq for mq in self._pqs if not mq.topic.startswith(retry.RETRY_PREFIX))
 
     @property
-    def clustering(self):
+    def clustering(self) -> bool:
         return self.config.message_model is MessageModel.CLUSTERING
 
     # ------------------------------------------------------------------ lifecycle
-    async def start(self):
+    async def start(self) -> Self:
         if self._instance is not None:
             raise errors.ClientStateError("consumer already started")
         cfg = self.config
         inst = self._instance = ClientInstance(cfg, self._heartbeat_data)
-        self.pull_targets = PullTargets(inst.routes)
+        self.pull_targets: PullTargets = PullTargets(inst.routes)
         if cfg.pull_batching:
             self._batcher = PullBatcher(
                 inst, cfg.group, self._filters, max_nums=cfg.pull_batch_size,
@@ -157,7 +170,7 @@ class PushConsumer(AsyncLifecycle):
         inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
         return self
 
-    async def shutdown(self):
+    async def shutdown(self) -> None:
         if self._instance is None or self._closing:
             return
         self._closing = True
@@ -167,12 +180,12 @@ class PushConsumer(AsyncLifecycle):
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
-    async def _learn_routes(self):
+    async def _learn_routes(self) -> None:
         """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
         inst = self._instance
         sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
 
-        async def one(topic):
+        async def one(topic: str) -> None:
             async with sem:
                 try:
                     await inst.routes.refresh(topic)
@@ -186,7 +199,7 @@ class PushConsumer(AsyncLifecycle):
         assert inst is not None, "used only between start() and shutdown()"
         return inst
 
-    def _heartbeat_data(self):
+    def _heartbeat_data(self) -> HeartbeatData:
         cfg = self.config
         subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
                 for topic, f in self._filters.items()]
@@ -195,24 +208,25 @@ class PushConsumer(AsyncLifecycle):
         return HeartbeatData(self._instance.client_id, consumers=[consumer])
 
     # ------------------------------------------------------------------ offsets
-    async def commit_offsets(self):
+    async def commit_offsets(self) -> int:
         """Record every owned queue's committable offset and persist what changed."""
         for mq, pq in self._pqs.items():
             self._store.update(mq, pq.commit_offset())
         return await self._store.persist()
 
-    async def _start_offset(self, mq) -> int:
+    async def _start_offset(self, mq: MessageQueue) -> int:
         """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
         known = None if mq.topic.startswith(retry.RETRY_PREFIX) else \
             self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
         if known is not None and not self._may_be_hot(mq, known):
-            offset = self._store.known(mq, known.committed)
+            # only clustering reads progress, and its store is the RemoteOffsetStore
+            offset = self._store.known(mq, known.committed)  # type: ignore[union-attr]
         else:
             offset = await self._store.read(mq)
         if offset >= 0:
             return offset
         inst, cfg = self._inst(), self.config
-        addr = inst.routes.read_addr(mq.broker_name)
+        addr: str = inst.routes.read_addr(mq.broker_name)  # type: ignore[assignment]  # routed
         if cfg.consume_from is ConsumeFrom.FIRST or mq.topic.startswith(retry.RETRY_PREFIX):
             offset = known.min_offset if known else \
                 await pull_api.queue_offset(inst, addr, mq, "min")
@@ -226,19 +240,19 @@ class PushConsumer(AsyncLifecycle):
         return offset
 
     # ------------------------------------------------------------------ rebalance
-    def _on_ids_changed(self, conn, cmd):
+    def _on_ids_changed(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         if cmd.ext.get("consumerGroup") == self.config.group and self._rebalance_event is not None:
             self._rebalance_event.set()
         return None
 
-    def _on_reset_offset(self, conn, cmd):
+    def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """220 from a broker after an operator reset this group's offsets (`tidemq consumer
         reset`): restart the listed queues at the new offsets, without committing the old
         positions over them. Body {"offsetTable": {"<MessageQueue JSON>": offset}}."""
         if cmd.ext.get("group") != self.config.group or self._closing or not self.clustering:
             return None
         try:
-            table = {}
+            table: dict[MessageQueue, int] = {}
             for key, offset in json.loads(bytes(cmd.body).decode()).get("offsetTable", {}).items():
                 mq = json.loads(key)
                 table[MessageQueue(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = int(offset)
@@ -248,7 +262,7 @@ class PushConsumer(AsyncLifecycle):
         self._instance.spawn(self._reset_offsets(table), name="reset-offsets")
         return None
 
-    async def _reset_offsets(self, table):
+    async def _reset_offsets(self, table: dict[MessageQueue, int]) -> None:
         async with self._rebalance_lock:
             for mq, offset in table.items():
                 pq = self._pqs.get(mq)
@@ -259,11 +273,11 @@ class PushConsumer(AsyncLifecycle):
                 self._add(mq, offset)
                 log.info("%s: %s reset to offset %d", self._instance.client_id, mq.key(), offset)
 
-    def _on_connection_lost(self, addr):
+    def _on_connection_lost(self, addr: str) -> None:
         if not self._closing:
             self._instance.spawn(self._recover(addr), name="recover")
 
-    async def _recover(self, addr):
+    async def _recover(self, addr: str) -> None:
         """The broker may have restarted: register again and rebalance once it answers."""
         for delay_s in (0.2, 0.5, 1.0, 2.0, 4.0):
             await asyncio.sleep(delay_s)
@@ -273,7 +287,7 @@ class PushConsumer(AsyncLifecycle):
                 self._rebalance_event.set()
                 return
 
-    async def _rebalance_loop(self):
+    async def _rebalance_loop(self) -> None:
         while not self._closing:
             try:
                 await asyncio.wait_for(self._rebalance_event.wait(), self.config.rebalance_interval_s)
@@ -283,7 +297,7 @@ class PushConsumer(AsyncLifecycle):
             if not self._closing:
                 await self._rebalance_once()
 
-    async def _rebalance_once(self):
+    async def _rebalance_once(self) -> None:
         async with self._rebalance_lock:
             if self._closing:
                 return
@@ -298,7 +312,7 @@ class PushConsumer(AsyncLifecycle):
             finally:
                 self._progress = {}
 
-    async def _rebalance_guarded(self, sem, topic):
+    async def _rebalance_guarded(self, sem: asyncio.Semaphore, topic: str) -> None:
         async with sem:
             try:
                 await self._rebalance_topic(topic)
@@ -306,7 +320,7 @@ class PushConsumer(AsyncLifecycle):
                 log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic,
                             exc)
 
-    def _may_be_hot(self, mq, known):
+    def _may_be_hot(self, mq: MessageQueue, known: QueueProgress) -> bool:
         """Whether only a per-queue query (14) can tell the start: the broker answers 0 for a
         never-committed queue whose offset 0 is still in memory (docs/protocol.md, Offsets),
         which matters unless the queue starts at its min offset anyway."""
@@ -314,7 +328,7 @@ class PushConsumer(AsyncLifecycle):
         return known.committed < 0 and not from_min and known.min_offset == 0 and \
             known.max_offset > 0
 
-    async def _fetch_progress(self):
+    async def _fetch_progress(self) -> None:
         """Clustering: every broker's committed, min and max offsets of the group's queues in
         one 208 each, so new queues start without two requests apiece. A broker that cannot
         answer leaves its queues to the per-queue requests."""
@@ -323,8 +337,9 @@ class PushConsumer(AsyncLifecycle):
             return
         addrs = {inst.routes.read_addr(name) for name in list(inst.routes.broker_addrs)}
         addrs.discard(None)
-        found = await asyncio.gather(*[pull_api.group_progress(inst, addr, self.config.group)
-                                       for addr in addrs], return_exceptions=True)
+        found = await asyncio.gather(*[pull_api.group_progress(
+            inst, addr, self.config.group)  # type: ignore[arg-type]  # None discarded above
+            for addr in addrs], return_exceptions=True)
         for addr, progress in zip(addrs, found):
             if isinstance(progress, errors.TideMQError):
                 log.info("%s: progress from %s unavailable: %s", inst.client_id, addr, progress)
@@ -333,7 +348,7 @@ class PushConsumer(AsyncLifecycle):
             else:
                 self._progress.update(progress)
 
-    def _group_ids(self, addr):
+    def _group_ids(self, addr: str) -> asyncio.Future[list[str]]:
         """The group's member ids from addr, fetched once per rebalance round; a failed
         fetch is forgotten, so the topics after it ask again."""
         task = self._member_ids.get(addr)
@@ -343,11 +358,11 @@ class PushConsumer(AsyncLifecycle):
             task.add_done_callback(lambda done: self._forget_failed_ids(addr, done))
         return task
 
-    def _forget_failed_ids(self, addr, task):
+    def _forget_failed_ids(self, addr: str, task: asyncio.Future[list[str]]) -> None:
         if self._member_ids.get(addr) is task and (task.cancelled() or task.exception()):
             del self._member_ids[addr]
 
-    async def _allocated(self, topic):
+    async def _allocated(self, topic: str) -> set[MessageQueue] | None:
         """This member's share of the topic's queues; None when no broker serves it."""
         inst = self._instance
         mqs = await inst.routes.subscribe_queues(topic, refresh=topic not in inst.routes.routes)
@@ -359,7 +374,7 @@ class PushConsumer(AsyncLifecycle):
         cids = await asyncio.shield(self._group_ids(brokers[0]))
         return set(self._allocate(inst.client_id, mqs, cids))
 
-    async def _rebalance_topic(self, topic):
+    async def _rebalance_topic(self, topic: str) -> None:
         inst = self._instance
         mine = await self._allocated(topic)
         if mine is None:
@@ -382,18 +397,18 @@ class PushConsumer(AsyncLifecycle):
             log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
                      len(mine), topic)
 
-    def owned(self, topic):
+    def owned(self, topic: str) -> Collection[MessageQueue]:
         """The queues of `topic` this member holds now."""
         return self._by_topic.get(topic, ())
 
-    def _add(self, mq, offset):
+    def _add(self, mq: MessageQueue, offset: int) -> None:
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
         self._by_topic.setdefault(mq.topic, set()).add(mq)
         pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
         pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
 
-    async def _drop(self, pq, commit=True):
+    async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
         """Stop a queue, let its running listener call finish (bounded), commit (unless an
         offset reset replaced the position), forget."""
         pq.dropped = True
@@ -417,7 +432,7 @@ class PushConsumer(AsyncLifecycle):
         self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
-    async def _pull_loop(self, pq):
+    async def _pull_loop(self, pq: ProcessQueue) -> None:
         inst, cfg, mq = self._instance, self.config, pq.mq
         tag_filter = self._filters[mq.topic]
         commit = cfg.commit_offset_on_pull and self.clustering
@@ -462,7 +477,8 @@ class PushConsumer(AsyncLifecycle):
             else:
                 pq.advance(result.next_begin_offset)
 
-    async def _fetch(self, addr, pq, tag_filter, commit_offset):
+    async def _fetch(self, addr: str, pq: ProcessQueue, tag_filter: TagFilter,
+                     commit_offset: int | None) -> PullResult:
         """One pull of pq: batched with other queues of addr when it serves that (rule 2)."""
         cfg, batcher = self.config, self._batcher
         if batcher is not None and batcher.supports(addr):
@@ -475,7 +491,7 @@ class PushConsumer(AsyncLifecycle):
             max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
             timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
-    async def _consume_loop(self, pq):
+    async def _consume_loop(self, pq: ProcessQueue) -> None:
         batch_max = self.config.consume_batch_max
         listener = self._listener
         while True:
@@ -498,7 +514,8 @@ class PushConsumer(AsyncLifecycle):
             if batch.idx >= len(batch.msgs):
                 await asyncio.sleep(0)  # one pulled batch at a time: let other queues and timers run
 
-    async def _consume_slow(self, pq, chunk, result):
+    async def _consume_slow(self, pq: ProcessQueue, chunk: list[MessageExt],
+                            result: Any) -> None:
         """An awaitable listener result, or RECONSUME_LATER with local retries (see docstring)."""
         retries = 0
         while True:
@@ -526,7 +543,7 @@ class PushConsumer(AsyncLifecycle):
                 log.exception("listener failed on %s", pq.mq)
                 result = ConsumeResult.RECONSUME_LATER
 
-    async def _send_back(self, pq, chunk) -> bool:
+    async def _send_back(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
         """Hand failed messages to the broker's retry path; False when it did not take them."""
         inst, cfg = self._inst(), self.config
         addr = inst.routes.master_addr(pq.mq.broker_name)
