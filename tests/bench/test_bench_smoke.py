@@ -106,7 +106,7 @@ def test_codec_bench_times_both_paths_and_says_which_it_used():
     assert set(functions) == {"encode_into", "decode_properties", "prop_fields", "decode_batch",
                               "encode_batch_body", "decode_binary_ext", "index_entries",
                               "json_header_fields", "wire_messages", "record_views",
-                              "offset_msg_ids"}
+                              "offset_msg_ids", "queue_units"}
     for name, row in functions.items():
         assert row["pure_us"] > 0, name
         if result["compiled"]:
