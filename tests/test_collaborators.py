@@ -19,8 +19,8 @@ ROOT = "tidemq.node.broker"
 RUNNERS = {"tidemq.node.main", "tidemq.node.__main__"}
 # module -> why it still takes the whole broker
 ALLOWED = {
-    "tidemq.node.processors.pull": "the pull processor is being rewritten separately",
-    "tidemq.node.processors": "register_all hands the broker to pull",
+    "tidemq.node.processors": "register_all is the broker's wiring step: it reads the broker's "
+                              "components to build each processor",
 }
 SERVER_AREAS = ("tidemq.node", "tidemq.ha", "tidemq.coordinator")
 

@@ -34,14 +34,15 @@ from tidemq.protocol.codes import RequestCode as R
 
 def register_all(server, broker) -> ClientManageProcessor:
     """Wire every processor to its code on `server`. Each processor gets the broker's
-    components it uses; only pull still takes the whole broker."""
+    components it uses."""
     b = broker
-    send = SendProcessor(broker.cfg, store=broker.store, topics=broker.topics,
-                         metrics=broker.metrics, loop=broker.loop, bridge=broker.bridge,
-                         role=broker.role, replication=broker.replication,
-                         schedule=broker.schedule, transactions=broker.transactions,
-                         store_host=broker.store_host)
-    pull = PullProcessor(broker)
+    send = SendProcessor(b.cfg, store=b.store, topics=b.topics, metrics=b.metrics, loop=b.loop,
+                         bridge=b.bridge, role=b.role, replication=b.replication,
+                         schedule=b.schedule, transactions=b.transactions,
+                         store_host=b.store_host)
+    pull = PullProcessor(b.cfg, b.store, b.topics, b.offsets, b.clients, b.groups, b.metrics,
+                         b.hold, store_host=b.store_host, replication=b.replication,
+                         reset_fence=b.reset_fence)
     offsets = OffsetProcessor(b.store, b.offsets, b.replication, b.reset_fence)
     clients = ClientManageProcessor(b.clients, b.topics, b.loop)
     admin = AdminProcessor(b.cfg, b.store, b.topics, b.metrics, b.locks, hold=b.hold,

@@ -58,19 +58,19 @@ _SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
 
 
 class PullProcessor:
-    def __init__(self, broker):
-        cfg = broker.cfg
-        self.broker = broker
-        self.store = broker.store
-        self.topics = broker.topics
-        self.offsets = broker.offsets
-        self.clients = broker.clients
-        self.groups = broker.groups
-        self.metrics = broker.metrics
-        self.hold = broker.hold
+    def __init__(self, cfg, store, topics, offsets, clients, groups, metrics, hold, *,
+                 store_host: bytes, replication=None, reset_fence=None):
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.clients = clients
+        self.groups = groups
+        self.metrics = metrics
+        self.hold = hold
         self.hold.execute = self._execute_held
-        self.replication = getattr(broker, "replication", None)
-        self.reset_fence = getattr(broker, "reset_fence", None)
+        self.store_host = store_host
+        self.replication = replication  # None when this node does not replicate
+        self.reset_fence = reset_fence
         self.max_msgs = cfg.pull_max_msgs
         self.max_bytes = cfg.pull_max_bytes
         self.long_polling = cfg.long_polling_enable
@@ -203,7 +203,7 @@ class PullProcessor:
         if self.replication is not None:
             suggest = self.replication.suggest_broker_id(res.max_phys_offset)
         msgs = res.messages
-        body = join_records(msgs, self.broker.store_host)
+        body = join_records(msgs, self.store_host)
         m = self.metrics
         m.get_total += len(msgs)
         m.get_msgs[topic] += len(msgs)
