@@ -2,8 +2,9 @@
 in one BATCH_PULL_MESSAGE (9002, TideMQ's own; docs/protocol.md, Batched pull), held by the
 broker until any of its queues has something.
 
-Each queue keeps its own pull loop (client/consumer/push.py); its `pull` call waits here, in
-a per-broker list, instead of sending a PULL_MESSAGE. `PullBatcher` sends the waiting queues
+A queue's next pull waits here, in a per-broker list, instead of sending a PULL_MESSAGE:
+`submit` hands back a future (the push consumer chains the next pull to it, with no task per
+queue; client/consumer/push.py), `pull` awaits one. `PullBatcher` sends the waiting queues
 together and hands every queue its own PullResult, exactly what a PULL_MESSAGE would have told
 it (client/consumer/broker_calls.py rules 1 and 2).
 
@@ -18,7 +19,7 @@ Rules:
    is remembered: its waiting queues get `BatchUnsupported` and pull one by one from then on.
 4. Any other failure of the request (connection, timeout, SYSTEM_BUSY) is every covered
    queue's failure: each loop backs off as after a failed pull.
-5. A queue whose loop was cancelled (dropped by a rebalance) leaves the list; a row that
+5. A queue whose future was cancelled (dropped by a rebalance) leaves the list; a row that
    arrives for it is ignored, so its messages are pulled again by whoever owns it next.
 """
 from __future__ import annotations
@@ -81,22 +82,32 @@ class PullBatcher:
     def supports(self, addr: str) -> bool:
         return addr not in self.unsupported
 
+    def submit(self, addr: str, mq: MessageQueue, offset: int,
+               commit_offset: int | None = None) -> asyncio.Future[PullResult]:
+        """A future of mq's next pull result from addr: it fails as a pull would, or with
+        BatchUnsupported. Cancelling it takes mq off the list (rule 5)."""
+        future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
+        if addr in self.unsupported:
+            future.set_exception(BatchUnsupported(f"{addr} serves no batched pulls"))
+            return future
+        commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
+        waiter = _Waiter(mq, offset, commit, future)  # as pull(): a commit of 0 is not sent
+        self._waiting.setdefault(addr, {})[mq] = waiter
+        future.add_done_callback(lambda _: self._forget(addr, waiter))
+        self._schedule()
+        return future
+
+    def _forget(self, addr: str, waiter: _Waiter) -> None:
+        waiting = self._waiting.get(addr)
+        if waiting is not None and waiting.get(waiter.mq) is waiter:  # done while waiting
+            del waiting[waiter.mq]
+
     async def pull(self, addr: str, mq: MessageQueue, offset: int,
                    commit_offset: int | None = None) -> PullResult:
         """mq's next pull result from addr; raises as a pull would, or BatchUnsupported."""
         if addr in self.unsupported:
             raise BatchUnsupported(f"{addr} serves no batched pulls")
-        future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
-        commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
-        waiter = _Waiter(mq, offset, commit, future)  # as pull(): a commit of 0 is not sent
-        waiting = self._waiting.setdefault(addr, {})
-        waiting[mq] = waiter
-        self._schedule()
-        try:
-            return await future
-        finally:
-            if self._waiting.get(addr, {}).get(mq) is waiter:  # cancelled while waiting (rule 5)
-                del self._waiting[addr][mq]
+        return await self.submit(addr, mq, offset, commit_offset)
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
