@@ -220,12 +220,33 @@ class PushConsumer(AsyncLifecycle):
             self._store.update(mq, pq.commit_offset())
         return await self._store.persist()
 
+    def _progress_of(self, mq: MessageQueue) -> QueueProgress | None:
+        if mq.topic.startswith(retry.RETRY_PREFIX):
+            return None
+        return self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+
+    def _known_start(self, mq: MessageQueue) -> int | None:
+        """Rule 4 without a request, when the round's progress tells it; else None."""
+        known = self._progress_of(mq)
+        if known is None or self._may_be_hot(mq, known):
+            return None
+        # only clustering reads progress, and its store is the RemoteOffsetStore
+        offset: int = self._store.known(mq, known.committed)  # type: ignore[union-attr]
+        if offset < 0:
+            cfg = self.config
+            if cfg.consume_from is ConsumeFrom.FIRST:
+                offset = known.min_offset
+            elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
+                return None
+            else:
+                offset = known.max_offset
+            self._store.update(mq, offset, allow_backwards=True)
+        return offset
+
     async def _start_offset(self, mq: MessageQueue) -> int:
         """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
-        known = None if mq.topic.startswith(retry.RETRY_PREFIX) else \
-            self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+        known = self._progress_of(mq)
         if known is not None and not self._may_be_hot(mq, known):
-            # only clustering reads progress, and its store is the RemoteOffsetStore
             offset = self._store.known(mq, known.committed)  # type: ignore[union-attr]
         else:
             offset = await self._store.read(mq)
@@ -390,9 +411,14 @@ class PushConsumer(AsyncLifecycle):
         if removed:
             await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
         added = sorted(mine - current)
-        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in added],
+        starts = [(mq, self._known_start(mq)) for mq in added]
+        for mq, start in starts:  # no task per queue whose start the progress tells
+            if start is not None:
+                self._add(mq, start)
+        asked = [mq for mq, start in starts if start is None]
+        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in asked],
                                        return_exceptions=True)
-        for mq, offset in zip(added, offsets):
+        for mq, offset in zip(asked, offsets):
             if isinstance(offset, errors.TideMQError):
                 log.warning("%s: cannot start %s: %s", inst.client_id, mq, offset)
                 continue
