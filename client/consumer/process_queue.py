@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tidemq.consumer.batch_pull import PullWaiter
     from tidemq.message import MessageExt
     from tidemq.topic_routes import MessageQueue
 
@@ -52,7 +53,7 @@ class ProcessQueue:
         self.pull_task: asyncio.Task[Any] | None = None
         self.consume_task: asyncio.Task[Any] | None = None
         # the batched pull under way, or the timer of a back-off after a failed one
-        self.pulling: asyncio.Future[Any] | asyncio.TimerHandle | None = None
+        self.pulling: PullWaiter | asyncio.TimerHandle | None = None
         self.consumed = 0
 
     @property

@@ -483,9 +483,8 @@ class PushConsumer(AsyncLifecycle):
         if addr is None or batcher is None or not batcher.supports(addr):
             pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {pq.mq.key()}")
             return
-        future = batcher.submit(addr, pq.mq, pq.next_offset, self._piggyback(pq, on_slave))
-        pq.pulling = future
-        future.add_done_callback(lambda done: self._pulled(pq, addr, on_slave, done))
+        pq.pulling = batcher.submit(addr, pq.mq, pq.next_offset, self._piggyback(pq, on_slave),
+                                    lambda outcome: self._pulled(pq, addr, on_slave, outcome))
 
     def _piggyback(self, pq: ProcessQueue, on_slave: bool) -> int | None:
         """The commit offset a pull of pq carries (none to a slave; pull_target rule 3)."""
@@ -494,21 +493,20 @@ class PushConsumer(AsyncLifecycle):
         return None
 
     def _pulled(self, pq: ProcessQueue, addr: str, on_slave: bool,
-                future: asyncio.Future[PullResult]) -> None:
+                outcome: PullResult | Exception) -> None:
         pq.pulling = None
-        if pq.dropped or future.cancelled():
+        if pq.dropped:
             return
-        exc = future.exception()
-        if exc is None:
-            self._apply(pq, future.result(), on_slave)
-        elif isinstance(exc, errors.TideMQError) and not isinstance(exc, BatchUnsupported):
-            delay_s = self._pull_failed(pq, addr, on_slave, exc)
+        if isinstance(outcome, PullResult):
+            self._apply(pq, outcome, on_slave)
+        elif isinstance(outcome, errors.TideMQError) and not isinstance(outcome, BatchUnsupported):
+            delay_s = self._pull_failed(pq, addr, on_slave, outcome)
             if delay_s > 0:
                 pq.pulling = asyncio.get_running_loop().call_later(
                     delay_s, self._after_backoff, pq)
                 return
-        elif not isinstance(exc, BatchUnsupported):  # a bug: logged, the queue backs off
-            log.error("%s: pull %s failed", self._instance.client_id, pq.mq, exc_info=exc)
+        elif not isinstance(outcome, BatchUnsupported):  # a bug: logged, the queue backs off
+            log.error("%s: pull %s failed", self._instance.client_id, pq.mq, exc_info=outcome)
             pq.pulling = asyncio.get_running_loop().call_later(
                 self.config.pull_error_backoff_s, self._after_backoff, pq)
             return
