@@ -2,8 +2,9 @@
 in one BATCH_PULL_MESSAGE (9002, TideMQ's own; docs/protocol.md, Batched pull), held by the
 broker until any of its queues has something.
 
-Each queue keeps its own pull loop (client/consumer/push.py); its `pull` call waits here, in
-a per-broker list, instead of sending a PULL_MESSAGE. `PullBatcher` sends the waiting queues
+A queue's next pull waits here, in a per-broker list, instead of sending a PULL_MESSAGE:
+`submit` calls back with the result (the push consumer chains the next pull to it, with no
+future or task per queue; client/consumer/push.py), `pull` awaits it. `PullBatcher` sends the waiting queues
 together and hands every queue its own PullResult, exactly what a PULL_MESSAGE would have told
 it (client/consumer/broker_calls.py rules 1 and 2).
 
@@ -18,8 +19,8 @@ Rules:
    is remembered: its waiting queues get `BatchUnsupported` and pull one by one from then on.
 4. Any other failure of the request (connection, timeout, SYSTEM_BUSY) is every covered
    queue's failure: each loop backs off as after a failed pull.
-5. A queue whose loop was cancelled (dropped by a rebalance) leaves the list; a row that
-   arrives for it is ignored, so its messages are pulled again by whoever owns it next.
+5. A cancelled waiter (its queue dropped by a rebalance) leaves the list at the next flush; a
+   row that arrives for it is ignored, so its messages are pulled again by whoever owns it next.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import itertools
 import json
 import logging
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidemq import errors
@@ -49,15 +50,30 @@ class BatchUnsupported(errors.TideMQError):
     """The broker does not serve batched pulls: pull this queue with PULL_MESSAGE (rule 3)."""
 
 
-class _Waiter:
-    __slots__ = ("mq", "offset", "commit", "future")
+class PullWaiter:
+    """One queue's place in its broker's list; `on_done` gets the PullResult or the error,
+    once, unless the waiter was cancelled first (rule 5)."""
+    __slots__ = ("mq", "offset", "commit", "on_done", "done")
 
     def __init__(self, mq: MessageQueue, offset: int, commit: int,
-                 future: asyncio.Future[PullResult]) -> None:
+                 on_done: Callable[[PullResult | Exception], None]) -> None:
         self.mq = mq
         self.offset = offset
         self.commit = commit
-        self.future = future
+        self.on_done = on_done
+        self.done = False
+
+    def cancel(self) -> None:
+        self.done = True  # _flush leaves it out of the next request
+
+    def finish(self, outcome: PullResult | Exception) -> None:
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.on_done(outcome)
+        except Exception:  # the consumer's bug must not strand the batch's other queues
+            log.exception("batched pull result of %s not taken", self.mq)
 
 
 class PullBatcher:
@@ -72,7 +88,7 @@ class PullBatcher:
         self._timeout_s = timeout_s
         self._queues_max = max(1, min(queues_max, QUEUES_MAX))
         self._inflight_max = inflight_max
-        self._waiting: dict[str, dict[MessageQueue, _Waiter]] = {}  # addr -> oldest first
+        self._waiting: dict[str, dict[MessageQueue, PullWaiter]] = {}  # addr -> oldest first
         self._inflight: dict[str, int] = {}
         self._flush_scheduled = False
         self.unsupported: set[str] = set()
@@ -81,22 +97,36 @@ class PullBatcher:
     def supports(self, addr: str) -> bool:
         return addr not in self.unsupported
 
+    def submit(self, addr: str, mq: MessageQueue, offset: int, commit_offset: int | None,
+               on_done: Callable[[PullResult | Exception], None]) -> PullWaiter:
+        """Queue mq's next pull from addr; `on_done` gets its PullResult or its error (as a
+        pull would fail, or BatchUnsupported), with no future or task per queue."""
+        commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
+        waiter = PullWaiter(mq, offset, commit, on_done)  # as pull(): a commit of 0 is not sent
+        if addr in self.unsupported:
+            waiter.finish(BatchUnsupported(f"{addr} serves no batched pulls"))
+            return waiter
+        self._waiting.setdefault(addr, {})[mq] = waiter
+        self._schedule()
+        return waiter
+
     async def pull(self, addr: str, mq: MessageQueue, offset: int,
                    commit_offset: int | None = None) -> PullResult:
         """mq's next pull result from addr; raises as a pull would, or BatchUnsupported."""
-        if addr in self.unsupported:
-            raise BatchUnsupported(f"{addr} serves no batched pulls")
         future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
-        commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
-        waiter = _Waiter(mq, offset, commit, future)  # as pull(): a commit of 0 is not sent
-        waiting = self._waiting.setdefault(addr, {})
-        waiting[mq] = waiter
-        self._schedule()
+
+        def settle(outcome: PullResult | Exception) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, PullResult):
+                future.set_result(outcome)
+            else:
+                future.set_exception(outcome)
+        waiter = self.submit(addr, mq, offset, commit_offset, settle)
         try:
             return await future
         finally:
-            if self._waiting.get(addr, {}).get(mq) is waiter:  # cancelled while waiting (rule 5)
-                del self._waiting[addr][mq]
+            waiter.cancel()  # cancelled while waiting (rule 5)
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -108,14 +138,14 @@ class PullBatcher:
         for addr, waiting in list(self._waiting.items()):
             while waiting and self._inflight.get(addr, 0) < self._inflight_max:
                 mqs = list(itertools.islice(waiting, self._queues_max))
-                batch = [w for w in map(waiting.pop, mqs) if not w.future.done()]
+                batch = [w for w in map(waiting.pop, mqs) if not w.done]
                 if batch:
                     self._inflight[addr] = self._inflight.get(addr, 0) + 1
                     self._instance.spawn(self._send(addr, batch), name=f"batch pull {addr}")
             if not waiting:
                 del self._waiting[addr]
 
-    async def _send(self, addr: str, batch: list[_Waiter]) -> None:
+    async def _send(self, addr: str, batch: list[PullWaiter]) -> None:
         try:
             self.requests += 1
             rows = await self._request(addr, batch)
@@ -132,25 +162,19 @@ class PullBatcher:
             self._schedule()
         answered: set[int] = set()
         for i, outcome in rows:
-            waiter = batch[i]
             answered.add(i)
-            if waiter.future.done():
-                continue  # rule 5
-            if isinstance(outcome, PullResult):
-                waiter.future.set_result(outcome)
-            else:
-                waiter.future.set_exception(outcome)
-        again = [w for i, w in enumerate(batch) if i not in answered and not w.future.done()]
+            batch[i].finish(outcome)  # a cancelled waiter ignores it (rule 5)
+        again = [w for i, w in enumerate(batch) if i not in answered and not w.done]
         if again:  # rule 2: to the front, the commit already sent
             waiting = self._waiting.get(addr, {})
-            front: dict[MessageQueue, _Waiter] = {}
+            front: dict[MessageQueue, PullWaiter] = {}
             for w in again:
                 w.commit = -1
                 front[w.mq] = w
             front.update(waiting)
             self._waiting[addr] = front
 
-    async def _request(self, addr: str, batch: list[_Waiter]) -> list[tuple[int, Any]]:
+    async def _request(self, addr: str, batch: list[PullWaiter]) -> list[tuple[int, Any]]:
         """Send one 9002; [(index in batch, PullResult or error)] for the rows it answered."""
         topics = {w.mq.topic for w in batch}
         body = json.dumps({
@@ -164,7 +188,7 @@ class PullBatcher:
                                          what=f"batched pull of {len(batch)} queues")
         return self._rows(addr, batch, bytes(resp.body or b""))
 
-    def _rows(self, addr: str, batch: list[_Waiter], body: bytes) -> list[tuple[int, Any]]:
+    def _rows(self, addr: str, batch: list[PullWaiter], body: bytes) -> list[tuple[int, Any]]:
         try:
             (size,) = _INDEX_LEN.unpack_from(body, 0)
             index = json.loads(body[4:4 + size])
@@ -199,9 +223,8 @@ class PullBatcher:
         return result
 
 
-def _fail(batch: list[_Waiter], exc: Exception) -> None:
+def _fail(batch: list[PullWaiter], exc: Exception) -> None:
     for waiter in batch:
-        if not waiter.future.done():
-            waiter.future.set_exception(exc)
+        waiter.finish(exc)
 
 

@@ -45,6 +45,8 @@ OffsetStore = RemoteOffsetStore | LocalFileOffsetStore
 
 
 class OrderlyPushConsumer(PushConsumer):
+    CONSUME_LOOP_PER_QUEUE = True  # rule 4 waits on locks and suspensions per queue
+
     def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener, *,
                  suspend_s: float = 1.0, lock_renew_interval_s: float = 20.0,
                  lock_retry_interval_s: float = 1.0, lock_valid_s: float = 30.0,

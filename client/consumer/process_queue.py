@@ -7,16 +7,20 @@ Rules:
    before it was consumed or filtered out. It never passes a message still in flight, so a
    crash or a rebalance replays at most the in-flight messages (at-least-once).
 3. `cached` counts pulled-but-unconsumed messages; pulling pauses at the configured maximum
-   (flow control) and resumes when the consumer drains below it.
+   (flow control) and resumes when the consumer drains below it: `on_space` is called when
+   the queue drops below the maximum.
+4. State is cheap (no event or task until one is needed): a consumer may hold 100,000 of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tidemq.consumer.batch_pull import PullWaiter
     from tidemq.message import MessageExt
     from tidemq.topic_routes import MessageQueue
 
@@ -32,7 +36,8 @@ class PulledBatch:
 
 class ProcessQueue:
     __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
-                 "dropped", "has_work", "space", "pull_task", "consume_task", "consumed")
+                 "dropped", "_has_work", "on_space", "pull_task", "consume_task", "pulling",
+                 "consumed")
 
     def __init__(self, mq: MessageQueue, start_offset: int, cached_max: int) -> None:
         self.mq = mq
@@ -42,22 +47,30 @@ class ProcessQueue:
         self.cached = 0
         self.cached_max = cached_max
         self.dropped = False
-        self.has_work = asyncio.Event()
-        self.space = asyncio.Event()
-        self.space.set()
-        # set by the consumer right after construction
-        self.pull_task: asyncio.Task[Any] = None  # type: ignore[assignment]
-        self.consume_task: asyncio.Task[Any] = None  # type: ignore[assignment]
+        self._has_work: asyncio.Event | None = None  # only while a loop waits in wait_for_work
+        self.on_space: Callable[[], None] | None = None  # rule 3
+        # a per-queue pull loop (None while pulls are batched) and the consume task
+        self.pull_task: asyncio.Task[Any] | None = None
+        self.consume_task: asyncio.Task[Any] | None = None
+        # the batched pull under way, or the timer of a back-off after a failed one
+        self.pulling: PullWaiter | asyncio.TimerHandle | None = None
         self.consumed = 0
+
+    @property
+    def has_space(self) -> bool:
+        return self.cached < self.cached_max
 
     def add(self, msgs: list[MessageExt], next_begin: int) -> None:
         self.batches.append(PulledBatch(msgs, next_begin))
         self.cached += len(msgs)
         self.pulled_upto = next_begin
         self.next_offset = next_begin
-        if self.cached >= self.cached_max:
-            self.space.clear()
-        self.has_work.set()
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake a consume loop waiting in wait_for_work (a batch arrived, or the drop)."""
+        if self._has_work is not None:
+            self._has_work.set()
 
     async def wait_for_work(self) -> bool:
         """Wait until a pulled batch is here; False once the queue is dropped (its consume
@@ -65,8 +78,10 @@ class ProcessQueue:
         while not self.batches:
             if self.dropped:
                 return False
-            self.has_work.clear()
-            await self.has_work.wait()
+            if self._has_work is None:
+                self._has_work = asyncio.Event()
+            self._has_work.clear()
+            await self._has_work.wait()
         return not self.dropped
 
     def advance(self, next_begin: int) -> None:
@@ -87,8 +102,8 @@ class ProcessQueue:
         self.consumed += count
         if batch.idx >= len(batch.msgs):
             self.batches.popleft()
-        if self.cached < self.cached_max:
-            self.space.set()
+        if self.cached < self.cached_max <= self.cached + count and self.on_space is not None:
+            self.on_space()
 
     def commit_offset(self) -> int:
         batches = self.batches

@@ -23,13 +23,15 @@ Rules:
 1. Membership: a heartbeat (34) at start, every `heartbeat_interval_s`, and soon after a lost
    connection. Rebalance at start, every `rebalance_interval_s`, and at once on
    NOTIFY_CONSUMER_IDS_CHANGED (40) from the broker; member ids come from code 38.
-2. One long-poll pull loop per owned queue (SUSPEND, `suspend_ms`, request timeout
-   `pull_timeout_s` > suspend), pipelined with that queue's consume loop; flow control pauses a
-   queue's pulls at `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
+2. One long poll at a time per owned queue (SUSPEND, `suspend_ms`, request timeout
+   `pull_timeout_s` > suspend), pipelined with that queue's consumption (a task only while it
+   has pulled messages); flow control pauses a queue's pulls at
+   `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
    With `pull_batching` (the default) the pulls of all queues bound for one broker travel
-   together in batched long polls (client/consumer/batch_pull.py); a broker without them gets
-   one PULL_MESSAGE per queue.
+   together in batched long polls (client/consumer/batch_pull.py), each queue's next pull
+   chained to its last one's reply; a broker without them gets a pull loop per queue, one
+   PULL_MESSAGE at a time.
 3. Offsets: the committable offset (tidemq.consumer.process_queue rule 2) is committed every
    `offset_commit_interval_s`, when a queue is dropped by a rebalance (after its running
    listener call finishes, bounded by `drop_grace_s`) and at shutdown, before unregistering,
@@ -100,6 +102,10 @@ def _enum(cls: type[E], value: object) -> E:
 
 class PushConsumer(AsyncLifecycle):
     """asyncio push consumer. Options are the fields of client.config.ConsumerConfig."""
+
+    # whether every queue keeps a consume loop (waiting in ProcessQueue.wait_for_work); else a
+    # consume task runs only while a queue has pulled messages
+    CONSUME_LOOP_PER_QUEUE = False
 
     def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
                  model: MessageModel | str = MessageModel.CLUSTERING,
@@ -214,12 +220,33 @@ class PushConsumer(AsyncLifecycle):
             self._store.update(mq, pq.commit_offset())
         return await self._store.persist()
 
+    def _progress_of(self, mq: MessageQueue) -> QueueProgress | None:
+        if mq.topic.startswith(retry.RETRY_PREFIX):
+            return None
+        return self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+
+    def _known_start(self, mq: MessageQueue) -> int | None:
+        """Rule 4 without a request, when the round's progress tells it; else None."""
+        known = self._progress_of(mq)
+        if known is None or self._may_be_hot(mq, known):
+            return None
+        # only clustering reads progress, and its store is the RemoteOffsetStore
+        offset: int = self._store.known(mq, known.committed)  # type: ignore[union-attr]
+        if offset < 0:
+            cfg = self.config
+            if cfg.consume_from is ConsumeFrom.FIRST:
+                offset = known.min_offset
+            elif cfg.consume_from is ConsumeFrom.TIMESTAMP:
+                return None
+            else:
+                offset = known.max_offset
+            self._store.update(mq, offset, allow_backwards=True)
+        return offset
+
     async def _start_offset(self, mq: MessageQueue) -> int:
         """Rule 4; from the round's progress (one 208 per broker) when it lists mq."""
-        known = None if mq.topic.startswith(retry.RETRY_PREFIX) else \
-            self._progress.get((mq.topic, mq.broker_name, mq.queue_id))
+        known = self._progress_of(mq)
         if known is not None and not self._may_be_hot(mq, known):
-            # only clustering reads progress, and its store is the RemoteOffsetStore
             offset = self._store.known(mq, known.committed)  # type: ignore[union-attr]
         else:
             offset = await self._store.read(mq)
@@ -384,9 +411,14 @@ class PushConsumer(AsyncLifecycle):
         if removed:
             await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
         added = sorted(mine - current)
-        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in added],
+        starts = [(mq, self._known_start(mq)) for mq in added]
+        for mq, start in starts:  # no task per queue whose start the progress tells
+            if start is not None:
+                self._add(mq, start)
+        asked = [mq for mq, start in starts if start is None]
+        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in asked],
                                        return_exceptions=True)
-        for mq, offset in zip(added, offsets):
+        for mq, offset in zip(asked, offsets):
             if isinstance(offset, errors.TideMQError):
                 log.warning("%s: cannot start %s: %s", inst.client_id, mq, offset)
                 continue
@@ -405,20 +437,27 @@ class PushConsumer(AsyncLifecycle):
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
         self._by_topic.setdefault(mq.topic, set()).add(mq)
-        pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {mq.key()}")
-        pq.consume_task = self._instance.spawn(self._consume_loop(pq), name=f"consume {mq.key()}")
+        pq.on_space = lambda: self._pull_next(pq)
+        if self.CONSUME_LOOP_PER_QUEUE:
+            pq.consume_task = self._instance.spawn(self._consume_loop(pq),
+                                                   name=f"consume {mq.key()}")
+        self._pull_next(pq)
 
     async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
         """Stop a queue, let its running listener call finish (bounded), commit (unless an
         offset reset replaced the position), forget."""
         pq.dropped = True
-        pq.has_work.set()
-        pq.space.set()
-        pq.pull_task.cancel()
-        done, _ = await asyncio.wait([pq.consume_task], timeout=self.config.drop_grace_s)
-        if not done:
-            pq.consume_task.cancel()
-        await asyncio.gather(pq.pull_task, pq.consume_task, return_exceptions=True)
+        pq.wake()
+        if pq.pulling is not None:
+            pq.pulling.cancel()
+        if pq.pull_task is not None:
+            pq.pull_task.cancel()
+        if pq.consume_task is not None:
+            done, _ = await asyncio.wait([pq.consume_task], timeout=self.config.drop_grace_s)
+            if not done:
+                pq.consume_task.cancel()
+        await asyncio.gather(*[t for t in (pq.pull_task, pq.consume_task) if t is not None],
+                             return_exceptions=True)
         if commit:
             self._store.update(pq.mq, pq.commit_offset())
             try:
@@ -432,50 +471,111 @@ class PushConsumer(AsyncLifecycle):
         self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
+    def _pull_next(self, pq: ProcessQueue) -> None:
+        """Start pq's next pull (rule 2) unless one is under way or backing off, the queue is
+        dropped, or full (its consumer calls this again once it drains below the maximum).
+        A batched pull is a future chained to the next one, with no task per queue; a broker
+        without batched pulls, or a queue without an address, gets a pull loop."""
+        if pq.dropped or pq.pulling is not None or pq.pull_task is not None or not pq.has_space:
+            return
+        addr, on_slave = self.pull_targets.choose(pq.mq)
+        batcher = self._batcher
+        if addr is None or batcher is None or not batcher.supports(addr):
+            pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {pq.mq.key()}")
+            return
+        pq.pulling = batcher.submit(addr, pq.mq, pq.next_offset, self._piggyback(pq, on_slave),
+                                    lambda outcome: self._pulled(pq, addr, on_slave, outcome))
+
+    def _piggyback(self, pq: ProcessQueue, on_slave: bool) -> int | None:
+        """The commit offset a pull of pq carries (none to a slave; pull_target rule 3)."""
+        if self.config.commit_offset_on_pull and self.clustering and not on_slave:
+            return pq.commit_offset()
+        return None
+
+    def _pulled(self, pq: ProcessQueue, addr: str, on_slave: bool,
+                outcome: PullResult | Exception) -> None:
+        pq.pulling = None
+        if pq.dropped:
+            return
+        if isinstance(outcome, PullResult):
+            self._apply(pq, outcome, on_slave)
+        elif isinstance(outcome, errors.TideMQError) and not isinstance(outcome, BatchUnsupported):
+            delay_s = self._pull_failed(pq, addr, on_slave, outcome)
+            if delay_s > 0:
+                pq.pulling = asyncio.get_running_loop().call_later(
+                    delay_s, self._after_backoff, pq)
+                return
+        elif not isinstance(outcome, BatchUnsupported):  # a bug: logged, the queue backs off
+            log.error("%s: pull %s failed", self._instance.client_id, pq.mq, exc_info=outcome)
+            pq.pulling = asyncio.get_running_loop().call_later(
+                self.config.pull_error_backoff_s, self._after_backoff, pq)
+            return
+        self._pull_next(pq)  # BatchUnsupported: supports(addr) is False now, a loop starts
+
+    def _after_backoff(self, pq: ProcessQueue) -> None:
+        pq.pulling = None
+        self._pull_next(pq)
+
+    def _pull_failed(self, pq: ProcessQueue, addr: str | None, on_slave: bool,
+                     exc: errors.TideMQError) -> float:
+        """Log a failed pull of pq; the seconds to wait before the next one."""
+        inst, mq = self._instance, pq.mq
+        if on_slave and self.pull_targets.back_to_master(mq):  # pull_target rule 2
+            log.info("%s: pull %s from slave %s failed: %s", inst.client_id, mq, addr, exc)
+            return 0.0
+        log.warning("%s: pull %s failed: %s", inst.client_id, mq, exc)
+        if exc.refresh_route:
+            inst.spawn(inst.routes.refresh(mq.topic), name="route-refresh")
+        return self.config.pull_error_backoff_s
+
+    def _apply(self, pq: ProcessQueue, result: PullResult, on_slave: bool) -> None:
+        """Take a pull's result into pq (messages, offset moves, the broker's suggestion)."""
+        mq, status = pq.mq, result.status
+        if on_slave and status is PullStatus.OFFSET_ILLEGAL and \
+                self.pull_targets.back_to_master(mq):  # pull_target rule 2: not applied
+            return
+        self.pull_targets.follow(mq, result.suggest_broker_id)
+        if status is PullStatus.FOUND:
+            if mq.topic.startswith(retry.RETRY_PREFIX):
+                retry.restore_topic(result.messages)
+            pq.add(result.messages, result.next_begin_offset)
+            task = pq.consume_task
+            if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()):
+                pq.consume_task = self._instance.spawn(self._consume_loop(pq),
+                                                       name=f"consume {mq.key()}")
+        elif status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("%s: offset %d of %s is illegal; moving to %d", self._instance.client_id,
+                        pq.next_offset, mq, result.next_begin_offset)
+            pq.reset(result.next_begin_offset)
+            self._store.update(mq, result.next_begin_offset, allow_backwards=True)
+        else:
+            pq.advance(result.next_begin_offset)
+
     async def _pull_loop(self, pq: ProcessQueue) -> None:
-        inst, cfg, mq = self._instance, self.config, pq.mq
-        tag_filter = self._filters[mq.topic]
-        commit = cfg.commit_offset_on_pull and self.clustering
+        """Per-queue pulls: a broker without batched pulls (or batching off)."""
+        mq, tag_filter = pq.mq, self._filters[pq.mq.topic]
+        space = asyncio.Event()
+        pq.on_space = space.set
         while not pq.dropped:
-            if not pq.space.is_set():
-                await pq.space.wait()
+            if not pq.has_space:
+                space.clear()
+                await space.wait()
                 continue
             addr, on_slave = self.pull_targets.choose(mq)
             try:
                 if addr is None:
                     raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}")
-                result = await self._fetch(
-                    addr, pq, tag_filter,
-                    pq.commit_offset() if commit and not on_slave else None)
+                result = await self._fetch(addr, pq, tag_filter, self._piggyback(pq, on_slave))
             except errors.TideMQError as exc:
                 if pq.dropped:
                     return
-                if on_slave and self.pull_targets.back_to_master(mq):  # pull_target rule 2
-                    log.info("%s: pull %s from slave %s failed: %s", inst.client_id, mq, addr, exc)
-                    continue
-                log.warning("%s: pull %s failed: %s", inst.client_id, mq, exc)
-                if exc.refresh_route:
-                    inst.spawn(inst.routes.refresh(mq.topic), name="route-refresh")
-                await asyncio.sleep(cfg.pull_error_backoff_s)
+                delay_s = self._pull_failed(pq, addr, on_slave, exc)
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
                 continue
             if pq.dropped:
                 return
-            status = result.status
-            if on_slave and status is PullStatus.OFFSET_ILLEGAL and \
-                    self.pull_targets.back_to_master(mq):  # pull_target rule 2: not applied
-                continue
-            self.pull_targets.follow(mq, result.suggest_broker_id)
-            if status is PullStatus.FOUND:
-                if mq.topic.startswith(retry.RETRY_PREFIX):
-                    retry.restore_topic(result.messages)
-                pq.add(result.messages, result.next_begin_offset)
-            elif status is PullStatus.OFFSET_ILLEGAL:
-                log.warning("%s: offset %d of %s is illegal; moving to %d", inst.client_id,
-                            pq.next_offset, mq, result.next_begin_offset)
-                pq.reset(result.next_begin_offset)
-                self._store.update(mq, result.next_begin_offset, allow_backwards=True)
-            else:
-                pq.advance(result.next_begin_offset)
+            self._apply(pq, result, on_slave)
 
     async def _fetch(self, addr: str, pq: ProcessQueue, tag_filter: TagFilter,
                      commit_offset: int | None) -> PullResult:
@@ -492,11 +592,11 @@ class PushConsumer(AsyncLifecycle):
             timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
     async def _consume_loop(self, pq: ProcessQueue) -> None:
+        """Consume pq's pulled batches, then end: the next pull that finds messages starts
+        another (no task per idle queue)."""
         batch_max = self.config.consume_batch_max
         listener = self._listener
-        while True:
-            if not await pq.wait_for_work():
-                return
+        while pq.batches and not pq.dropped:
             batch = pq.batches[0]
             start = batch.idx
             chunk = batch.msgs[start:start + batch_max]

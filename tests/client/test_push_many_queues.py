@@ -66,6 +66,31 @@ def test_clustering_consumes_every_message_once_over_many_queues(broker):
     run(main(), 120)
 
 
+def test_idle_queues_hold_no_task_and_wake_on_a_message(broker):
+    """Batched pulls chain per queue without a task: 400 idle queues add only a handful of
+    tasks, and a message on any of them is still consumed."""
+    topics = [f"Idle{t}" for t in range(50)]  # 400 queues
+    seen = []
+
+    async def main():
+        await create(broker.addr, topics)
+        before = len(asyncio.all_tasks())
+        c = PushConsumer("idle-g", {t: "*" for t in topics}, lambda msgs: seen.extend(msgs),
+                         consume_from="FIRST", namesrv_or_broker=broker.addr, **SMALL)
+        await c.start()
+        await wait_until(lambda: len(c.assigned_queues) == 400, 30, what="400 queues owned")
+        await asyncio.sleep(0.3)  # every queue's first pull is waiting at the broker
+        tasks = len(asyncio.all_tasks()) - before
+        assert tasks < 40, f"{tasks} tasks for 400 idle queues"
+        async with await RawClient.connect(broker.addr) as raw:
+            reply = await raw.start(R.SEND_MESSAGE, send_ext(topics[17], 5, properties()),
+                                    b"wake")
+            assert reply.code == 0
+        await wait_until(lambda: [m.body for m in seen] == [b"wake"], 30, what="woken")
+        await c.shutdown()
+    run(main(), 60)
+
+
 def test_orderly_keeps_queue_order_over_many_queues(broker):
     topics = [f"Ord{t}" for t in range(40)]  # 320 queues
     order = collections.defaultdict(list)  # (topic, queue) -> the i's in consumed order
