@@ -104,15 +104,27 @@ async def produce_phase(master, args):
     return rate, failed, p50, p99
 
 
+async def until_slave_knows(c, topic, timeout_s=30.0):
+    """The topic reaches a slave with the replicated state, behind whatever log the slave has
+    still to copy (after a produce phase, possibly seconds of it)."""
+    deadline = time.perf_counter() + timeout_s
+    while time.perf_counter() < deadline:
+        r = await c.request(RC.GET_ALL_TOPIC_CONFIG, {})
+        if r.code == 0 and topic.encode() in (r.body or b""):
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"topic {topic} did not reach the slave in {timeout_s} s")
+
+
 async def replication_lag(master, slave, rounds):
     """Held pulls on the slave through the raw remoting client: the SDK's PullConsumer, given
     a slave's own route (no master in it), re-fetches that route every 0.5 s, which adds its
     own stalls to what this measures."""
     async with Admin(master.addr) as admin:
         await admin.create_topic("HALag", 1)
-    await asyncio.sleep(0.5)       # the topic reaches the slave with the replicated state
     c = await RawClient.connect(slave.addr)
     try:
+        await until_slave_knows(c, "HALag")
         async with Producer("ha-lag-p", master.addr) as p:
             r = await c.request(RC.GET_MAX_OFFSET, {"topic": "HALag", "queueId": 0})
             offset = int(r.ext["offset"])
