@@ -1,6 +1,6 @@
 """TideMQ: a replicated, RocketMQ-compatible message broker, and its Python SDK.
 
-    from tidemq import Producer, PushConsumer, Message, ConsumeResult
+    from tidemq import Producer, PushConsumer, Message, ConsumeResult, MessageSelector
 
 The SDK is this package (standard library only, so Spark workers and small services can
 install it alone); the broker and its parts live in subpackages:
@@ -37,6 +37,7 @@ _EXPORTS = {
     "PullConsumer": "tidemq.consumer.pull",
     "PullResult": "tidemq.consumer.broker_calls",
     "PullStatus": "tidemq.consumer.broker_calls",
+    "MessageSelector": "tidemq.consumer.selector",
     "Message": "tidemq.message",
     "MessageExt": "tidemq.message",
     "ProducerConfig": "tidemq.config",
@@ -60,6 +61,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageModel",
+    "MessageSelector",
     "OrderlyPushConsumer",
     "Producer",
     "ProducerConfig",
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from tidemq.consumer.orderly import OrderlyPushConsumer
     from tidemq.consumer.pull import PullConsumer
     from tidemq.consumer.push import ConsumeResult, PushConsumer
+    from tidemq.consumer.selector import MessageSelector
     from tidemq.errors import TideMQError
     from tidemq.message import Message, MessageExt
     from tidemq.producer.producer import Producer, SendResult, SendStatus

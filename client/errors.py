@@ -57,6 +57,11 @@ class IllegalArgument(TideMQError):
     """Bad input caught before anything was sent: empty topic, oversized body, bad queue."""
 
 
+class FilterNotSupported(TideMQError):
+    """A subscription's filter type (SQL92) that a broker of its topic will not evaluate:
+    property filtering is off there, or the broker predates it. Not retriable."""
+
+
 class ConnectionError(TideMQError):  # noqa: A001 - the catalogue's name for transport failures
     """The connection failed or was cut. If the request had been written, it may be stored."""
 

@@ -25,6 +25,7 @@ from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.orderly import OrderlyPushConsumer
 from tidemq.consumer.pull import PullConsumer
 from tidemq.consumer.push import PushConsumer
+from tidemq.consumer.selector import Subscription
 from tidemq.message import Message
 from tidemq.producer.producer import Producer, SendResult
 from tidemq.topic_routes import MessageQueue
@@ -145,7 +146,7 @@ class SyncProducer(_Facade[Producer]):
 class SyncPushConsumer(_Facade[PushConsumer]):
     """PushConsumer(...) whose listener runs in the facade's loop thread (rule 2)."""
 
-    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+    def __init__(self, group: str, subscription: Mapping[str, Subscription], listener: Listener,
                  **options: Any) -> None:
         super().__init__(PushConsumer(group, subscription, listener, **options), "tidemq-consumer")
 
@@ -169,7 +170,7 @@ class SyncOrderlyPushConsumer(SyncPushConsumer):
     in queue order; the listener runs in the facade's loop thread (rule 2), and a slow one
     holds up only its own queue."""
 
-    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+    def __init__(self, group: str, subscription: Mapping[str, Subscription], listener: Listener,
                  **options: Any) -> None:
         _Facade.__init__(self, OrderlyPushConsumer(group, subscription, listener, **options),
                          "tidemq-orderly")
@@ -180,10 +181,10 @@ class SyncPullConsumer(_Facade[PullConsumer]):
                  **options: Any) -> None:
         super().__init__(PullConsumer(group, namesrv_or_broker, **options), "tidemq-pull")
 
-    def fetch_queues(self, topic: str, expression: str = "*") -> list[MessageQueue]:
+    def fetch_queues(self, topic: str, expression: Subscription = "*") -> list[MessageQueue]:
         return self._run(self._client.fetch_queues(topic, expression), 30)
 
-    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: str = "*",
+    def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *, expression: Subscription = "*",
              suspend_ms: int = 0, timeout_s: float | None = None) -> PullResult:
         limit = (timeout_s or 10.0) + suspend_ms / 1000.0 + _MARGIN_S
         return self._run(self._client.pull(mq, offset, max_nums, expression=expression,

@@ -211,6 +211,9 @@ class BrokerConfig:
                                           "out at 30 s).")
     pull_max_msgs: int = _f(1024, "Most messages in one pull reply (also capped by maxMsgNums).")
     pull_max_bytes: int = _f(256 * 1024, "Most record bytes in one pull reply.")
+    enable_property_filter: bool = _f(True, "Evaluate SQL92 subscriptions (filters on message "
+                                            "properties); off = pulls, receives and client "
+                                            "checks with one are refused.")
     batch_pull_enable: bool = _f(True, "Serve batched pulls (9002, TideMQ's own); off = "
                                        "answer 3 and SDK consumers pull one queue at a time.")
     batch_pull_max_msgs: int = _f(4096, "Most messages in one batched pull reply (9002, "

@@ -33,11 +33,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tidemq import errors
-from tidemq.consumer.broker_calls import PullResult, PullStatus, TagFilter, status_of
+from tidemq.consumer.broker_calls import PullResult, PullStatus, status_of
 from tidemq.message import MessageExt, split_records
 from tidemq.protocol.codes import RequestCode
 
 if TYPE_CHECKING:
+    from tidemq.consumer.selector import SubscriptionFilter
     from tidemq.instance import ClientInstance
     from tidemq.topic_routes import MessageQueue
 
@@ -77,7 +78,7 @@ class PullWaiter:
 
 
 class PullBatcher:
-    def __init__(self, instance: ClientInstance, group: str, filters: Mapping[str, TagFilter], *,
+    def __init__(self, instance: ClientInstance, group: str, filters: Mapping[str, SubscriptionFilter], *,
                  max_nums: int, suspend_ms: int, timeout_s: float, queues_max: int = QUEUES_MAX,
                  inflight_max: int = 32) -> None:
         self._instance = instance
@@ -180,6 +181,8 @@ class PullBatcher:
         body = json.dumps({
             "queues": [[w.mq.topic, w.mq.queue_id, w.offset, w.commit] for w in batch],
             "subscriptions": {t: self._filters[t].expression for t in topics if t in self._filters},
+            "expressionTypes": {t: self._filters[t].expression_type for t in topics
+                                if t in self._filters and self._filters[t].expression_type != "TAG"},
         }, separators=(",", ":")).encode()
         ext = {"consumerGroup": self._group, "maxMsgNums": str(self._max_nums),
                "suspendTimeoutMillis": str(self._suspend_ms)}

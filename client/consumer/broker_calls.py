@@ -13,7 +13,8 @@ Any other code raises its catalogue error (client.errors).
 Rules:
 1. Records are split, not decoded (client.message.split_records); with a tag subscription each
    record is decoded once to re-filter by the exact tag (the broker filters by tag hash,
-   which can collide).
+   which can collide). An SQL92 subscription (client/consumer/selector.py) travels with its
+   expressionType and is matched by the broker alone.
 2. A FOUND reply whose body holds no matching record is reported as NO_MATCHED_MSG with the
    broker's nextBeginOffset, so callers always advance exactly where the broker said.
 """
@@ -31,6 +32,7 @@ from tidemq.message import MessageExt, split_records
 from tidemq.protocol.codes import PullSysFlag, RequestCode, ResponseCode
 
 if TYPE_CHECKING:
+    from tidemq.consumer.selector import SubscriptionFilter
     from tidemq.instance import ClientInstance
     from tidemq.topic_routes import MessageQueue
 
@@ -75,6 +77,7 @@ class TagFilter:
     """A TAG subscription expression: "*" (or empty) = everything, else "a || b || c"."""
 
     __slots__ = ("expression", "tags", "sub_version")
+    expression_type = "TAG"
 
     def __init__(self, expression: str | None = "*") -> None:
         expression = (expression or "*").strip()
@@ -108,7 +111,7 @@ def _int(ext: Mapping[str, str], key: str, default: int = -1) -> int:
 
 
 async def pull(instance: ClientInstance, addr: str, mq: MessageQueue, offset: int, *, group: str,
-               tag_filter: TagFilter, max_nums: int = 32, suspend_ms: int = 0,
+               tag_filter: SubscriptionFilter, max_nums: int = 32, suspend_ms: int = 0,
                timeout_s: float = 10.0, commit_offset: int | None = None) -> PullResult:
     """One PULL_MESSAGE. suspend_ms > 0 sets SUSPEND (long poll); commit_offset sets COMMIT_OFFSET."""
     sys_flag = PullSysFlag.SUBSCRIPTION
@@ -120,7 +123,7 @@ async def pull(instance: ClientInstance, addr: str, mq: MessageQueue, offset: in
            "queueOffset": str(offset), "maxMsgNums": str(max_nums), "sysFlag": str(int(sys_flag)),
            "commitOffset": str(commit_offset if commit_offset and commit_offset > 0 else 0),
            "suspendTimeoutMillis": str(suspend_ms), "subscription": tag_filter.expression,
-           "subVersion": str(tag_filter.sub_version), "expressionType": "TAG"}
+           "subVersion": str(tag_filter.sub_version), "expressionType": tag_filter.expression_type}
     cmd = instance.remoting.command(RequestCode.PULL_MESSAGE, ext)
     resp = await instance.remoting.invoke(addr, cmd, timeout_s)
     status = _STATUS.get(resp.code)

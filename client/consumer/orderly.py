@@ -36,6 +36,7 @@ from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.push import ConsumeResult, PushConsumer
+from tidemq.consumer.selector import Subscription
 from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
 from tidemq.topic_routes import MessageQueue
@@ -47,7 +48,7 @@ OffsetStore = RemoteOffsetStore | LocalFileOffsetStore
 class OrderlyPushConsumer(PushConsumer):
     CONSUME_LOOP_PER_QUEUE = True  # rule 4 waits on locks and suspensions per queue
 
-    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener, *,
+    def __init__(self, group: str, subscription: Mapping[str, Subscription], listener: Listener, *,
                  suspend_s: float = 1.0, lock_renew_interval_s: float = 20.0,
                  lock_retry_interval_s: float = 1.0, lock_valid_s: float = 30.0,
                  max_local_retries: int | None = None, **options: Any) -> None:

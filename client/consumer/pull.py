@@ -15,6 +15,8 @@ Rules:
    queries go to the master.
 4. The consumer heartbeats as CONSUME_ACTIVELY with the topics it fetched queues for, so the
    broker lists it in the group like any member.
+5. `expression` (fetch_queues, pull) is a tag expression or a MessageSelector
+   (client/consumer/selector.py); an SQL92 one is filtered by the broker alone.
 """
 
 from __future__ import annotations
@@ -26,9 +28,18 @@ from tidemq.config import DEFAULT_ADDR, ConsumerConfig, make_config
 from tidemq.consumer import broker_calls as pull_api
 from tidemq.consumer.broker_calls import PullResult, PullStatus, TagFilter  # noqa: F401 - re-exported
 from tidemq.consumer.pull_target import PullTargets
+from tidemq.consumer.selector import (
+    MessageSelector,
+    Subscription,
+    SubscriptionFilter,
+    as_selector,
+    check_filters,
+    subscription_data,
+    subscription_filter,
+)
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
-from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
+from tidemq.protocol.route_json import ConsumerData, HeartbeatData
 from tidemq.topic_routes import MessageQueue  # noqa: F401 - re-exported
 
 _SUSPEND_MARGIN_S = 5.0  # request timeout beyond a long poll's suspend time
@@ -39,8 +50,9 @@ class PullConsumer(AsyncLifecycle):
         """`options`: the fields of client.config.ConsumerConfig (checked, unknown ones refused)."""
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
         self._instance: ClientInstance | None = None
-        self._filters: dict[str, TagFilter] = {}  # expression -> filter (subVersion stays stable)
-        self._topics: dict[str, str] = {}  # topic -> expression last used
+        # selector -> filter (subVersion stays stable)
+        self._filters: dict[MessageSelector, SubscriptionFilter] = {}
+        self._topics: dict[str, MessageSelector] = {}  # topic -> selector last used
 
     async def start(self) -> Self:
         if self._instance is not None:
@@ -60,18 +72,16 @@ class PullConsumer(AsyncLifecycle):
         cfg = self.config
         inst = self._instance
         assert inst is not None, "heartbeats start with the instance"
-        subs = [SubscriptionData(topic, expr, self._filter(expr).tag_list(),
-                                 sub_version=self._filter(expr).sub_version)
-                for topic, expr in self._topics.items()]
+        subs = [subscription_data(topic, self._filter(sel)) for topic, sel in self._topics.items()]
         consumer = ConsumerData(cfg.group, "CONSUME_ACTIVELY", cfg.message_model.value,
                                 cfg.consume_from.value, False, subs)
         heartbeat: HeartbeatData = HeartbeatData(inst.client_id, consumers=[consumer])
         return heartbeat
 
-    def _filter(self, expression: str) -> TagFilter:
-        f = self._filters.get(expression)
+    def _filter(self, selector: MessageSelector) -> SubscriptionFilter:
+        f = self._filters.get(selector)
         if f is None:
-            f = self._filters[expression] = TagFilter(expression)
+            f = self._filters[selector] = subscription_filter(selector)
         return f
 
     def _running(self) -> ClientInstance:
@@ -85,31 +95,35 @@ class PullConsumer(AsyncLifecycle):
             raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}; fetch_queues first")
         return addr
 
-    async def fetch_queues(self, topic: str, expression: str = "*") -> list[MessageQueue]:
-        """The topic's readable queues (fresh route); registers the topic in heartbeats."""
+    async def fetch_queues(self, topic: str, expression: Subscription = "*") -> list[MessageQueue]:
+        """The topic's readable queues (fresh route); registers the topic in heartbeats with
+        `expression` (a tag expression or a MessageSelector; SQL92 is checked with the topic's
+        brokers first, client/consumer/selector.py rule 3)."""
         inst = self._running()
+        selector = as_selector(expression)
         queues: list[MessageQueue] = await inst.routes.subscribe_queues(topic, refresh=True)
-        new = self._topics.get(topic) != expression
-        self._topics[topic] = expression
-        if new:
+        if self._topics.get(topic) != selector:
+            await check_filters(inst, self.config.group, [(topic, self._filter(selector))])
+            self._topics[topic] = selector
             await inst.heartbeat()
         return queues
 
     async def pull(self, mq: MessageQueue, offset: int, max_nums: int = 32, *,
-                   expression: str = "*", suspend_ms: int = 0,
+                   expression: Subscription = "*", suspend_ms: int = 0,
                    timeout_s: float | None = None) -> PullResult:
         inst = self._running()
         if timeout_s is None:
             timeout_s = self.config.request_timeout_s + suspend_ms / 1000.0
             if suspend_ms:
                 timeout_s += _SUSPEND_MARGIN_S
+        flt = self._filter(as_selector(expression))
         while True:
             addr, on_slave = self.pull_targets.choose(mq)  # client/consumer/pull_target.py
             if addr is None:
                 raise errors.NoRouteError(f"no address for broker {mq.broker_name!r}; fetch_queues first")
             try:
                 result = await pull_api.pull(inst, addr, mq, offset, group=self.config.group,
-                                             tag_filter=self._filter(expression), max_nums=max_nums,
+                                             tag_filter=flt, max_nums=max_nums,
                                              suspend_ms=suspend_ms, timeout_s=timeout_s)
             except errors.TideMQError:
                 if on_slave and self.pull_targets.back_to_master(mq):

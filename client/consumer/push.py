@@ -8,6 +8,9 @@ file, client/consumer/broadcast_progress.py).
     consumer = PushConsumer("g", {"orders": "paid || refunded"}, handle)
     await consumer.start(); ...; await consumer.shutdown()
 
+A subscription is a tag expression or a MessageSelector (`MessageSelector.by_sql("a > 5")`,
+client/consumer/selector.py); start() checks SQL92 ones with every broker of their topics.
+
 The listener may be a plain function (called in the event loop: keep it quick, or offload the
 work yourself) or a coroutine function. It receives up to `consume_batch_max` messages of one
 queue; batches of one queue are consumed one after another, queues concurrently.
@@ -68,12 +71,19 @@ from tidemq.consumer.offset_store import RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
 from tidemq.consumer.pull_target import PullTargets
 from tidemq.consumer.rebalance import STRATEGIES
+from tidemq.consumer.selector import (
+    Subscription,
+    SubscriptionFilter,
+    check_filters,
+    subscription_data,
+    subscription_filter,
+)
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
 from tidemq.message import MessageExt
 from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.remoting import RemotingCommand
-from tidemq.protocol.route_json import ConsumerData, HeartbeatData, SubscriptionData
+from tidemq.protocol.route_json import ConsumerData, HeartbeatData
 from tidemq.remoting_client import RemotingConnection
 from tidemq.topic_routes import MessageQueue
 
@@ -107,7 +117,7 @@ class PushConsumer(AsyncLifecycle):
     # consume task runs only while a queue has pulled messages
     CONSUME_LOOP_PER_QUEUE = False
 
-    def __init__(self, group: str, subscription: Mapping[str, str], listener: Listener,
+    def __init__(self, group: str, subscription: Mapping[str, Subscription], listener: Listener,
                  model: MessageModel | str = MessageModel.CLUSTERING,
                  consume_from: ConsumeFrom | str = ConsumeFrom.LAST,
                  namesrv_or_broker: str = DEFAULT_ADDR, **options: Any) -> None:
@@ -116,7 +126,8 @@ class PushConsumer(AsyncLifecycle):
         self.config = make_config(ConsumerConfig, group=group, namesrv_addr=namesrv_or_broker,
                                   message_model=_enum(MessageModel, model),
                                   consume_from=_enum(ConsumeFrom, consume_from), **options)
-        self._filters = {topic: TagFilter(expr) for topic, expr in subscription.items()}
+        self._filters: dict[str, SubscriptionFilter] = {
+            topic: subscription_filter(spec) for topic, spec in subscription.items()}
         if self.config.message_model is MessageModel.CLUSTERING:
             self._filters.setdefault(retry.retry_topic(group), TagFilter("*"))
         self._listener = listener
@@ -169,6 +180,12 @@ class PushConsumer(AsyncLifecycle):
         inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
         await self._learn_routes()
+        try:  # an SQL92 subscription no broker of its topic can evaluate fails here
+            await check_filters(inst, cfg.group, self._filters.items())
+        except errors.TideMQError:
+            self._closing = True
+            await inst.close()
+            raise
         await inst.heartbeat()
         await self._rebalance_once()
         inst.start_timers()
@@ -207,8 +224,7 @@ class PushConsumer(AsyncLifecycle):
 
     def _heartbeat_data(self) -> HeartbeatData:
         cfg = self.config
-        subs = [SubscriptionData(topic, f.expression, f.tag_list(), sub_version=f.sub_version)
-                for topic, f in self._filters.items()]
+        subs = [subscription_data(topic, f) for topic, f in self._filters.items()]
         consumer = ConsumerData(cfg.group, "CONSUME_PASSIVELY", cfg.message_model.value,
                                 cfg.consume_from.value, False, subs)
         return HeartbeatData(self._instance.client_id, consumers=[consumer])
@@ -577,7 +593,7 @@ class PushConsumer(AsyncLifecycle):
                 return
             self._apply(pq, result, on_slave)
 
-    async def _fetch(self, addr: str, pq: ProcessQueue, tag_filter: TagFilter,
+    async def _fetch(self, addr: str, pq: ProcessQueue, tag_filter: SubscriptionFilter,
                      commit_offset: int | None) -> PullResult:
         """One pull of pq: batched with other queues of addr when it serves that (rule 2)."""
         cfg, batcher = self.config, self._batcher

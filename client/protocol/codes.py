@@ -44,6 +44,7 @@ class RequestCode(IntEnum):
     NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46  # can this broker evaluate a subscription (SQL92 filters)
     # name server
     PUT_KV_CONFIG = 100
     GET_KV_CONFIG = 101

@@ -1,4 +1,5 @@
-"""JSON bodies of GET_ROUTEINFO_BY_TOPIC (105) and HEART_BEAT (34): build and parse.
+"""JSON bodies of GET_ROUTEINFO_BY_TOPIC (105), HEART_BEAT (34) and CHECK_CLIENT_CONFIG (46):
+build and parse.
 
 TopicRouteData (RocketMQ's TopicRouteData.java; docs/protocol.md, Routes), as we emit it:
 
@@ -10,6 +11,8 @@ HeartbeatData (HeartbeatData.java): {"clientID":s,"producerDataSet":[{"groupName
 "consumerDataSet":[{"groupName","consumeType","messageModel","consumeFromWhere","unitMode",
 "subscriptionDataSet":[{"topic","subString","tagsSet","codeSet","subVersion","expressionType",
 "classFilterMode"}]}]}
+
+CheckClientRequestBody: {"clientId":s,"group":s,"subscriptionData":SubscriptionData as above}.
 
 Invariants:
 1. Emitted JSON is standard, compact (no space after "," or ":" -- Go splits brokerAddrs text on
@@ -90,6 +93,13 @@ class ConsumerData:
     consume_from_where: str | None = "CONSUME_FROM_LAST_OFFSET"
     unit_mode: bool = False
     subscriptions: list[SubscriptionData] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CheckClientBody:
+    client_id: str
+    group: str
+    subscription: SubscriptionData
 
 
 @dataclass(slots=True)
@@ -257,17 +267,33 @@ def decode_heartbeat(body: bytes | bytearray | memoryview) -> HeartbeatData:
                          [_parse_consumer(c) for c in _objects(doc, "consumerDataSet", "HeartbeatData")])
 
 
+def _subscription_doc(s: SubscriptionData) -> dict[str, Any]:
+    return {"topic": s.topic, "subString": s.sub_string, "tagsSet": s.tags_set,
+            "codeSet": [java_string_hash(tag) for tag in s.tags_set], "subVersion": s.sub_version,
+            "expressionType": s.expression_type, "classFilterMode": s.class_filter_mode}
+
+
 def encode_heartbeat(heartbeat: HeartbeatData) -> bytes:
     """Java's form: enum names, subVersion a number, codeSet recomputed from tagsSet."""
     consumers = [
         {"groupName": c.group_name, "consumeType": c.consume_type, "messageModel": c.message_model,
          "consumeFromWhere": c.consume_from_where, "unitMode": c.unit_mode,
-         "subscriptionDataSet": [
-             {"topic": s.topic, "subString": s.sub_string, "tagsSet": s.tags_set,
-              "codeSet": [java_string_hash(tag) for tag in s.tags_set], "subVersion": s.sub_version,
-              "expressionType": s.expression_type, "classFilterMode": s.class_filter_mode}
-             for s in c.subscriptions]}
+         "subscriptionDataSet": [_subscription_doc(s) for s in c.subscriptions]}
         for c in heartbeat.consumers]
     return _dumps({"clientID": heartbeat.client_id,
                    "producerDataSet": [{"groupName": g} for g in heartbeat.producer_groups],
                    "consumerDataSet": consumers})
+
+
+def encode_check_client(body: CheckClientBody) -> bytes:
+    return _dumps({"clientId": body.client_id, "group": body.group,
+                   "subscriptionData": _subscription_doc(body.subscription)})
+
+
+def decode_check_client(body: bytes | bytearray | memoryview) -> CheckClientBody:
+    doc = _loads(body, "CheckClientRequestBody")
+    what = "CheckClientRequestBody"
+    if doc.__class__ is not dict or doc.get("subscriptionData").__class__ is not dict:
+        raise ProtocolError(f"{what} must be a JSON object with a subscriptionData object")
+    return CheckClientBody(_get(doc, "clientId", str, "", what), _get(doc, "group", str, "", what),
+                           _parse_subscription(doc["subscriptionData"]))

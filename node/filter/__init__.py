@@ -5,7 +5,9 @@ Rules:
 1. `build(expression_type, expression)` gives (tag_codes, predicate): tag_codes for the store
    (None = every tag), predicate over a properties dict or None. Types are case-insensitive;
    absent or empty means TAG. Any other type, or a bad SQL92 expression, raises FilterError
-   with a message fit for the client.
+   with a message fit for the client. With `sql92_enabled` false (the broker's
+   enable_property_filter) a SQL92 type raises FilterDisabled, RocketMQ's "does not support"
+   refusal, whether or not the expression parses.
 2. `keep_matching(records, predicate)` keeps the raw records whose properties satisfy it; a
    record that does not decode is kept (the client sees it, as it would without a filter).
 """
@@ -22,7 +24,11 @@ class FilterError(ValueError):
     """A subscription the broker cannot evaluate."""
 
 
-def build(expression_type: str | None, expression: str | None):
+class FilterDisabled(FilterError):
+    """A filter type this broker is configured not to evaluate."""
+
+
+def build(expression_type: str | None, expression: str | None, *, sql92_enabled: bool = True):
     kind = (expression_type or TAG).upper()
     if kind == TAG:
         from tidemq.node.processors.common import (
@@ -30,6 +36,8 @@ def build(expression_type: str | None, expression: str | None):
         )
         return tag_codes(expression), None
     if kind == SQL92:
+        if not sql92_enabled:
+            raise FilterDisabled(f"The broker does not support consumer to filter message by {SQL92}")
         try:
             return None, compile_sql92(expression or "")
         except Sql92Error as exc:

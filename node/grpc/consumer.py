@@ -121,7 +121,8 @@ class ConsumerService:
                                f"batch size must be 1..{self.deps.cfg.pull_max_msgs}")
         expr = request.filter_expression
         try:
-            flt = message_filter.build(_FILTER_TYPES.get(expr.type, "?"), expr.expression or "*")
+            flt = message_filter.build(_FILTER_TYPES.get(expr.type, "?"), expr.expression or "*",
+                                       sql92_enabled=self.deps.cfg.enable_property_filter)
         except message_filter.FilterError as exc:
             raise ReceiveError(pb.Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
         cap_ms = self.deps.cfg.grpc_max_long_polling_ms

@@ -2,8 +2,8 @@
 
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
-41/42 queue locks, 105 route, 208 consume stats, 9001 parked transactions and 9002 batched
-pulls (TideMQ's own),
+41/42 queue locks, 46 client filter checks, 105 route, 208 consume stats, 9001 parked
+transactions and 9002 batched pulls (TideMQ's own),
 operator codes 202/207/215/222 (ops.py), 200/201 group settings (subscription_groups.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
@@ -18,6 +18,7 @@ from __future__ import annotations
 from tidemq.node.processors import connections, subscription_groups
 from tidemq.node.processors.admin import AdminProcessor
 from tidemq.node.processors.batch_pull import BatchPullProcessor
+from tidemq.node.processors.check_client import check_client_config
 from tidemq.node.processors.client_manage import ClientManageProcessor
 from tidemq.node.processors.consume_stats import ConsumeStatsProcessor
 from tidemq.node.processors.consumer_offsets import OffsetProcessor
@@ -67,6 +68,7 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.LOCK_BATCH_MQ: admin.lock_batch, R.UNLOCK_BATCH_MQ: admin.unlock_batch,
         R.HEART_BEAT: clients.heartbeat, R.UNREGISTER_CLIENT: clients.unregister,
         R.GET_CONSUMER_LIST_BY_GROUP: clients.consumer_list,
+        R.CHECK_CLIENT_CONFIG: check_client_config(b.cfg.enable_property_filter),
         R.GET_ROUTEINFO_BY_TOPIC: RouteProcessor(b.routing),
         R.END_TRANSACTION: EndTransactionProcessor(b.role, b.transactions, b.schedule,
                                                    b.cfg.broker_name),

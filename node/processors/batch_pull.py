@@ -3,8 +3,9 @@
 queue; a broker without it answers 3 and the SDK falls back to per-queue pulls.
 
 Request: header consumerGroup, maxMsgNums (per queue), suspendTimeoutMillis; body
-{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: TAG expression}}
-(node/requests/bodies.py: 1 to 4096 distinct queues).
+{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: expression},
+"expressionTypes": {topic: "TAG" or "SQL92"}} (node/requests/bodies.py: 1 to 4096 distinct
+queues; a topic without a type is TAG).
 Reply 0: body = 4-byte big-endian length + JSON index {"rows": [[i, code, nextBeginOffset,
 minOffset, maxOffset, suggestWhichBrokerId, recordBytes]], "remarks": {"i": text}} + the records
 of the FOUND rows, in row order. `i` is the queue's position in the request.
@@ -40,6 +41,7 @@ from typing import Any
 from tidemq.node import filter as message_filter
 from tidemq.node.filter import FilterError
 from tidemq.node.processors.common import error
+from tidemq.node.processors.pull import filter_refusal
 from tidemq.node.remoting.server import DEFERRED
 from tidemq.protocol.codes import ResponseCode
 from tidemq.protocol.remoting import RemotingCommand
@@ -109,7 +111,8 @@ class BatchPullProcessor:
         for i, (topic, queue_id, offset, _) in enumerate(body.queues):
             problem = pull.queue_problem(topic, queue_id, conn.peer)
             if problem is None:
-                problem = self._filter(filters, group, topic, body.subscriptions.get(topic))
+                problem = self._filter(filters, group, topic, body.subscriptions.get(topic),
+                                       body.expression_types.get(topic, "TAG"))
             if problem is not None:
                 rows.append([i, int(problem[0]), -1, -1, -1, 0, 0])
                 remarks[str(i)] = problem[1]
@@ -121,7 +124,7 @@ class BatchPullProcessor:
             admitted.append(entry)
             yield entry
 
-    def _filter(self, filters: dict, group: str, topic: str, expression):
+    def _filter(self, filters: dict, group: str, topic: str, expression, expression_type):
         """Build the topic's filter once per request; (code, remark) when it does not parse."""
         if topic in filters:
             return None
@@ -129,9 +132,9 @@ class BatchPullProcessor:
             if expression is None and self.clients.subscription(group, topic) is None:
                 filters[topic] = message_filter.build("TAG", "*")
             else:
-                filters[topic] = self.pull.filter_for(group, topic, expression, "TAG")
+                filters[topic] = self.pull.filter_for(group, topic, expression, expression_type)
         except FilterError as exc:
-            return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)
+            return filter_refusal(exc)
         return None
 
     def _budget(self, conn) -> int:

@@ -16,7 +16,9 @@ Rules:
    from the request when the SUBSCRIPTION flag is set, else from the group's heartbeat, else
    from the request's `subscription` field, else "*" (more lenient than Java's
    SUBSCRIPTION_NOT_EXIST). Clients re-filter by exact tag string. A bad SQL92 expression or
-   an unknown type is answered 23 SUBSCRIPTION_PARSE_FAILED.
+   an unknown type is answered 23 SUBSCRIPTION_PARSE_FAILED; a SQL92 one with
+   enable_property_filter off 1 SYSTEM_ERROR "The broker does not support consumer to filter
+   message by SQL92" (RocketMQ's remark).
 3. COMMIT_OFFSET piggyback: commitOffset is stored for (group, topic, queue) before the read.
 4. A reply holds at most min(maxMsgNums, pull_max_msgs) records and pull_max_bytes bytes.
 5. Records carry this broker's advertised address as STOREHOST (node/processors/store_host.py).
@@ -34,7 +36,7 @@ import time
 
 from tidemq.node import filter as message_filter
 from tidemq.node.consumers.offset_table import OffsetTableFull
-from tidemq.node.filter import FilterError
+from tidemq.node.filter import FilterDisabled, FilterError
 from tidemq.node.processors.common import error, subscription_codes, topic_not_exist_remark
 from tidemq.node.processors.store_host import join_records
 from tidemq.node.remoting.server import DEFERRED
@@ -76,6 +78,7 @@ class PullProcessor:
         self.long_polling = cfg.long_polling_enable
         self.short_polling_s = cfg.short_polling_ms / 1000
         self.max_suspend_s = cfg.max_pull_suspend_ms / 1000
+        self.sql92_enabled = cfg.enable_property_filter
 
     def __call__(self, conn, cmd: RemotingCommand, req):
         t0 = time.perf_counter()
@@ -89,12 +92,12 @@ class PullProcessor:
             return error(cmd, *problem)
         try:
             if sys_flag & _SUBSCRIPTION:
-                codes, predicate = message_filter.build(req.expression_type, req.subscription)
+                codes, predicate = self.build_filter(req.expression_type, req.subscription)
             else:
                 codes, predicate = self.filter_for(group, topic, req.subscription,
                                                    req.expression_type)
         except FilterError as exc:
-            return error(cmd, ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+            return error(cmd, *filter_refusal(exc))
         if sys_flag & _COMMIT:
             self.piggyback_commit(conn, group, topic, queue_id, req.commit_offset)
         if self.reset_fence is not None:  # a pull at the reset offset: the reset was handled
@@ -156,8 +159,12 @@ class PullProcessor:
         if sub is not None:
             if (sub.expression_type or "TAG").upper() == "TAG":
                 return subscription_codes(sub), None
-            return message_filter.build(sub.expression_type, sub.sub_string)
-        return message_filter.build(expression_type, expression)
+            return self.build_filter(sub.expression_type, sub.sub_string)
+        return self.build_filter(expression_type, expression)
+
+    def build_filter(self, expression_type, expression):
+        """node/filter's build under this broker's enable_property_filter (rule 2)."""
+        return message_filter.build(expression_type, expression, sql92_enabled=self.sql92_enabled)
 
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (longpoll rule 4)."""
@@ -209,3 +216,10 @@ class PullProcessor:
         m.get_msgs[topic] += len(msgs)
         m.get_bytes[topic] += len(body)
         return body, suggest
+
+
+def filter_refusal(exc: FilterError) -> tuple[int, str]:
+    """(code, remark) answering a subscription the broker will not evaluate (rule 2)."""
+    if isinstance(exc, FilterDisabled):
+        return ResponseCode.SYSTEM_ERROR, str(exc)
+    return ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)

@@ -1,5 +1,5 @@
 """Request bodies the request table decodes up front (18 topic config lists, 34 heartbeat,
-41 / 42 queue locks, 200 subscription-group configs, 9002 batched pulls), so
+41 / 42 queue locks, 46 client config checks, 200 subscription-group configs, 9002 batched pulls), so
 the ACL and the processor read the same decoded value. A body that cannot be read is a
 RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
 from __future__ import annotations
@@ -11,12 +11,13 @@ from tidemq.node.consumers import group_settings
 from tidemq.node.requests.fields import NAME_CHARS, RequestError
 from tidemq.node.topics import TopicConfig
 from tidemq.protocol.remoting import ProtocolError
-from tidemq.protocol.route_json import decode_heartbeat
+from tidemq.protocol.route_json import decode_check_client, decode_heartbeat
 
 MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
 MAX_BATCH_PULL_QUEUES = 4096  # queues in one 9002 body
 _TOPIC_CHARS = 262  # as the table's TOPIC_NAME
 _EXPRESSION_CHARS = 65536  # as PULL_MESSAGE's subscription field
+_TYPE_CHARS = 64  # as PULL_MESSAGE's expressionType field
 _INT32, _INT64 = 2**31, 2**63
 MAX_TOPIC_LIST = 1000   # topic configs in one 18 body
 
@@ -34,6 +35,21 @@ def heartbeat_body(body: bytes):
     except (ProtocolError, ValueError, TypeError, RecursionError):
         raise RequestError("bad heartbeat body: it must be a HeartbeatData JSON object with "
                            "clientID, producerDataSet and consumerDataSet") from None
+
+
+def check_client_body(body: bytes):
+    try:
+        decoded = decode_check_client(body)
+    except (ProtocolError, ValueError, TypeError, RecursionError):
+        raise RequestError("bad client check body: it must be a JSON object with clientId, group "
+                           "and subscriptionData {topic, subString, expressionType}") from None
+    sub = decoded.subscription
+    if not _topic_ok(sub.topic) or len(sub.sub_string) > _EXPRESSION_CHARS or \
+            len(sub.expression_type) > _TYPE_CHARS:
+        raise RequestError("bad client check body: subscriptionData needs a topic name, an "
+                           f"expression of at most {_EXPRESSION_CHARS} characters and a type "
+                           f"of at most {_TYPE_CHARS}")
+    return decoded
 
 
 def lock_body(body: bytes) -> LockBody:
@@ -59,22 +75,26 @@ def lock_body(body: bytes) -> LockBody:
 @dataclass(frozen=True, slots=True)
 class BatchPullBody:
     queues: list  # [(topic, queue id, offset, commit offset or -1)], no (topic, queue) twice
-    subscriptions: dict  # topic -> TAG expression; a topic left out uses the group's own
+    subscriptions: dict  # topic -> expression; a topic left out uses the group's own
+    expression_types: dict  # topic -> "TAG" or "SQL92" (node/filter); a topic left out: TAG
 
 
 _BATCH_SHAPE = ("bad batch pull body: it must be a JSON object with queues [[topic, queueId, "
-                "offset, commitOffset], ...] and optional subscriptions {topic: expression}")
+                "offset, commitOffset], ...], optional subscriptions {topic: expression} and "
+                "expressionTypes {topic: type}")
 
 
 def batch_pull_body(body: bytes) -> BatchPullBody:
-    """{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: expr}}:
-    1 to MAX_BATCH_PULL_QUEUES distinct queues; commitOffset < 0 commits nothing."""
+    """{"queues": [[topic, queueId, offset, commitOffset]], "subscriptions": {topic: expr},
+    "expressionTypes": {topic: type}}: 1 to MAX_BATCH_PULL_QUEUES distinct queues;
+    commitOffset < 0 commits nothing."""
     try:
         doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
         rows, subs = doc["queues"], doc.get("subscriptions") or {}
+        types = doc.get("expressionTypes") or {}
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise RequestError(_BATCH_SHAPE) from None
-    if not isinstance(rows, list) or not isinstance(subs, dict):
+    if not isinstance(rows, list) or not isinstance(subs, dict) or not isinstance(types, dict):
         raise RequestError(_BATCH_SHAPE)
     if not 0 < len(rows) <= MAX_BATCH_PULL_QUEUES:
         raise RequestError(f"bad batch pull body: 1 to {MAX_BATCH_PULL_QUEUES} queues")
@@ -86,7 +106,11 @@ def batch_pull_body(body: bytes) -> BatchPullBody:
             for t, e in subs.items()):
         raise RequestError("bad batch pull body: subscriptions must map topics of the body to "
                            f"tag expressions of at most {_EXPRESSION_CHARS} characters")
-    return BatchPullBody(queues, subs)
+    if not all(t in subs and isinstance(e, str) and len(e) <= _TYPE_CHARS
+               for t, e in types.items()):
+        raise RequestError("bad batch pull body: expressionTypes must map topics of its "
+                           f"subscriptions to type names of at most {_TYPE_CHARS} characters")
+    return BatchPullBody(queues, subs, types)
 
 
 def _topic_ok(topic) -> bool:

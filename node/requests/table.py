@@ -104,6 +104,13 @@ def _batch_pull_resources(req: Any) -> list[Resource]:
     return [(TOPIC, topic, SUB) for topic in dict.fromkeys(t for t, _, _, _ in req.body.queues)]
 
 
+def _check_client_resources(req: Any) -> list[Resource]:
+    out: list[Resource] = [(TOPIC, req.body.subscription.topic, SUB)]
+    if req.body.group:
+        out.append((GROUP, req.body.group, SUB))
+    return out
+
+
 def _lock_resources(req: Any) -> list[Resource]:
     return [(GROUP, req.body.group, SUB)]
 
@@ -162,6 +169,8 @@ SPECS: dict[int, Spec] = {
                                record=("offset", SUB)),
     R.HEART_BEAT: Spec("HEART_BEAT", body=bodies.heartbeat_body,
                        body_resources=_heartbeat_resources),
+    R.CHECK_CLIENT_CONFIG: Spec("CHECK_CLIENT_CONFIG", body=bodies.check_client_body,
+                                body_resources=_check_client_resources),
     R.UNREGISTER_CLIENT: Spec("UNREGISTER_CLIENT", (
         _f("client_id", "clientID", ID_TEXT, True),
         _f("producer_group", "producerGroup", Text(255)),
