@@ -1,6 +1,8 @@
 """SQL92 subscriptions on PULL_MESSAGE: from the request header and from a heartbeat, held pulls
 skip non-matching arrivals, and bad expressions are answered 23 SUBSCRIPTION_PARSE_FAILED."""
 import asyncio
+import json
+import struct
 
 from tests.broker.conftest import run
 from tests.support.raw_client import (
@@ -104,4 +106,26 @@ def test_sql92_subscription_from_heartbeat(shared_broker):
             assert (await c.request(R.HEART_BEAT, body=encode_heartbeat(hb))).code == 0
             r = await c.request(R.PULL_MESSAGE, pull_ext("SqlHb", 0, 0, group="SqlHbBad", sys_flag=0))
             assert r.code == SUBSCRIPTION_PARSE_FAILED
+    run(go())
+
+
+def test_batched_pull_takes_the_sql92_type_from_its_body(shared_broker):
+    """No heartbeat registered the group: the body's expressionTypes says the expression is
+    SQL92 (without it the broker would read "n > 1" as a tag)."""
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            for i in range(4):
+                await _send(c, "SqlBatchT", 0, b"%d" % i, n=str(i))
+            await _send(c, "SqlBatchT", 0, b"noprops")
+            body = {"queues": [["SqlBatchT", 0, 0, -1]], "subscriptions": {"SqlBatchT": "n > 1"},
+                    "expressionTypes": {"SqlBatchT": "SQL92"}}
+            r = await c.request(R.BATCH_PULL_MESSAGE, {
+                "consumerGroup": "SqlBatchG", "maxMsgNums": "32", "suspendTimeoutMillis": "0"},
+                json.dumps(body).encode())
+            assert r.code == 0, r.remark
+            data = bytes(r.body)
+            (size,) = struct.unpack_from(">I", data)
+            [[i, code, nxt, *_]] = json.loads(data[4:4 + size])["rows"]
+            assert (i, code, nxt) == (0, 0, 5)
+            assert [m.body for m in decode_records(data[4 + size:])] == [b"2", b"3"]
     run(go())

@@ -42,6 +42,13 @@ BAD = {
     "subs-not-object": _doc(queues=[GOOD_ROW], subscriptions=["*"]),
     "subs-not-text": _doc(queues=[GOOD_ROW], subscriptions={TOPIC: 5}),
     "subs-huge": _doc(queues=[GOOD_ROW], subscriptions={TOPIC: "x" * 65537}),
+    "types-not-object": _doc(queues=[GOOD_ROW], subscriptions={TOPIC: "a > 1"},
+                             expressionTypes=["SQL92"]),
+    "type-without-subscription": _doc(queues=[GOOD_ROW], expressionTypes={TOPIC: "SQL92"}),
+    "type-not-text": _doc(queues=[GOOD_ROW], subscriptions={TOPIC: "a > 1"},
+                          expressionTypes={TOPIC: 92}),
+    "type-huge": _doc(queues=[GOOD_ROW], subscriptions={TOPIC: "a > 1"},
+                      expressionTypes={TOPIC: "S" * 65}),
     "deep": b"[" * 100_000,
 }
 

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemq.node.filter import FilterError, build, keep_matching
+from tidemq.node.filter import FilterDisabled, FilterError, build, keep_matching
 from tidemq.node.filter.sql92 import (
     MAX_DEPTH,
     MAX_EXPRESSION_CHARS,
@@ -90,6 +90,13 @@ def test_build_dispatches_types():
         build("SQL92", "a >")
     with pytest.raises(FilterError, match="unsupported filter expression type"):
         build("CLASS", "x")
+
+
+def test_sql92_disabled_refuses_sql92_only():
+    for expr in ("a > 1", "a >"):  # refused whether or not it parses
+        with pytest.raises(FilterDisabled, match="does not support .* SQL92"):
+            build("SQL92", expr, sql92_enabled=False)
+    assert build("TAG", "*", sql92_enabled=False) == (None, None)
 
 
 def test_keep_matching_filters_raw_records():
