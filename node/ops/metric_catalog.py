@@ -123,6 +123,8 @@ METRICS: tuple[MetricSpec, ...] = (
        "Unconsumed messages deleted, counted once per group (store.retention_delete_unconsumed)."),
     _m("tidemq_store_commitlog_fsyncs_total", "counter", [],
        "Commit-log fdatasyncs (under SYNC_FLUSH one per group commit)."),
+    _m("tidemq_topic_journal_fsyncs_total", "counter", [],
+       "Topic-journal fdatasyncs (topic changes made during one share the next)."),
     # -- consumers ---------------------------------------------------------------------------
     _m("tidemq_consumer_lag_messages", "gauge", ["consumer_group", "topic", "queue"],
        "Queue max offset minus the group's committed offset, per queue (masters only, so sums "

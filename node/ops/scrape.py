@@ -132,6 +132,8 @@ class BrokerCollector:
                        retention.unconsumed_deleted_messages)
         yield _counter("tidemq_store_commitlog_fsyncs", "Commit-log fdatasyncs (under "
                        "SYNC_FLUSH one per group commit).", store.flush_service.fsyncs)
+        yield _counter("tidemq_topic_journal_fsyncs", "Topic-journal fdatasyncs (topic "
+                       "changes made during one share the next).", self.topics.journal_syncs)
 
     def _messaging(self):
         """Delayed delivery, transactions, retry and DLQ (node/sending/schedule.py, node/sending/transaction_service.py,
