@@ -146,6 +146,22 @@ def test_sql92_and_tag_filters_and_bad_expression(sdk):
     assert "compares numbers only" in r["message"]
 
 
+def test_sql92_receive_refused_when_property_filter_is_off(sdk, broker_factory):
+    from tests.grpc.conftest import GRPC_SETTINGS
+    b = broker_factory(*GRPC_SETTINGS, "enable_property_filter=false").start()
+    p = sdk(b)
+    p.ok("producer", topics=["GrpcSqlOff"])
+    p.ok("send", topic="GrpcSqlOff", body="x", tag="t", props={"n": "1"})
+    sql = sdk(b)
+    sql.ok("simple", group="SqlOffG", topic="GrpcSqlOff", sql="n >= 0", await_s=1)
+    r = sql.call("receive", max=8, invisible_s=30)
+    assert not r["ok"] and r["code"] == ILLEGAL_FILTER_EXPRESSION, r
+    assert "does not support consumer to filter message by SQL92" in r["message"]
+    tag = sdk(b)
+    tag.ok("simple", group="TagOnG", topic="GrpcSqlOff", tag="t", await_s=1)
+    assert [m["body"] for m in receive_until(tag, 1)] == ["x"]  # tags still work
+
+
 def test_transactions_commit_and_rollback(sdk):
     p, c = sdk(), sdk()
     p.ok("producer", topics=["GrpcTx"], check="rollback")
