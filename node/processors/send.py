@@ -42,6 +42,11 @@ Rules:
    duplicate window; each step raises _Refused, answered once by __call__. The processor gets
    its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
    transactions, store host), never the Broker.
+9. Per group put, not per message: the put counters are bumped once per run of one topic,
+   and a durability wait's replies are handed to each connection in one call (one in-flight
+   update, one output append, one flush scheduled) with one histogram lookup per run of one
+   latency key. The request's own checks skip the calls that cannot refuse it (a standalone
+   writable broker, a plain single send).
 """
 from __future__ import annotations
 
@@ -211,11 +216,13 @@ class SendProcessor:
         t0 = time.perf_counter()
         batch = req.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         try:
-            self._check_writable()
+            if self.replication is not None or not self.role.writable:
+                self._check_writable()
             queue_id = self._queue_for(conn, req)
             props = rec.decode_properties(req.properties) if req.properties else {}
             divert = send_divert.kind_of(props, req.sys_flag)
-            self._check_kind(req, batch, divert)
+            if batch or divert or req.sys_flag & rec.SYSFLAG_TX_MASK:
+                self._check_kind(req, batch, divert)
             if batch:
                 msgs = self._batch_messages(conn, cmd, req, queue_id)
             else:
@@ -381,11 +388,11 @@ class SendProcessor:
         are the put's dispatch requests (node/store/message.py DR_* fields), in order."""
         host = self.store_host
         latency = self.metrics.put_latency
+        self._count(pending)
         waiting = []
         i = 0
         for p in pending:
             n = len(p.msgs)
-            self._count(p.topic, p.msgs)
             if p.reply_fn is not None:
                 reply = p.reply_fn
             else:
@@ -426,6 +433,8 @@ class SendProcessor:
         self._answer(waiting, status)
 
     def _answer(self, waiting, status) -> None:
+        """Release one durability wait's replies (rule 9): each connection's frames are handed
+        over in one call, and the latency histogram is looked up once per run of one key."""
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
@@ -434,12 +443,22 @@ class SendProcessor:
         latency = self.metrics.put_latency
         now = time.perf_counter()
         frame = self._reply_frame
+        last_key = hist = last_conn = None
+        frames: list = []
         for conn, cmd, reply, t0, key in waiting:
-            if reply.__class__ is tuple:
-                latency[key].observe(now - t0)
-                conn.complete_frame(cmd, frame(cmd, code, reply))
-            else:
+            if reply.__class__ is not tuple:
                 conn.complete(cmd, reply(code))
+                continue
+            if key != last_key:
+                last_key, hist = key, latency[key]
+            hist.observe(now - t0)
+            if conn is not last_conn:
+                if frames:
+                    last_conn.complete_frames(frames)
+                last_conn, frames = conn, []
+            frames.append(frame(cmd, code, reply))
+        if frames:
+            last_conn.complete_frames(frames)
 
     def _reply_frame(self, cmd, code: int, reply) -> bytes:
         """The reply frame. JSON (every cpp and Go client, most Java ones) comes from a
@@ -456,9 +475,23 @@ class SendProcessor:
                "MSG_REGION": self.region, "TRACE_ON": "false"}
         return encode_frame(RemotingCommand.make_response(cmd, code, ext))
 
-    def _count(self, topic: str, msgs) -> None:
+    def _count(self, pending: list[_Pending]) -> None:
+        """The put counters of one group put, bumped once per run of one topic (rule 9)."""
         m = self.metrics
-        n = len(msgs)
-        m.put_total += n
-        m.put_msgs[topic] += n
-        m.put_bytes[topic] += sum(map(len, map(_BODY, msgs))) if n > 1 else len(msgs[0].body)
+        put_msgs, put_bytes = m.put_msgs, m.put_bytes
+        topic, n, size, total = None, 0, 0, 0
+        for p in pending:
+            if p.topic != topic:
+                if n:
+                    put_msgs[topic] += n
+                    put_bytes[topic] += size
+                    total += n
+                topic, n, size = p.topic, 0, 0
+            msgs = p.msgs
+            k = len(msgs)
+            n += k
+            size += sum(map(len, map(_BODY, msgs))) if k > 1 else len(msgs[0].body)
+        if n:
+            put_msgs[topic] += n
+            put_bytes[topic] += size
+        m.put_total += total + n
