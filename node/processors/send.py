@@ -54,7 +54,7 @@ import logging
 import struct
 import time
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from tidemq.node import system_properties
 from tidemq.node.log_limit import RateLimitedLog
@@ -74,9 +74,10 @@ from tidemq.protocol.remoting import RemotingCommand, encode_frame
 log = logging.getLogger("tidemq.send")
 _put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
 _I64 = struct.Struct(">q")
-_BODY, _MSGS = attrgetter("body"), attrgetter("msgs")
+_BODY = attrgetter("body")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
+_MSGS = itemgetter(2)  # a pending request's messages (_Pending)
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
 
 _WRITE = int(PermName.WRITE)
@@ -160,15 +161,11 @@ def offset_msg_ids(host: bytes, requests: list, start: int, count: int, field: i
 offset_msg_ids = accel.pick(offset_msg_ids)
 
 
-class _Pending:
-    """One accepted request waiting for this loop turn's group put (rule 4). `reply_fn`:
-    another processor's answer (send-back), else None (a send reply from the put result)."""
-
-    __slots__ = ("conn", "cmd", "msgs", "topic", "queue_id", "batch", "wait", "t0", "reply_fn")
-
-    def __init__(self, conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn=None):
-        self.conn, self.cmd, self.msgs, self.topic, self.queue_id = conn, cmd, msgs, topic, queue_id
-        self.batch, self.wait, self.t0, self.reply_fn = batch, wait, t0, reply_fn
+# One accepted request waiting for this loop turn's group put (rule 4), a plain tuple (built
+# per message: a class instance costs several times more):
+#   (conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn)
+# reply_fn: another processor's answer (send-back), else None (a send reply from the put result).
+_Pending = tuple
 
 
 class SendProcessor:
@@ -237,7 +234,7 @@ class SendProcessor:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
                 return self._answer_duplicate(conn, cmd, dups, (req.topic, batch), wait, t0)
-        return self._enqueue(_Pending(conn, cmd, msgs, req.topic, queue_id, batch, wait, t0))
+        return self._enqueue(conn, (conn, cmd, msgs, req.topic, queue_id, batch, wait, t0, None))
 
     def _check_writable(self) -> None:
         """HA's write refusal (retriable: the SDK refreshes its route and retries), then the
@@ -328,8 +325,8 @@ class SendProcessor:
         except ValueError as exc:  # DelayError
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
-    def _enqueue(self, pending: _Pending) -> object:
-        pending.conn.defer()
+    def _enqueue(self, conn, pending: _Pending) -> object:
+        conn.defer()
         if not self._pending:
             self.loop.call_soon(self._put_pending)
         self._pending.append(pending)
@@ -339,8 +336,8 @@ class SendProcessor:
         """Store `msgs` for another processor (send-back) through the same group put; the
         request is answered with reply_fn(code) once stored (and durable under SYNC_FLUSH)."""
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY
-        return self._enqueue(_Pending(conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False,
-                                      wait, time.perf_counter(), reply_fn))
+        return self._enqueue(conn, (conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False,
+                                    wait, time.perf_counter(), reply_fn))
 
     def _put_pending(self) -> None:
         """One store put for every send that arrived in this loop turn (rule 4)."""
@@ -349,13 +346,13 @@ class SendProcessor:
             self._put_group(pending)
         except Exception as exc:  # never leave a request unanswered
             _put_errors.error(type(exc).__name__, "group put failed", exc_info=exc)
-            for p in pending:
-                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SYSTEM_ERROR,
-                                             "the message was not stored (internal error); "
-                                             "the broker log has the details"))
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR,
+                                         "the message was not stored (internal error); "
+                                         "the broker log has the details"))
 
     def _put_group(self, pending: list[_Pending]) -> None:
-        msgs = pending[0].msgs if len(pending) == 1 else list(chain.from_iterable(
+        msgs = _MSGS(pending[0]) if len(pending) == 1 else list(chain.from_iterable(
             map(_MSGS, pending)))
         try:
             result = self.store.put(msgs)
@@ -364,18 +361,18 @@ class SendProcessor:
                 for p in pending:
                     self._put_group([p])
                 return
-            p = pending[0]
+            conn, cmd = pending[0][:2]
             if isinstance(exc, MessageIllegal):
-                reply = error(p.cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+                reply = error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
             else:
-                reply = error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                reply = error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                               f"service not available now: {exc}")
-            p.conn.complete(p.cmd, reply)
+            conn.complete(cmd, reply)
             return
         except (DiskFull, StoreClosed) as exc:
             remark = f"service not available now: {exc}"
-            for p in pending:
-                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
             return
         self.dedup.remember(result.requests, msgs)
         waiting = self._reply_stored(pending, result.requests)
@@ -391,21 +388,21 @@ class SendProcessor:
         self._count(pending)
         waiting = []
         i = 0
-        for p in pending:
-            n = len(p.msgs)
-            if p.reply_fn is not None:
-                reply = p.reply_fn
+        for conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn in pending:
+            n = len(msgs)
+            if reply_fn is not None:
+                reply = reply_fn
             else:
-                reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), p.queue_id,
+                reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), queue_id,
                          requests[i][DR_QUEUE_OFFSET])
             i += n
-            if p.wait:  # last field: the latency key (node/ops/counters.py put_latency)
-                waiting.append((p.conn, p.cmd, reply, p.t0, (p.topic, p.batch)))
-            elif p.reply_fn is not None:
-                p.conn.complete(p.cmd, reply(0))
+            if wait:  # last field: the latency key (node/ops/counters.py put_latency)
+                waiting.append((conn, cmd, reply, t0, (topic, batch)))
+            elif reply_fn is not None:
+                conn.complete(cmd, reply(0))
             else:
-                latency[(p.topic, p.batch)].observe(time.perf_counter() - p.t0)
-                p.conn.complete_frame(p.cmd, self._reply_frame(p.cmd, 0, reply))
+                latency[(topic, batch)].observe(time.perf_counter() - t0)
+                conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
         return waiting
 
     def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
@@ -480,14 +477,13 @@ class SendProcessor:
         m = self.metrics
         put_msgs, put_bytes = m.put_msgs, m.put_bytes
         topic, n, size, total = None, 0, 0, 0
-        for p in pending:
-            if p.topic != topic:
+        for _, _, msgs, p_topic, *_ in pending:
+            if p_topic != topic:
                 if n:
                     put_msgs[topic] += n
                     put_bytes[topic] += size
                     total += n
-                topic, n, size = p.topic, 0, 0
-            msgs = p.msgs
+                topic, n, size = p_topic, 0, 0
             k = len(msgs)
             n += k
             size += sum(map(len, map(_BODY, msgs))) if k > 1 else len(msgs[0].body)
