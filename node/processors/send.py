@@ -216,14 +216,16 @@ class SendProcessor:
             if self.replication is not None or not self.role.writable:
                 self._check_writable()
             queue_id = self._queue_for(conn, req)
-            props = rec.decode_properties(req.properties) if req.properties else {}
+            # bytes: the compiled decoder takes bytes (text would take the pure twin)
+            raw_props = req.properties.encode() if req.properties else b""
+            props = rec.decode_properties(raw_props) if raw_props else {}
             divert = send_divert.kind_of(props, req.sys_flag)
             if batch or divert or req.sys_flag & rec.SYSFLAG_TX_MASK:
                 self._check_kind(req, batch, divert)
             if batch:
-                msgs = self._batch_messages(conn, cmd, req, queue_id)
+                msgs = self._batch_messages(conn, cmd, req, queue_id, raw_props)
             else:
-                msgs = self._single_message(conn, cmd, req, queue_id, props, divert)
+                msgs = self._single_message(conn, cmd, req, queue_id, raw_props, props, divert)
         except _Refused as r:
             return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
@@ -293,11 +295,11 @@ class SendProcessor:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"batch request does not support retry group {req.topic}")
 
-    def _batch_messages(self, conn, cmd, req, queue_id: int) -> list:
+    def _batch_messages(self, conn, cmd, req, queue_id: int, raw_props: bytes) -> list:
         """A batch's messages: one decode that also applies the broker's property ownership
         (rule 7), then the store's messages built straight from the entries."""
         try:
-            entries = decode_batch(cmd.body, req.properties.encode(), self.max_body,
+            entries = decode_batch(cmd.body, raw_props, self.max_body,
                                    self.max_batch, self._cluster)
         except BatchError as exc:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
@@ -305,12 +307,13 @@ class SendProcessor:
                                            req.born_ts, conn.born_host, self.store_host,
                                            req.reconsume_times)
 
-    def _single_message(self, conn, cmd, req, queue_id: int, props: dict, divert) -> list:
+    def _single_message(self, conn, cmd, req, queue_id: int, raw_props: bytes, props: dict,
+                        divert) -> list:
         body = cmd.body
         if len(body) > self.max_body:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"the message body is {len(body)} bytes; the limit is {self.max_body}")
-        raw = system_properties.from_client(req.properties.encode(), self._cluster, props)
+        raw = system_properties.from_client(raw_props, self._cluster, props)
         if not divert:
             return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
                                                req.sys_flag, req.born_ts, conn.born_host,
