@@ -276,7 +276,7 @@ class SendProcessor:
         if queue_id < 0:
             self._rr += 1
             return self._rr % tc.write_queue_nums
-        if queue_id >= tc.queue_count:
+        if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # queue_count
             raise _Refused(ResponseCode.SYSTEM_ERROR,
                            f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
                            f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
