@@ -195,6 +195,28 @@ def test_sync_flush_group_of_two_connections_and_topics(broker_factory):
         assert f'tidemq_message_put_body_bytes_total{{topic="{topic}"}} {float(size)}' in metrics
 
 
+def test_queue_id_bound_is_the_larger_queue_count(shared_broker):
+    """A queue id below max(read, write) queue count is accepted (Java msgCheck); one at or
+    past it is refused 1 with Java's remark and stores nothing."""
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            for topic, read, write in (("BoundR", 6, 2), ("BoundW", 2, 6)):
+                r = await c.request(R.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": topic, "readQueueNums": read, "writeQueueNums": write, "perm": 6})
+                assert r.code == 0, r.remark
+                before = await _max_offset(c)
+                r = await c.request(R.SEND_MESSAGE, send_ext(topic, 6), b"past")
+                assert r.code == 1
+                assert r.remark.startswith(f"request queueId[6] is illegal, topic:[{topic}] "
+                                           f"topicConfig.writeQueueNums:[{write}] "
+                                           f"topicConfig.readQueueNums:[{read}] "
+                                           f"Producer:[127.0.0.1:"), r.remark
+                assert await _max_offset(c) == before
+                r = await c.request(R.SEND_MESSAGE, send_ext(topic, 5), b"last")
+                assert (r.code, r.ext["queueId"]) == (0, "5")
+    run(go())
+
+
 def test_send_back_to_retry_then_dlq(broker_factory):
     b = broker_factory("delay_levels=100ms 100ms 150ms").start()  # retry waits level 3
 
