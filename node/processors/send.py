@@ -42,6 +42,11 @@ Rules:
    duplicate window; each step raises _Refused, answered once by __call__. The processor gets
    its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
    transactions, store host), never the Broker.
+9. Per group put, not per message: the put counters are bumped once per run of one topic,
+   and a durability wait's replies are handed to each connection in one call (one in-flight
+   update, one output append, one flush scheduled) with one histogram lookup per run of one
+   latency key. The request's own checks skip the calls that cannot refuse it (a standalone
+   writable broker, a plain single send).
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ import logging
 import struct
 import time
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from tidemq.node import system_properties
 from tidemq.node.log_limit import RateLimitedLog
@@ -69,9 +74,10 @@ from tidemq.protocol.remoting import RemotingCommand, encode_frame
 log = logging.getLogger("tidemq.send")
 _put_errors = RateLimitedLog(log)  # one traceback per exception type per 10 s
 _I64 = struct.Struct(">q")
-_BODY, _MSGS = attrgetter("body"), attrgetter("msgs")
+_BODY = attrgetter("body")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
+_MSGS = itemgetter(2)  # a pending request's messages (_Pending)
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
 
 _WRITE = int(PermName.WRITE)
@@ -155,15 +161,11 @@ def offset_msg_ids(host: bytes, requests: list, start: int, count: int, field: i
 offset_msg_ids = accel.pick(offset_msg_ids)
 
 
-class _Pending:
-    """One accepted request waiting for this loop turn's group put (rule 4). `reply_fn`:
-    another processor's answer (send-back), else None (a send reply from the put result)."""
-
-    __slots__ = ("conn", "cmd", "msgs", "topic", "queue_id", "batch", "wait", "t0", "reply_fn")
-
-    def __init__(self, conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn=None):
-        self.conn, self.cmd, self.msgs, self.topic, self.queue_id = conn, cmd, msgs, topic, queue_id
-        self.batch, self.wait, self.t0, self.reply_fn = batch, wait, t0, reply_fn
+# One accepted request waiting for this loop turn's group put (rule 4), a plain tuple (built
+# per message: a class instance costs several times more):
+#   (conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn)
+# reply_fn: another processor's answer (send-back), else None (a send reply from the put result).
+_Pending = tuple
 
 
 class SendProcessor:
@@ -211,15 +213,19 @@ class SendProcessor:
         t0 = time.perf_counter()
         batch = req.batch or cmd.code == RequestCode.SEND_BATCH_MESSAGE
         try:
-            self._check_writable()
+            if self.replication is not None or not self.role.writable:
+                self._check_writable()
             queue_id = self._queue_for(conn, req)
-            props = rec.decode_properties(req.properties) if req.properties else {}
+            # bytes: the compiled decoder takes bytes (text would take the pure twin)
+            raw_props = req.properties.encode() if req.properties else b""
+            props = rec.decode_properties(raw_props) if raw_props else {}
             divert = send_divert.kind_of(props, req.sys_flag)
-            self._check_kind(req, batch, divert)
+            if batch or divert or req.sys_flag & rec.SYSFLAG_TX_MASK:
+                self._check_kind(req, batch, divert)
             if batch:
-                msgs = self._batch_messages(conn, cmd, req, queue_id)
+                msgs = self._batch_messages(conn, cmd, req, queue_id, raw_props)
             else:
-                msgs = self._single_message(conn, cmd, req, queue_id, props, divert)
+                msgs = self._single_message(conn, cmd, req, queue_id, raw_props, props, divert)
         except _Refused as r:
             return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
@@ -230,7 +236,7 @@ class SendProcessor:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
                 return self._answer_duplicate(conn, cmd, dups, (req.topic, batch), wait, t0)
-        return self._enqueue(_Pending(conn, cmd, msgs, req.topic, queue_id, batch, wait, t0))
+        return self._enqueue(conn, (conn, cmd, msgs, req.topic, queue_id, batch, wait, t0, None))
 
     def _check_writable(self) -> None:
         """HA's write refusal (retriable: the SDK refreshes its route and retries), then the
@@ -270,7 +276,7 @@ class SendProcessor:
         if queue_id < 0:
             self._rr += 1
             return self._rr % tc.write_queue_nums
-        if queue_id >= tc.queue_count:
+        if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # queue_count
             raise _Refused(ResponseCode.SYSTEM_ERROR,
                            f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
                            f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
@@ -289,11 +295,11 @@ class SendProcessor:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"batch request does not support retry group {req.topic}")
 
-    def _batch_messages(self, conn, cmd, req, queue_id: int) -> list:
+    def _batch_messages(self, conn, cmd, req, queue_id: int, raw_props: bytes) -> list:
         """A batch's messages: one decode that also applies the broker's property ownership
         (rule 7), then the store's messages built straight from the entries."""
         try:
-            entries = decode_batch(cmd.body, req.properties.encode(), self.max_body,
+            entries = decode_batch(cmd.body, raw_props, self.max_body,
                                    self.max_batch, self._cluster)
         except BatchError as exc:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
@@ -301,12 +307,13 @@ class SendProcessor:
                                            req.born_ts, conn.born_host, self.store_host,
                                            req.reconsume_times)
 
-    def _single_message(self, conn, cmd, req, queue_id: int, props: dict, divert) -> list:
+    def _single_message(self, conn, cmd, req, queue_id: int, raw_props: bytes, props: dict,
+                        divert) -> list:
         body = cmd.body
         if len(body) > self.max_body:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"the message body is {len(body)} bytes; the limit is {self.max_body}")
-        raw = system_properties.from_client(req.properties.encode(), self._cluster, props)
+        raw = system_properties.from_client(raw_props, self._cluster, props)
         if not divert:
             return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
                                                req.sys_flag, req.born_ts, conn.born_host,
@@ -321,8 +328,8 @@ class SendProcessor:
         except ValueError as exc:  # DelayError
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
 
-    def _enqueue(self, pending: _Pending) -> object:
-        pending.conn.defer()
+    def _enqueue(self, conn, pending: _Pending) -> object:
+        conn.defer()
         if not self._pending:
             self.loop.call_soon(self._put_pending)
         self._pending.append(pending)
@@ -332,8 +339,8 @@ class SendProcessor:
         """Store `msgs` for another processor (send-back) through the same group put; the
         request is answered with reply_fn(code) once stored (and durable under SYNC_FLUSH)."""
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY
-        return self._enqueue(_Pending(conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False,
-                                      wait, time.perf_counter(), reply_fn))
+        return self._enqueue(conn, (conn, cmd, msgs, msgs[0].topic, msgs[0].queue_id, False,
+                                    wait, time.perf_counter(), reply_fn))
 
     def _put_pending(self) -> None:
         """One store put for every send that arrived in this loop turn (rule 4)."""
@@ -342,13 +349,13 @@ class SendProcessor:
             self._put_group(pending)
         except Exception as exc:  # never leave a request unanswered
             _put_errors.error(type(exc).__name__, "group put failed", exc_info=exc)
-            for p in pending:
-                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SYSTEM_ERROR,
-                                             "the message was not stored (internal error); "
-                                             "the broker log has the details"))
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SYSTEM_ERROR,
+                                         "the message was not stored (internal error); "
+                                         "the broker log has the details"))
 
     def _put_group(self, pending: list[_Pending]) -> None:
-        msgs = pending[0].msgs if len(pending) == 1 else list(chain.from_iterable(
+        msgs = _MSGS(pending[0]) if len(pending) == 1 else list(chain.from_iterable(
             map(_MSGS, pending)))
         try:
             result = self.store.put(msgs)
@@ -357,18 +364,18 @@ class SendProcessor:
                 for p in pending:
                     self._put_group([p])
                 return
-            p = pending[0]
+            conn, cmd = pending[0][:2]
             if isinstance(exc, MessageIllegal):
-                reply = error(p.cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
+                reply = error(cmd, ResponseCode.MESSAGE_ILLEGAL, str(exc))
             else:
-                reply = error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
+                reply = error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                               f"service not available now: {exc}")
-            p.conn.complete(p.cmd, reply)
+            conn.complete(cmd, reply)
             return
         except (DiskFull, StoreClosed) as exc:
             remark = f"service not available now: {exc}"
-            for p in pending:
-                p.conn.complete(p.cmd, error(p.cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
+            for conn, cmd, *_ in pending:
+                conn.complete(cmd, error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE, remark))
             return
         self.dedup.remember(result.requests, msgs)
         waiting = self._reply_stored(pending, result.requests)
@@ -381,24 +388,24 @@ class SendProcessor:
         are the put's dispatch requests (node/store/message.py DR_* fields), in order."""
         host = self.store_host
         latency = self.metrics.put_latency
+        self._count(pending)
         waiting = []
         i = 0
-        for p in pending:
-            n = len(p.msgs)
-            self._count(p.topic, p.msgs)
-            if p.reply_fn is not None:
-                reply = p.reply_fn
+        for conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn in pending:
+            n = len(msgs)
+            if reply_fn is not None:
+                reply = reply_fn
             else:
-                reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), p.queue_id,
+                reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), queue_id,
                          requests[i][DR_QUEUE_OFFSET])
             i += n
-            if p.wait:  # last field: the latency key (node/ops/counters.py put_latency)
-                waiting.append((p.conn, p.cmd, reply, p.t0, (p.topic, p.batch)))
-            elif p.reply_fn is not None:
-                p.conn.complete(p.cmd, reply(0))
+            if wait:  # last field: the latency key (node/ops/counters.py put_latency)
+                waiting.append((conn, cmd, reply, t0, (topic, batch)))
+            elif reply_fn is not None:
+                conn.complete(cmd, reply(0))
             else:
-                latency[(p.topic, p.batch)].observe(time.perf_counter() - p.t0)
-                p.conn.complete_frame(p.cmd, self._reply_frame(p.cmd, 0, reply))
+                latency[(topic, batch)].observe(time.perf_counter() - t0)
+                conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
         return waiting
 
     def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
@@ -426,6 +433,8 @@ class SendProcessor:
         self._answer(waiting, status)
 
     def _answer(self, waiting, status) -> None:
+        """Release one durability wait's replies (rule 9): each connection's frames are handed
+        over in one call, and the latency histogram is looked up once per run of one key."""
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
@@ -434,12 +443,22 @@ class SendProcessor:
         latency = self.metrics.put_latency
         now = time.perf_counter()
         frame = self._reply_frame
+        last_key = hist = last_conn = None
+        frames: list = []
         for conn, cmd, reply, t0, key in waiting:
-            if reply.__class__ is tuple:
-                latency[key].observe(now - t0)
-                conn.complete_frame(cmd, frame(cmd, code, reply))
-            else:
+            if reply.__class__ is not tuple:
                 conn.complete(cmd, reply(code))
+                continue
+            if key != last_key:
+                last_key, hist = key, latency[key]
+            hist.observe(now - t0)
+            if conn is not last_conn:
+                if frames:
+                    last_conn.complete_frames(frames)
+                last_conn, frames = conn, []
+            frames.append(frame(cmd, code, reply))
+        if frames:
+            last_conn.complete_frames(frames)
 
     def _reply_frame(self, cmd, code: int, reply) -> bytes:
         """The reply frame. JSON (every cpp and Go client, most Java ones) comes from a
@@ -456,9 +475,22 @@ class SendProcessor:
                "MSG_REGION": self.region, "TRACE_ON": "false"}
         return encode_frame(RemotingCommand.make_response(cmd, code, ext))
 
-    def _count(self, topic: str, msgs) -> None:
+    def _count(self, pending: list[_Pending]) -> None:
+        """The put counters of one group put, bumped once per run of one topic (rule 9)."""
         m = self.metrics
-        n = len(msgs)
-        m.put_total += n
-        m.put_msgs[topic] += n
-        m.put_bytes[topic] += sum(map(len, map(_BODY, msgs))) if n > 1 else len(msgs[0].body)
+        put_msgs, put_bytes = m.put_msgs, m.put_bytes
+        topic, n, size, total = None, 0, 0, 0
+        for _, _, msgs, p_topic, *_ in pending:
+            if p_topic != topic:
+                if n:
+                    put_msgs[topic] += n
+                    put_bytes[topic] += size
+                    total += n
+                topic, n, size = p_topic, 0, 0
+            k = len(msgs)
+            n += k
+            size += sum(map(len, map(_BODY, msgs))) if k > 1 else len(msgs[0].body)
+        if n:
+            put_msgs[topic] += n
+            put_bytes[topic] += size
+        m.put_total += total + n

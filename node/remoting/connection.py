@@ -233,6 +233,17 @@ class Connection(asyncio.Protocol):
                 self._flush_scheduled = True
                 self.loop.call_soon(self._flush)
 
+    def complete_frames(self, frames: list) -> None:
+        """complete_frame() for several deferred requests at once (none oneway): one in-flight
+        update, one output append and at most one flush scheduled for the lot."""
+        self.inflight -= len(frames)
+        if not self.closed:
+            self._out.extend(frames)
+            self._out_bytes += sum(map(len, frames))
+            if not self._in_receive and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self.loop.call_soon(self._flush)
+
     def send_request(self, code: int, ext: dict, oneway: bool = True) -> None:
         """A server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED), in the serialize type
         the client last used: cpp parses JSON only."""

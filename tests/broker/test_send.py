@@ -158,6 +158,65 @@ def test_sync_flush_replies_after_fsync_with_many_in_flight(broker_factory):
     run(go())
 
 
+def test_sync_flush_group_of_two_connections_and_topics(broker_factory):
+    """Sends of two connections to two topics, interleaved, in flight together (one group put,
+    one fsync wait): each connection gets exactly its own replies, every send its own queue
+    and offset, and the put counters count each topic's messages and body bytes."""
+    import urllib.request
+    b = broker_factory("store.flush_mode=SYNC_FLUSH").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c1, await RawClient.connect(b.addr) as c2:
+            futs = {1: [], 2: []}
+            for i in range(120):  # topic alternates every 3 sends, connection every 2
+                c, n = (c1, 1) if i % 2 == 0 else (c2, 2)
+                topic = "GroupA" if i // 3 % 2 == 0 else "GroupB"
+                futs[n].append((topic, i, c.start(R.SEND_MESSAGE, send_ext(topic, i % 2),
+                                                  b"x" * (i + 1))))
+            for n, sent in futs.items():
+                replies = await asyncio.wait_for(asyncio.gather(*(f for _, _, f in sent)), 20)
+                assert [r.code for r in replies] == [0] * len(sent), n
+                assert [r.ext["queueId"] for r in replies] == [str(i % 2) for _, i, _ in sent]
+            expected: dict = {}
+            for sent in futs.values():
+                for topic, i, _ in sent:
+                    expected.setdefault((topic, i % 2), []).append(b"x" * (i + 1))
+            for (topic, qid), bodies in expected.items():
+                records = await _pull_all(c1, topic, qid)
+                assert sorted(m.body for m in records) == sorted(bodies), (topic, qid)
+    run(go())
+    with urllib.request.urlopen(b.admin_url + "/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    sizes = {"GroupA": 0, "GroupB": 0}
+    for i in range(120):
+        sizes["GroupA" if i // 3 % 2 == 0 else "GroupB"] += i + 1
+    for topic, size in sizes.items():
+        assert f'tidemq_messages_put_total{{topic="{topic}"}} 60.0' in metrics, topic
+        assert f'tidemq_message_put_body_bytes_total{{topic="{topic}"}} {float(size)}' in metrics
+
+
+def test_queue_id_bound_is_the_larger_queue_count(shared_broker):
+    """A queue id below max(read, write) queue count is accepted (Java msgCheck); one at or
+    past it is refused 1 with Java's remark and stores nothing."""
+    async def go():
+        async with await RawClient.connect(shared_broker.addr) as c:
+            for topic, read, write in (("BoundR", 6, 2), ("BoundW", 2, 6)):
+                r = await c.request(R.UPDATE_AND_CREATE_TOPIC, {
+                    "topic": topic, "readQueueNums": read, "writeQueueNums": write, "perm": 6})
+                assert r.code == 0, r.remark
+                before = await _max_offset(c)
+                r = await c.request(R.SEND_MESSAGE, send_ext(topic, 6), b"past")
+                assert r.code == 1
+                assert r.remark.startswith(f"request queueId[6] is illegal, topic:[{topic}] "
+                                           f"topicConfig.writeQueueNums:[{write}] "
+                                           f"topicConfig.readQueueNums:[{read}] "
+                                           f"Producer:[127.0.0.1:"), r.remark
+                assert await _max_offset(c) == before
+                r = await c.request(R.SEND_MESSAGE, send_ext(topic, 5), b"last")
+                assert (r.code, r.ext["queueId"]) == (0, "5")
+    run(go())
+
+
 def test_send_back_to_retry_then_dlq(broker_factory):
     b = broker_factory("delay_levels=100ms 100ms 150ms").start()  # retry waits level 3
 

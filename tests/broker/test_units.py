@@ -179,6 +179,10 @@ def test_flush_disk_timeout_is_code_10_with_the_send_reply(tmp_path):
             self.inflight -= 1
             self.frames.append(frame)
 
+        def complete_frames(self, frames):
+            self.inflight -= len(frames)
+            self.frames.extend(frames)
+
     async def go():
         cfg = nc.load_config(None, ["listen_port=0", "admin_port=0", f"store.root_dir={tmp_path}/s",
                                     "store.flush_mode=SYNC_FLUSH", "store.commitlog_file_bytes=1048576",
