@@ -19,6 +19,9 @@ Rules:
 1. Every ext value on the wire is a string (Go fails on anything else); properties are
    JSON-escaped once per message (`json_escape`), and a retry reuses the escaped text.
 2. `%` in a group or topic (e.g. `%RETRY%g`) is escaped in the JSON template.
+3. A message without tags, keys or properties has the properties text
+   "WAIT\x01true\x02UNIQ_KEY\x01<key>\x02"; `bare_props` writes its wire form from the key
+   alone, byte-identical to encode_props of that text.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
 _PROPS_BYTES_MAX = 32767  # a record's properties length is a signed i16
+# A bare message's properties text (waitStoreMsgOK, then the UNIQ_KEY) as a %-format
+_BARE_PROPS = "WAIT\x01true\x02UNIQ_KEY\x01%s\x02"
 
 V1_KEYS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
            "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "batch")
@@ -51,7 +56,7 @@ class SendHeaderTemplate:
     """Encodes send frame heads for one (code, group, topic, header format, batch)."""
 
     __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
-                 "_bin_born_key", "_bin_props_key")
+                 "_bin_born_key", "_bin_props_key", "_bare_fmt")
 
     def __init__(self, group: str, topic: str, *, default_topic: str = "TBW102",
                  default_queue_nums: int = 4, serialize_type: int = SerializeType.JSON,
@@ -71,8 +76,10 @@ class SendHeaderTemplate:
                     k["properties"]]
         if serialize_type == SerializeType.JSON:
             self._json_fmt = self._build_json(static_front, static_back, variable)
+            self._bare_fmt = json_escape(_BARE_PROPS)
         else:
             self._build_binary(static_front + static_back, variable)
+            self._bare_fmt = _BARE_PROPS
 
     def _build_json(self, front: list[tuple[str, str]], back: list[tuple[str, str]],
                     variable: list[str]) -> bytes:
@@ -140,6 +147,11 @@ class SendHeaderTemplate:
         if self.serialize_type == SerializeType.JSON:
             return json_escape(text).encode("ascii")
         return text.encode("utf-8")
+
+    def bare_props(self, uniq_key: str) -> bytes:
+        """encode_props of a message with no property but its UNIQ_KEY (rule 3): one format.
+        `uniq_key` is a made key (hex digits), which JSON never escapes."""
+        return (self._bare_fmt % uniq_key).encode("ascii")
 
 
 def encode_batch_body(entries: Iterable[tuple[int, bytes, str]]) -> bytes:

@@ -1724,16 +1724,17 @@ jmember(jcur *c, PyObject **vals, int *seen)
     return vals[which] ? 0 : -1;
 }
 
-static PyObject *
-json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* The fields of a JSON header in p[0:n) into vals (J_FIELDS new references, defaults filled in
+   as the twin fills them): 0, or -1 with vals cleared (an error set only for a real failure). */
+static int
+jheader(const unsigned char *p, Py_ssize_t n, PyObject **vals)
 {
-    PyObject *vals[J_FIELDS] = {NULL}, *result = NULL;
     int seen[J_FIELDS] = {0};
     jcur c;
-    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
-        return fallback("json_header_fields", args, nargs, kwnames);
-    c.p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    c.end = c.p + PyBytes_GET_SIZE(args[0]);
+    for (int k = 0; k < J_FIELDS; k++)
+        vals[k] = NULL;
+    c.p = p;
+    c.end = p + n;
     jws(&c);
     if (c.p >= c.end || *c.p++ != '{')
         goto slow;
@@ -1760,28 +1761,143 @@ json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyOb
         goto slow;
     for (int k = J_VERSION; k <= J_FLAG; k++)
         if (vals[k] == NULL && (vals[k] = PyLong_FromLong(0)) == NULL)
-            goto done;
+            goto slow;
     if (vals[J_LANG] == NULL)
         vals[J_LANG] = Py_NewRef(Py_None);
     if (vals[J_REMARK] == NULL)
         vals[J_REMARK] = Py_NewRef(Py_None);
     if (vals[J_EXT] == NULL && (vals[J_EXT] = PyDict_New()) == NULL)
-        goto done;
-    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
-                          vals[J_REMARK], vals[J_EXT]);
-    goto done;
+        goto slow;
+    return 0;
 slow:
     for (int k = 0; k < J_FIELDS; k++)
         Py_CLEAR(vals[k]);
     if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
         PyErr_Clear();
-    if (PyErr_Occurred())
-        return NULL;
-    return fallback("json_header_fields", args, nargs, kwnames);
-done:
+    return -1;
+}
+
+static PyObject *
+json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[J_FIELDS], *result;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_header_fields", args, nargs, kwnames);
+    if (jheader((const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), vals) < 0)
+        return PyErr_Occurred() ? NULL : fallback("json_header_fields", args, nargs, kwnames);
+    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
+                          vals[J_REMARK], vals[J_EXT]);
     for (int k = 0; k < J_FIELDS; k++)
-        Py_XDECREF(vals[k]);
+        Py_DECREF(vals[k]);
     return result;
+}
+
+/* ------------------------------------------------------------------ remoting frames */
+
+/* decode_frames(src, pos, max_frame_bytes) -> (commands, pos): the twin of tidemq.protocol.
+   remoting.decode_frames. JSON headers of the usual shape with a known language name only; any
+   other frame (a ROCKETMQ header, an odd JSON header, a bad length) sends the whole call to the
+   twin, which decodes or raises exactly as it would have alone. The command class, the
+   language table and SerializeType.JSON come from Python (accel.provide). */
+enum { C_CODE, C_LANG, C_VERSION, C_OPAQUE, C_FLAG, C_REMARK, C_EXT, C_BODY, C_STYPE, C_SLOTS };
+static slot_cache command_slots;
+
+static int
+command_offsets(PyTypeObject *cls)
+{
+    static PyObject *names[C_SLOTS];
+    if (names[0] == NULL) {
+        const char *text[C_SLOTS] = {"code", "language", "version", "opaque", "flag", "remark", "ext",
+                                     "body", "serialize_type"};
+        for (int k = 0; k < C_SLOTS; k++)
+            if ((names[k] = PyUnicode_InternFromString(text[k])) == NULL)
+                return -1;
+    }
+    return slot_offsets(&command_slots, cls, names, C_SLOTS);
+}
+
+/* One command from a checked frame: new reference, NULL with an error, or NULL without one
+   (not the usual shape: the twin decides). */
+static PyObject *
+json_command(PyTypeObject *cls, PyObject *langs, PyObject *json_type, const unsigned char *head,
+             Py_ssize_t head_len, Py_ssize_t body_len)
+{
+    PyObject *vals[J_FIELDS], *lang, *body, *cmd;
+    if (jheader(head, head_len, vals) < 0)
+        return NULL;
+    lang = PyUnicode_CheckExact(vals[J_LANG]) ? PyDict_GetItemWithError(langs, vals[J_LANG]) : NULL;
+    body = lang ? PyBytes_FromStringAndSize((const char *)head + head_len, body_len) : NULL;
+    cmd = body ? cls->tp_new(cls, empty_tuple, NULL) : NULL;
+    if (cmd == NULL) {
+        Py_XDECREF(body);
+        for (int k = 0; k < J_FIELDS; k++)
+            Py_DECREF(vals[k]);
+        return NULL;
+    }
+    slot_put(&command_slots, cmd, C_CODE, vals[J_CODE]);
+    slot_put(&command_slots, cmd, C_LANG, Py_NewRef(lang));
+    Py_DECREF(vals[J_LANG]);
+    slot_put(&command_slots, cmd, C_VERSION, vals[J_VERSION]);
+    slot_put(&command_slots, cmd, C_OPAQUE, vals[J_OPAQUE]);
+    slot_put(&command_slots, cmd, C_FLAG, vals[J_FLAG]);
+    slot_put(&command_slots, cmd, C_REMARK, vals[J_REMARK]);
+    slot_put(&command_slots, cmd, C_EXT, vals[J_EXT]);
+    slot_put(&command_slots, cmd, C_BODY, body);
+    slot_put(&command_slots, cmd, C_STYPE, Py_NewRef(json_type));
+    return cmd;
+}
+
+static PyObject *
+decode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *cls, *langs, *json_type, *out = NULL, *result = NULL;
+    long long pos, max_frame;
+    const unsigned char *p;
+    Py_buffer b;
+    if (kwnames != NULL || nargs != 3 || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0
+            || as_i64(args[2], 8, I32_MAX + 4, &max_frame) < 0
+            || (cls = PyDict_GetItemString(fallbacks, "RemotingCommand")) == NULL
+            || (langs = PyDict_GetItemString(fallbacks, "LANG_BY_NAME")) == NULL
+            || (json_type = PyDict_GetItemString(fallbacks, "SERIALIZE_JSON")) == NULL
+            || !PyType_Check(cls) || !PyDict_CheckExact(langs)
+            || command_offsets((PyTypeObject *)cls) < 0)
+        return fallback("decode_frames", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0)
+        return fallback("decode_frames", args, nargs, kwnames);
+    p = (const unsigned char *)b.buf;
+    if (pos > b.len || (out = PyList_New(0)) == NULL)
+        goto slow;
+    while (b.len - pos >= 4) {
+        long long length = get32(p + pos), end = pos + 4 + length;
+        uint32_t word;
+        Py_ssize_t head_len;
+        PyObject *cmd;
+        if (length < 4 || length + 4 > max_frame)
+            goto slow;  /* the twin raises */
+        if (end > b.len)
+            break;
+        word = (uint32_t)get32(p + pos + 4);  /* end > b.len unless 8 bytes are there */
+        head_len = (Py_ssize_t)(word & 0xFFFFFF);
+        if ((word >> 24) != 0 || head_len > end - pos - 8)
+            goto slow;
+        cmd = json_command((PyTypeObject *)cls, langs, json_type, p + pos + 8, head_len,
+                           (Py_ssize_t)(end - pos - 8 - head_len));
+        if (cmd == NULL || PyList_Append(out, cmd) < 0) {
+            Py_XDECREF(cmd);
+            goto slow;
+        }
+        Py_DECREF(cmd);
+        pos = end;
+    }
+    result = Py_BuildValue("(NL)", out, pos);
+    PyBuffer_Release(&b);
+    return result;
+slow:
+    Py_XDECREF(out);
+    PyBuffer_Release(&b);
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError))
+        return NULL;
+    return fallback("decode_frames", args, nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------ pull bodies */
@@ -1907,6 +2023,7 @@ static PyMethodDef methods[] = {
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
+    TWIN(decode_frames, "tidemq.protocol.remoting"),
     TWIN(index_entries, "tidemq.node.store.index_file"),
     TWIN(append_records, "tidemq.node.store.commit_log"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),

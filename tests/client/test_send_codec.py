@@ -44,3 +44,15 @@ def test_values_outside_the_precomputed_range(st):
     ext = decode_frame(frame).ext
     assert (ext["queueId"], ext["flag"], ext["reconsumeTimes"], ext["bornTimestamp"]) == (
         "-1", "123456", "2000", "5")
+
+
+@pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_bare_props_equal_encoded_text(st):
+    """A bare message's wire properties come from its key alone, identical to encoding the
+    full text the producer would otherwise build."""
+    from tidemq.message import Message, uniq_keys
+    from tidemq.producer.producer import _properties_text
+
+    tmpl = SendHeaderTemplate("pg", "T", serialize_type=st)
+    for key in [uniq_keys.next() for _ in range(50)] + ["0" * 32, "F" * 32]:
+        assert tmpl.bare_props(key) == tmpl.encode_props(_properties_text(Message("T", b"x"), key))

@@ -44,6 +44,7 @@ def test_extension_built():
     assert send_codec.encode_batch_body is _mod.encode_batch_body
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert remoting.json_header_fields is _mod.json_header_fields
+    assert remoting.decode_frames is _mod.decode_frames
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
     assert dispatch.queue_units is _mod.queue_units
@@ -641,6 +642,69 @@ def test_json_header_fields(raw):
 ])
 def test_json_header_fields_edges(raw):
     _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
+
+
+# ------------------------------------------------------------------------------ whole frames
+
+@st.composite
+def frames_case(draw):
+    """Concatenated frames (usual JSON ones, odd JSON headers, ROCKETMQ ones), maybe cut short
+    or damaged, with a start position and a frame cap."""
+    parts = []
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(rarely(st.just(b""), st.binary(max_size=20)))
+        kind = draw(rarely(st.just("usual"), st.sampled_from(["odd", "binary"])))
+        if kind == "binary":
+            cmd = remoting.RemotingCommand.request(draw(st.integers(0, 400)), {"k": "vé"},
+                                                   body, serialize_type=1)
+            parts.append(remoting.encode_frame(cmd))
+            continue
+        header = (json.dumps({"code": draw(st.integers(-2**31, 2**31 - 1)),
+                              "language": draw(st.sampled_from(["JAVA", "PYTHON", "CPP"])),
+                              "version": 0, "opaque": draw(st.integers(0, 2**31 - 1)), "flag": 1,
+                              "extFields": draw(st.dictionaries(json_text, json_text, max_size=4))},
+                             separators=(",", ":")).encode()
+                  if kind == "usual" else draw(json_header()))
+        parts.append(struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body)
+    raw = bytearray(b"".join(parts))
+    if raw and draw(st.integers(0, 9)) == 0:  # damage
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    if raw and draw(st.integers(0, 4)) == 0:  # a frame not complete yet
+        del raw[draw(st.integers(0, len(raw) - 1)):]
+    pos = draw(rarely(st.just(0), st.integers(0, 6)))
+    cap = draw(rarely(st.just(remoting.MAX_FRAME_BYTES), st.integers(8, 64)))
+    return raw, pos, cap
+
+
+def _commands(result):
+    commands, pos = result
+    assert all(type(c) is remoting.RemotingCommand for c in commands)
+    return [tuple((type(v), v) for v in (getattr(c, s) for s in c.__slots__)) for c in commands], pos
+
+
+@needs_compiled
+@SETTINGS
+@given(frames_case(), st.sampled_from([bytes, bytearray, memoryview]))
+def test_decode_frames(case, kind):
+    raw, pos, cap = case
+    _both("decode_frames", kind(bytes(raw)), pos, cap, normalize=_commands)
+
+
+@needs_compiled
+def test_decode_frames_usual_reply_in_c():
+    """A SEND reply frame takes the compiled path (no twin registered: it would fail)."""
+    cmd = remoting.RemotingCommand(0, opaque=9, flag=1, ext={"msgId": "AB", "queueOffset": "7"})
+    frame = remoting.encode_frame(cmd)
+    _register_fallbacks()
+    twin = accel.PURE["decode_frames"]
+    try:
+        _mod.set_fallback("decode_frames", None)
+        commands, pos = _mod.decode_frames(frame * 2 + frame[:5], 0, remoting.MAX_FRAME_BYTES)
+    finally:
+        _mod.set_fallback("decode_frames", twin)
+    assert pos == 2 * len(frame)
+    assert [(c.code, c.opaque, c.ext, c.body, c.language) for c in commands] == [
+        (0, 9, cmd.ext, b"", cmd.language)] * 2
 
 
 # ------------------------------------------------------------------------------ pull bodies
