@@ -260,9 +260,9 @@ class _SendOp:
         self.addr = self.waiting_on = addr = conn.addr
         opaque = conn.next_opaque()
         p._stalls.sent(addr)
-        head = self.tmpl.frame_head(opaque, mq.queue_id, self.sys_flag, int(time.time() * 1000),
-                                    self.flag, self.props_wire, len(self.body))
-        conn.request_until(opaque, head, self.body, reply_by, self.on_reply)
+        head = self.tmpl.head(opaque, mq.queue_id, self.sys_flag, int(time.time() * 1000),
+                              self.flag, self.props_wire, len(self.body))
+        conn.request_until(opaque, head, self.body, reply_by, self)
 
     def on_reply(self, cmd: RemotingCommand | None, exc: errors.TideMQError | None) -> None:
         p = self.p
@@ -293,6 +293,8 @@ class _SendOp:
             p._instance.spawn(self._attempt_slow(exc), name="send-retry")
             return
         self._finish_exc(exc)
+
+    __call__ = on_reply  # the connection's reply callback is the op itself (no bound method)
 
     def _finish_exc(self, exc: BaseException) -> None:
         self.p._inflight -= 1

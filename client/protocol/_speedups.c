@@ -698,6 +698,97 @@ encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     return out;
 }
 
+/* ------------------------------------------------------------------ send frame heads */
+
+/* json_send_head(fmt, opaque, queue_id, sys_flag, born_ms, flag, props, body_len
+   [, reconsume_times, frame_flag]): the twin of tidemq.producer.send_codec.json_send_head.
+   fmt's directives are %d, %b and %%, filled in the twin's order (opaque, frame_flag, queue_id,
+   sys_flag, born_ms, flag, reconsume_times as ints within int64, props as bytes); any other
+   directive, count or type, a total outside int32, or keywords: the twin. */
+static PyObject *
+json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* the twin's %-tuple order, as indexes into args */
+    static const int order[8] = {1, 9, 2, 3, 4, 5, 8, 6};
+    PyObject *vals[8], *out;
+    long long ints[8], body_len, length;
+    char digits[8][24];
+    int ndig[8] = {0};
+    const char *fmt, *end;
+    Py_ssize_t fmt_len, hlen = 0, props_len = 0;
+    int next = 0;
+    unsigned char *w;
+
+    if (kwnames != NULL || (nargs != 8 && nargs != 10) || !PyBytes_CheckExact(args[0])
+            || as_i64(args[7], I32_MIN, I32_MAX, &body_len) < 0)
+        return fallback("json_send_head", args, nargs, kwnames);
+    for (int k = 0; k < 8; k++) {
+        int at = order[k];
+        vals[k] = at < nargs ? args[at] : NULL;  /* reconsume_times, frame_flag default 0 */
+        if (vals[k] == NULL) {
+            ints[k] = 0;
+            continue;
+        }
+        if (k != 7 && as_i64(vals[k], I64_MIN, I64_MAX, &ints[k]) < 0)
+            return fallback("json_send_head", args, nargs, kwnames);
+    }
+    if (!PyBytes_CheckExact(args[6]))
+        return fallback("json_send_head", args, nargs, kwnames);
+    fmt = PyBytes_AS_STRING(args[0]);
+    fmt_len = PyBytes_GET_SIZE(args[0]);
+    end = fmt + fmt_len;
+    /* pass 1: check the directives and size the header */
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            hlen++;
+            continue;
+        }
+        if (++q >= end)
+            return fallback("json_send_head", args, nargs, kwnames);
+        if (*q == '%') {
+            hlen++;
+        } else if (*q == 'd' && next < 7) {
+            ndig[next] = snprintf(digits[next], sizeof digits[next], "%lld", ints[next]);
+            hlen += ndig[next++];
+        } else if (*q == 'b' && next == 7) {
+            props_len = PyBytes_GET_SIZE(args[6]);
+            hlen += props_len;
+            next++;
+        } else {
+            return fallback("json_send_head", args, nargs, kwnames);
+        }
+    }
+    length = 4 + (long long)hlen + body_len;
+    if (next != 8 || length < I32_MIN || length > I32_MAX || (long long)hlen > 0xFFFFFFFFLL)
+        return fallback("json_send_head", args, nargs, kwnames);
+    out = PyBytes_FromStringAndSize(NULL, 8 + hlen);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    put32(w, (uint32_t)length);
+    put32(w + 4, (uint32_t)hlen);
+    w += 8;
+    next = 0;
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            *w++ = (unsigned char)*q;
+            continue;
+        }
+        q++;
+        if (*q == '%') {
+            *w++ = '%';
+        } else if (*q == 'd') {
+            memcpy(w, digits[next], (size_t)ndig[next]);
+            w += ndig[next++];
+        } else {
+            memcpy(w, PyBytes_AS_STRING(args[6]), (size_t)props_len);
+            w += props_len;
+            next++;
+        }
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ remoting headers */
 
 static PyObject *
@@ -2021,6 +2112,7 @@ static PyMethodDef methods[] = {
     TWIN(prop_fields, "tidemq.protocol.record"),
     TWIN(decode_batch, "tidemq.node.processors.send"),
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
+    TWIN(json_send_head, "tidemq.producer.send_codec"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
     TWIN(decode_frames, "tidemq.protocol.remoting"),

@@ -42,6 +42,7 @@ def test_extension_built():
     assert send.decode_batch is _mod.decode_batch
     assert send.offset_msg_ids is _mod.offset_msg_ids
     assert send_codec.encode_batch_body is _mod.encode_batch_body
+    assert send_codec.json_send_head is _mod.json_send_head
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert remoting.json_header_fields is _mod.json_header_fields
     assert remoting.decode_frames is _mod.decode_frames
@@ -642,6 +643,46 @@ def test_json_header_fields(raw):
 ])
 def test_json_header_fields_edges(raw):
     _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
+
+
+# ------------------------------------------------------------------------------ send frame heads
+
+@st.composite
+def send_head_case(draw):
+    """A send template's format (odd group/topic text included) or a random one, and frame_head
+    arguments: usually in range, sometimes huge, negative, of another type, or as keywords."""
+    if draw(rarely(st.just(True), st.just(False))):
+        name = st.text(st.sampled_from("a%d\"\\\u00e9b"), min_size=1, max_size=6)
+        fmt = send_codec.SendHeaderTemplate(draw(name), draw(name), v2=draw(st.booleans()),
+                                            batch=draw(st.booleans()))._json_fmt
+    else:
+        fmt = draw(st.binary(max_size=12)).replace(b"%", b"") + b"%d" * draw(st.integers(5, 8)) + \
+            draw(st.sampled_from([b"%b", b"%s", b"%%", b"%", b""]))
+    small = st.integers(-2**31, 2**31 - 1)
+    number = rarely(small, st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.just("1")))
+    args = [fmt, draw(number), draw(number), draw(number), draw(number), draw(number),
+            draw(rarely(st.binary(max_size=40), st.sampled_from(["text", bytearray(b"x")]))),
+            draw(rarely(st.integers(0, 2**24), st.integers(-2**32, 2**32)))]
+    if draw(st.booleans()):
+        args += [draw(number), draw(number)]
+    return args
+
+
+@needs_compiled
+@SETTINGS
+@given(send_head_case())
+def test_json_send_head(args):
+    _both("json_send_head", *args)
+
+
+@needs_compiled
+def test_json_send_head_keywords_and_template():
+    tmpl = send_codec.SendHeaderTemplate("pg", "T%1")
+    props = tmpl.bare_props("AB" * 16)
+    _both("json_send_head", tmpl._json_fmt, 1, 2, 3, 1700000000000, 0, props, 1024)
+    _register_fallbacks()
+    assert _mod.json_send_head(tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, frame_flag=2) == \
+        accel.PURE["json_send_head"](tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, 0, 2)
 
 
 # ------------------------------------------------------------------------------ whole frames
