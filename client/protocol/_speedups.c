@@ -1696,6 +1696,43 @@ jliteral(jcur *c, const char *word)
     return 0;
 }
 
+/* extFields keys repeat on every frame (a send has the same dozen): the first KEY_CACHE distinct
+   short printable-ASCII keys are kept, interned, and handed out again, which saves a decode, an
+   allocation and a hash per key. Other keys are decoded as any string. */
+#define KEY_CACHE 64
+#define KEY_CACHE_MAX_LEN 40
+static PyObject *key_cache[KEY_CACHE];
+static int key_cache_n;
+
+static PyObject *
+jkey(jcur *c)
+{
+    const unsigned char *start = c->p + 1, *q = start;
+    Py_ssize_t n;
+    PyObject *s;
+    while (q < c->end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x7F)
+        q++;
+    n = q - start;
+    if (q >= c->end || *q != '"' || n > KEY_CACHE_MAX_LEN)
+        return jstring(c);
+    for (int k = 0; k < key_cache_n; k++) {
+        s = key_cache[k];
+        if (PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), start, (size_t)n) == 0) {
+            c->p = q + 1;
+            return Py_NewRef(s);
+        }
+    }
+    s = PyUnicode_FromStringAndSize((const char *)start, n);
+    if (s == NULL)
+        return NULL;
+    c->p = q + 1;
+    if (key_cache_n < KEY_CACHE) {
+        PyUnicode_InternInPlace(&s);
+        key_cache[key_cache_n++] = Py_NewRef(s);
+    }
+    return s;
+}
+
 /* extFields' object of string values: new dict, or NULL (error set only for real failures). */
 static PyObject *
 jext(jcur *c)
@@ -1712,7 +1749,7 @@ jext(jcur *c)
     for (;;) {
         PyObject *k, *v;
         jws(c);
-        if (c->p >= c->end || *c->p != '"' || (k = jstring(c)) == NULL)
+        if (c->p >= c->end || *c->p != '"' || (k = jkey(c)) == NULL)
             goto fail;
         jws(c);
         if (c->p >= c->end || *c->p++ != ':') {
