@@ -548,8 +548,17 @@ class Producer(AsyncLifecycle):
 
     def _prepare(self, msg: Message) -> _SendOp:
         cfg = self.config
-        msg.check(cfg.max_message_bytes)
-        tmpl = self._template(msg.topic, False)
+        topic, body = msg.topic, msg.body
+        wire_body: bytes = body  # type: ignore[assignment]  # bytes once the check below passed
+        # A single-send template exists only for a topic that passed check_topic: the usual
+        # message then needs only its content checks, inline; anything else gets all of them.
+        tmpl = self._templates.get((topic, False))
+        if (tmpl is None or body.__class__ is not bytes
+                or not 0 < len(body) <= cfg.max_message_bytes
+                or msg.delay_level.__class__ is not int or msg.delay_level < 0):
+            msg.check(cfg.max_message_bytes)
+            tmpl = self._template(topic, False)
+            wire_body = bytes(body)
         props = msg.properties
         uniq = props.get(PROP_UNIQ_KEY) if props else None
         if uniq is None and not (props or msg.tags or msg.keys or msg.delay_level):
@@ -558,12 +567,12 @@ class Producer(AsyncLifecycle):
         else:
             uniq = uniq or uniq_keys.next()
             wire = tmpl.encode_props(_properties_text(msg, uniq))
-        body = msg.body if msg.body.__class__ is bytes else bytes(msg.body)
-        if len(body) > cfg.compress_threshold_bytes:
-            body, sys_flag = compress_body(body, cfg.compress_threshold_bytes, cfg.compress_level)
+        if len(wire_body) > cfg.compress_threshold_bytes:
+            wire_body, sys_flag = compress_body(wire_body, cfg.compress_threshold_bytes,
+                                                cfg.compress_level)
         else:
             sys_flag = 0
-        return _SendOp(self, msg.topic, body, sys_flag, msg.flag, wire, uniq, tmpl)
+        return _SendOp(self, topic, wire_body, sys_flag, msg.flag, wire, uniq, tmpl)
 
     def _prepare_batch(self, msgs: Iterable[Message]) -> _SendOp:
         msgs = list(msgs)
