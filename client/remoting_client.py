@@ -354,7 +354,7 @@ class RemotingClient:
     # ------------------------------------------------------------------ connections
     def connection_nowait(self, addr: str) -> RemotingConnection | None:
         conn = self._conns.get(addr)
-        return conn if conn is not None and not conn.closed else None
+        return conn if conn is not None and not conn._closed else None
 
     async def connect(self, addr: str) -> RemotingConnection:
         conn = self._conns.get(addr)
