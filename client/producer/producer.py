@@ -175,10 +175,6 @@ SendTarget = asyncio.Future[SendResult] | SendCallback
 Selector = Callable[[TopicPublishInfo], MessageQueue]  # picks a send's queue
 
 
-def _no_target(result: SendResult | None, exc: BaseException | None) -> None:
-    """The target of a oneway send's op: nothing waits for it."""
-
-
 class _SendOp:
     """One send: its message encoded once for all attempts (rule 1), and its retries.
     Completion resolves `fut` (a Future, or a callback(result, exc)) exactly once."""
@@ -186,17 +182,18 @@ class _SendOp:
     __slots__ = ("p", "topic", "body", "sys_flag", "flag", "props_wire", "uniq_key", "tmpl",
                  "fut", "deadline", "retries_left", "prefer_broker", "select", "mq", "addr",
                  "maybe_stored", "waiting_on")
+    # set by Producer._start, before any attempt
+    fut: SendTarget
+    deadline: float
+    retries_left: int
+    select: Selector | None  # None = round robin; else info -> MessageQueue
 
     def __init__(self, producer: Producer, topic: str, body: bytes, sys_flag: int, flag: int,
                  props_wire: bytes, uniq_key: str, tmpl: SendHeaderTemplate) -> None:
         self.p = producer
         self.topic, self.body, self.sys_flag, self.flag = topic, body, sys_flag, flag
         self.props_wire, self.uniq_key, self.tmpl = props_wire, uniq_key, tmpl
-        self.fut: SendTarget = _no_target  # set by Producer._start
-        self.deadline = 0.0
-        self.retries_left = 0
         self.prefer_broker: str | None = None
-        self.select: Selector | None = None  # None = round robin; else info -> MessageQueue
         self.mq: MessageQueue | None = None
         self.addr: str | None = None
         self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
