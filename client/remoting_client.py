@@ -1,8 +1,8 @@
 """asyncio transport for the SDK: one connection per broker address, replies matched by opaque.
 
 A `RemotingConnection` is an asyncio Protocol. asyncio's event loop is its reader: every chunk
-goes through the pure `FrameDecoder`, replies complete the waiting request, and requests from the
-broker (40 NOTIFY_CONSUMER_IDS_CHANGED, 39 CHECK_TRANSACTION_STATE; 220 RESET later) go
+goes through the sans-I/O `FrameDecoder`, replies complete the waiting request, and requests
+from the broker (40 NOTIFY_CONSUMER_IDS_CHANGED, 39 CHECK_TRANSACTION_STATE; 220 RESET later) go
 to handlers registered by request code on the owning `RemotingClient`.
 
 Rules:
