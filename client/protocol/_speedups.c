@@ -1698,38 +1698,76 @@ jliteral(jcur *c, const char *word)
 
 /* extFields keys repeat on every frame (a send has the same dozen): the first KEY_CACHE distinct
    short printable-ASCII keys are kept, interned, and handed out again, which saves a decode, an
-   allocation and a hash per key. Other keys are decoded as any string. */
+   allocation and a hash per key. Most values repeat too (a producer's group, topic, flags; a
+   broker's region): under each cached key the last short printable-ASCII value is kept and
+   handed out again when the next one has the same bytes. Other text is decoded as any string. */
 #define KEY_CACHE 64
 #define KEY_CACHE_MAX_LEN 40
+#define VALUE_CACHE_MAX_LEN 64
 static PyObject *key_cache[KEY_CACHE];
+static PyObject *key_last_value[KEY_CACHE];
 static int key_cache_n;
 
-static PyObject *
-jkey(jcur *c)
+/* The length of the plain (unescaped printable-ASCII) string at c->p, or -1 if it is not. */
+static Py_ssize_t
+jplain(const jcur *c)
 {
     const unsigned char *start = c->p + 1, *q = start;
-    Py_ssize_t n;
-    PyObject *s;
     while (q < c->end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x7F)
         q++;
-    n = q - start;
-    if (q >= c->end || *q != '"' || n > KEY_CACHE_MAX_LEN)
+    return q < c->end && *q == '"' ? q - start : -1;
+}
+
+/* A key: new reference (NULL: jstring's verdict); *slot = its cache index or -1. */
+static PyObject *
+jkey(jcur *c, int *slot)
+{
+    Py_ssize_t n = jplain(c);
+    const unsigned char *start = c->p + 1;
+    PyObject *s;
+    *slot = -1;
+    if (n < 0 || n > KEY_CACHE_MAX_LEN)
         return jstring(c);
     for (int k = 0; k < key_cache_n; k++) {
         s = key_cache[k];
         if (PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), start, (size_t)n) == 0) {
-            c->p = q + 1;
+            c->p = start + n + 1;
+            *slot = k;
             return Py_NewRef(s);
         }
     }
     s = PyUnicode_FromStringAndSize((const char *)start, n);
     if (s == NULL)
         return NULL;
-    c->p = q + 1;
+    c->p = start + n + 1;
     if (key_cache_n < KEY_CACHE) {
         PyUnicode_InternInPlace(&s);
+        *slot = key_cache_n;
         key_cache[key_cache_n++] = Py_NewRef(s);
     }
+    return s;
+}
+
+/* The value under cached key `slot`: the last one again when the bytes are the same. */
+static PyObject *
+jvalue(jcur *c, int slot)
+{
+    Py_ssize_t n = jplain(c);
+    const unsigned char *start = c->p + 1;
+    PyObject *s, *last;
+    if (slot < 0 || n < 0 || n > VALUE_CACHE_MAX_LEN)
+        return jstring(c);
+    last = key_last_value[slot];
+    if (last != NULL && PyUnicode_GET_LENGTH(last) == n
+            && memcmp(PyUnicode_DATA(last), start, (size_t)n) == 0) {
+        c->p = start + n + 1;
+        return Py_NewRef(last);
+    }
+    s = PyUnicode_FromStringAndSize((const char *)start, n);
+    if (s == NULL)
+        return NULL;
+    c->p = start + n + 1;
+    Py_XSETREF(key_last_value[slot], Py_NewRef(s));
     return s;
 }
 
@@ -1748,8 +1786,9 @@ jext(jcur *c)
     }
     for (;;) {
         PyObject *k, *v;
+        int slot;
         jws(c);
-        if (c->p >= c->end || *c->p != '"' || (k = jkey(c)) == NULL)
+        if (c->p >= c->end || *c->p != '"' || (k = jkey(c, &slot)) == NULL)
             goto fail;
         jws(c);
         if (c->p >= c->end || *c->p++ != ':') {
@@ -1757,7 +1796,7 @@ jext(jcur *c)
             goto fail;
         }
         jws(c);
-        if (c->p >= c->end || *c->p != '"' || (v = jstring(c)) == NULL) {
+        if (c->p >= c->end || *c->p != '"' || (v = jvalue(c, slot)) == NULL) {
             Py_DECREF(k);
             goto fail;
         }

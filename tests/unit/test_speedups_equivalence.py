@@ -732,6 +732,18 @@ def test_decode_frames(case, kind):
 
 
 @needs_compiled
+def test_decode_frames_repeated_and_changing_ext_values():
+    """The compiled decoder reuses a key's last value when the bytes repeat: a changed, escaped,
+    non-ASCII or long value under the same key still decodes as the twin decodes it."""
+    values = ["v1", "v1", "v2", "\u00e9", 'a"b', "v1", "x" * 65, "x" * 65, "", "v1", "tab\there"]
+    frames = b"".join(remoting.encode_frame(remoting.RemotingCommand(
+        0, opaque=i, flag=1, ext={"rk": v, "rk2": "same", f"k{i}": v})) for i, v in enumerate(values))
+    for _ in range(2):
+        got = _both("decode_frames", frames, 0, remoting.MAX_FRAME_BYTES, normalize=_commands)
+        assert [c[6][1]["rk"] for c in got[1][0]] == values
+
+
+@needs_compiled
 def test_decode_frames_usual_reply_in_c():
     """A SEND reply frame takes the compiled path (no twin registered: it would fail)."""
     cmd = remoting.RemotingCommand(0, opaque=9, flag=1, ext={"msgId": "AB", "queueOffset": "7"})
