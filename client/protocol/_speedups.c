@@ -1718,29 +1718,40 @@ jplain(const jcur *c)
     return q < c->end && *q == '"' ? q - start : -1;
 }
 
+/* Whether `s` (a cached printable-ASCII str, or NULL) has exactly the n bytes at start. */
+static inline int
+same_text(PyObject *s, const unsigned char *start, Py_ssize_t n)
+{
+    return s != NULL && PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), start, (size_t)n) == 0;
+}
+
+/* The plain string of n bytes at c->p, the cursor moved past it: new reference or NULL. */
+static PyObject *
+jtake(jcur *c, Py_ssize_t n)
+{
+    PyObject *s = PyUnicode_FromStringAndSize((const char *)c->p + 1, n);
+    if (s != NULL)
+        c->p += n + 2;
+    return s;
+}
+
 /* A key: new reference (NULL: jstring's verdict); *slot = its cache index or -1. */
 static PyObject *
 jkey(jcur *c, int *slot)
 {
     Py_ssize_t n = jplain(c);
-    const unsigned char *start = c->p + 1;
     PyObject *s;
     *slot = -1;
     if (n < 0 || n > KEY_CACHE_MAX_LEN)
         return jstring(c);
     for (int k = 0; k < key_cache_n; k++) {
-        s = key_cache[k];
-        if (PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), start, (size_t)n) == 0) {
-            c->p = start + n + 1;
+        if (same_text(key_cache[k], c->p + 1, n)) {
+            c->p += n + 2;
             *slot = k;
-            return Py_NewRef(s);
+            return Py_NewRef(key_cache[k]);
         }
     }
-    s = PyUnicode_FromStringAndSize((const char *)start, n);
-    if (s == NULL)
-        return NULL;
-    c->p = start + n + 1;
-    if (key_cache_n < KEY_CACHE) {
+    if ((s = jtake(c, n)) != NULL && key_cache_n < KEY_CACHE) {
         PyUnicode_InternInPlace(&s);
         *slot = key_cache_n;
         key_cache[key_cache_n++] = Py_NewRef(s);
@@ -1753,21 +1764,15 @@ static PyObject *
 jvalue(jcur *c, int slot)
 {
     Py_ssize_t n = jplain(c);
-    const unsigned char *start = c->p + 1;
-    PyObject *s, *last;
+    PyObject *s;
     if (slot < 0 || n < 0 || n > VALUE_CACHE_MAX_LEN)
         return jstring(c);
-    last = key_last_value[slot];
-    if (last != NULL && PyUnicode_GET_LENGTH(last) == n
-            && memcmp(PyUnicode_DATA(last), start, (size_t)n) == 0) {
-        c->p = start + n + 1;
-        return Py_NewRef(last);
+    if (same_text(key_last_value[slot], c->p + 1, n)) {
+        c->p += n + 2;
+        return Py_NewRef(key_last_value[slot]);
     }
-    s = PyUnicode_FromStringAndSize((const char *)start, n);
-    if (s == NULL)
-        return NULL;
-    c->p = start + n + 1;
-    Py_XSETREF(key_last_value[slot], Py_NewRef(s));
+    if ((s = jtake(c, n)) != NULL)
+        Py_XSETREF(key_last_value[slot], Py_NewRef(s));
     return s;
 }
 
