@@ -175,20 +175,25 @@ class UniqKeyGenerator:
         self.prefix = (ip_raw + struct.pack(">HI", pid & 0xFFFF, salt & 0xFFFFFFFF)).hex().upper()
         self._counter = itertools.count(random.getrandbits(16))
         self._month_start_ms, self._next_month_ms = _month_bounds_ms(time.time() * 1000)
+        self._head_ms = -1  # the ms whose key head `_head` is
+        self._head = ""
 
     def next(self, now_ms: int | None = None) -> str:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        head = self._head if now_ms == self._head_ms else self._head_at(now_ms)
+        return "%s%04X" % (head, next(self._counter) & 0xFFFF)
+
+    def _head_at(self, now_ms: int) -> str:
+        """prefix + the ms in the month: the same for every key made in that ms (cached)."""
         if now_ms >= self._next_month_ms:
             self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
-        return "%s%08X%04X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF,
-                               next(self._counter) & 0xFFFF)
+        self._head = "%s%08X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF)
+        self._head_ms = now_ms
+        return self._head
 
     def next_many(self, count: int) -> list[str]:
         """`count` keys made at one instant (a batch): one clock read for all of them."""
-        now_ms = int(time.time() * 1000)
-        if now_ms >= self._next_month_ms:
-            self._month_start_ms, self._next_month_ms = _month_bounds_ms(now_ms)
-        head = "%s%08X" % (self.prefix, (now_ms - self._month_start_ms) & 0xFFFFFFFF)
+        head = self._head_at(int(time.time() * 1000))
         counter = self._counter
         return ["%s%04X" % (head, next(counter) & 0xFFFF) for _ in range(count)]
 

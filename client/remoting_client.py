@@ -1,8 +1,8 @@
 """asyncio transport for the SDK: one connection per broker address, replies matched by opaque.
 
 A `RemotingConnection` is an asyncio Protocol. asyncio's event loop is its reader: every chunk
-goes through the pure `FrameDecoder`, replies complete the waiting request, and requests from the
-broker (40 NOTIFY_CONSUMER_IDS_CHANGED, 39 CHECK_TRANSACTION_STATE; 220 RESET later) go
+goes through the sans-I/O `FrameDecoder`, replies complete the waiting request, and requests
+from the broker (40 NOTIFY_CONSUMER_IDS_CHANGED, 39 CHECK_TRANSACTION_STATE; 220 RESET later) go
 to handlers registered by request code on the owning `RemotingClient`.
 
 Rules:
@@ -152,6 +152,11 @@ class RemotingConnection(asyncio.Protocol):
                     target: ReplyTarget) -> None:
         """Low-level: write a pre-encoded frame (head from encode_frame_head or a template, then
         body) and register `target` (Future or cb(response, exc)) under `opaque`."""
+        self.request_until(opaque, head, body, self._loop.time() + timeout_s, target)
+
+    def request_until(self, opaque: int, head: bytes, body: bytes, deadline: float,
+                      target: ReplyTarget) -> None:
+        """request_raw with the reply's deadline in the loop's time (no clock read here)."""
         if self._closed:
             exc = self._close_exc or errors.ConnectionError(f"connection to {self.addr} is closed",
                                                             addr=self.addr, written=False)
@@ -160,7 +165,7 @@ class RemotingConnection(asyncio.Protocol):
             else:
                 target(None, exc)
             return
-        self._pending[opaque] = (target, self._loop.time() + timeout_s)
+        self._pending[opaque] = (target, deadline)
         if self._sweep_handle is None:
             self._sweep_handle = self._loop.call_later(self._sweep_interval_s, self._sweep)
         if self._credentials is not None:
@@ -349,7 +354,7 @@ class RemotingClient:
     # ------------------------------------------------------------------ connections
     def connection_nowait(self, addr: str) -> RemotingConnection | None:
         conn = self._conns.get(addr)
-        return conn if conn is not None and not conn.closed else None
+        return conn if conn is not None and not conn._closed else None
 
     async def connect(self, addr: str) -> RemotingConnection:
         conn = self._conns.get(addr)

@@ -79,21 +79,55 @@ _STATUS_BY_CODE = {s.value: s for s in SendStatus}
 
 
 class SendResult:
-    """`msg_id` is the UNIQ_KEY (comma-joined for a batch); `offset_msg_id` the broker's id."""
+    """`msg_id` is the UNIQ_KEY (comma-joined for a batch); `offset_msg_id` the broker's id.
+    A result made from a broker reply decodes its other fields on first access."""
 
-    __slots__ = ("status", "msg_id", "offset_msg_id", "queue", "queue_offset", "region_id",
-                 "transaction_id")
+    __slots__ = ("status", "msg_id", "_mq", "_ext", "_fields")
 
     def __init__(self, status: SendStatus, msg_id: str, offset_msg_id: str | None,
                  queue: MessageQueue | None, queue_offset: int, region_id: str | None = None,
                  transaction_id: str | None = None) -> None:
         self.status = status
         self.msg_id = msg_id
-        self.offset_msg_id = offset_msg_id
-        self.queue = queue
-        self.queue_offset = queue_offset
-        self.region_id = region_id
-        self.transaction_id = transaction_id
+        self._mq = queue
+        self._ext: dict[str, str] | None = None
+        self._fields: _ReplyFields | None = (offset_msg_id, queue, queue_offset, region_id,
+                                             transaction_id)
+
+    @classmethod
+    def from_reply(cls, status: SendStatus, msg_id: str, mq: MessageQueue | None,
+                   ext: dict[str, str]) -> SendResult:
+        """The result of a SEND reply whose header fields are `ext`, decoded when first read."""
+        result = cls.__new__(cls)
+        result.status, result.msg_id, result._mq, result._ext, result._fields = (
+            status, msg_id, mq, ext, None)
+        return result
+
+    def _decoded(self) -> _ReplyFields:
+        fields = self._fields
+        if fields is None:
+            fields = self._fields = _reply_fields(self._ext or {}, self._mq)
+        return fields
+
+    @property
+    def offset_msg_id(self) -> str | None:
+        return self._decoded()[0]
+
+    @property
+    def queue(self) -> MessageQueue | None:
+        return self._decoded()[1]
+
+    @property
+    def queue_offset(self) -> int:
+        return self._decoded()[2]
+
+    @property
+    def region_id(self) -> str | None:
+        return self._decoded()[3]
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self._decoded()[4]
 
     @property
     def ok(self) -> bool:
@@ -109,15 +143,30 @@ class SendResult:
                 f"queue_offset={self.queue_offset})")
 
 
-class _Prepared:
-    """A message encoded once for all its attempts (rule 1)."""
+# offset_msg_id, queue, queue_offset, region_id, transaction_id
+_ReplyFields = tuple[str | None, MessageQueue | None, int, str | None, str | None]
 
-    __slots__ = ("topic", "body", "sys_flag", "flag", "props_wire", "uniq_key", "batch")
 
-    def __init__(self, topic: str, body: bytes, sys_flag: int, flag: int, props_wire: bytes,
-                 uniq_key: str, batch: bool) -> None:
-        self.topic, self.body, self.sys_flag, self.flag = topic, body, sys_flag, flag
-        self.props_wire, self.uniq_key, self.batch = props_wire, uniq_key, batch
+def _reply_fields(ext: dict[str, str], mq: MessageQueue | None) -> _ReplyFields:
+    try:
+        queue_offset = int(ext.get("queueOffset", -1))
+    except ValueError:
+        queue_offset = -1
+    return (ext.get("msgId"), _reply_queue(ext, mq), queue_offset, ext.get("MSG_REGION"),
+            ext.get("transactionId"))
+
+
+def _reply_queue(ext: dict[str, str], mq: MessageQueue | None) -> MessageQueue | None:
+    """The queue the broker names (rule 7): a retry answered from the duplicate window
+    names the original's queue, which may not be the one this attempt asked for."""
+    text = ext.get("queueId")
+    if mq is None or text is None:
+        return mq
+    try:
+        qid = int(text)
+    except ValueError:
+        return mq
+    return mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
 
 
 # A send's completion: its Future, or the user's callback(result, exc) (send_callback).
@@ -127,31 +176,36 @@ Selector = Callable[[TopicPublishInfo], MessageQueue]  # picks a send's queue
 
 
 class _SendOp:
-    """One send with its retries. Completion resolves `fut` (a Future, or a callback(result,
-    exc)) exactly once."""
+    """One send: its message encoded once for all attempts (rule 1), and its retries.
+    Completion resolves `fut` (a Future, or a callback(result, exc)) exactly once."""
 
-    __slots__ = ("p", "prep", "fut", "deadline", "retries_left", "prefer_broker", "select",
-                 "mq", "addr", "maybe_stored", "waiting_on")
+    __slots__ = ("p", "topic", "body", "sys_flag", "flag", "props_wire", "uniq_key", "tmpl",
+                 "fut", "deadline", "retries_left", "prefer_broker", "select", "mq", "addr",
+                 "maybe_stored", "waiting_on")
+    # set by Producer._start, before any attempt
+    fut: SendTarget
+    deadline: float
+    retries_left: int
+    select: Selector | None  # None = round robin; else info -> MessageQueue
 
-    def __init__(self, producer: Producer, prep: _Prepared, fut: SendTarget, deadline: float,
-                 retries: int, select: Selector | None) -> None:
+    def __init__(self, producer: Producer, topic: str, body: bytes, sys_flag: int, flag: int,
+                 props_wire: bytes, uniq_key: str, tmpl: SendHeaderTemplate) -> None:
         self.p = producer
-        self.prep = prep
-        self.fut = fut
-        self.deadline = deadline
-        self.retries_left = retries
+        self.topic, self.body, self.sys_flag, self.flag = topic, body, sys_flag, flag
+        self.props_wire, self.uniq_key, self.tmpl = props_wire, uniq_key, tmpl
         self.prefer_broker: str | None = None
-        self.select = select  # None = round robin; else info -> MessageQueue
         self.mq: MessageQueue | None = None
         self.addr: str | None = None
         self.maybe_stored = False  # an earlier attempt may have been stored (rule 3)
         # the address of the attempt written and not yet ended (rule 6)
         self.waiting_on: str | None = None
 
-    def attempt_fast(self) -> None:
+    def attempt_fast(self, now: float) -> None:
         p = self.p
-        info = p._instance.routes.publish_info_nowait(self.prep.topic)
+        info = p._instance.routes.publish_info_nowait(self.topic)
         if info is not None and info.queues:
+            if p._noted.get(self.topic) is not info:
+                p._note_brokers(self.topic, info)
             try:
                 mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
             except errors.TideMQError as err:  # a user selector's bad answer
@@ -160,7 +214,7 @@ class _SendOp:
             addr = info.master_addrs.get(mq.broker_name)
             conn = p._instance.remoting.connection_nowait(addr) if addr else None
             if conn is not None:
-                self._write(conn, mq)
+                self._write(conn, mq, now)
                 return
         p._instance.spawn(self._attempt_slow(None), name="send-slow")
 
@@ -169,10 +223,11 @@ class _SendOp:
         try:
             if exc is not None:
                 if exc.refresh_route or isinstance(exc, errors.RequestTimeout):
-                    await p._instance.routes.refresh(self.prep.topic)
+                    await p._instance.routes.refresh(self.topic)
                 elif isinstance(exc, (errors.SystemBusy, errors.FlowControl)):
                     await asyncio.sleep(p.config.retry_backoff_s)
-            info = await p._instance.routes.publish_info(self.prep.topic)
+            info = await p._instance.routes.publish_info(self.topic)
+            p._note_brokers(self.topic, info)
             mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
             addr = info.master_addrs.get(mq.broker_name)
             if addr is None:
@@ -187,41 +242,36 @@ class _SendOp:
         except BaseException as err:
             self._finish_exc(err)
             raise
-        self._write(conn, mq)
+        self._write(conn, mq, p._loop.time())
 
-    def _write(self, conn: RemotingConnection, mq: MessageQueue) -> None:
+    def _write(self, conn: RemotingConnection, mq: MessageQueue, now: float) -> None:
         p = self.p
-        timeout_s = min(self.deadline - p._loop.time(), p.config.request_timeout_s)
-        if timeout_s <= 0:
-            self._finish_exc(errors.RequestTimeout(f"send to {self.prep.topic!r} ran out of time"))
+        deadline = self.deadline
+        if deadline <= now:
+            self._finish_exc(errors.RequestTimeout(f"send to {self.topic!r} ran out of time"))
             return
-        prep = self.prep
+        reply_by = now + p._request_timeout_s  # one attempt waits at most this long (rule 2)
+        if reply_by > deadline:
+            reply_by = deadline
         self.mq = mq
-        self.addr = conn.addr
+        self.addr = self.waiting_on = addr = conn.addr
         opaque = conn.next_opaque()
-        self.waiting_on = conn.addr
-        p._stalls.sent(conn.addr)
-        head = p._template(prep.topic, prep.batch).frame_head(
-            opaque, mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag, prep.props_wire,
-            len(prep.body))
-        conn.request_raw(opaque, head, prep.body, timeout_s, self.on_reply)
+        p._stalls.sent(addr)
+        head = self.tmpl.head(opaque, mq.queue_id, self.sys_flag, int(time.time() * 1000),
+                              self.flag, self.props_wire, len(self.body))
+        conn.request_until(opaque, head, self.body, reply_by, self)
 
     def on_reply(self, cmd: RemotingCommand | None, exc: errors.TideMQError | None) -> None:
+        p = self.p
         if self.waiting_on is not None:
-            self.p._stalls.ended(self.waiting_on, cmd is not None)
+            p._stalls.ended(self.waiting_on, cmd is not None)
             self.waiting_on = None
         if exc is None:  # then cmd is the reply
             status = _STATUS_BY_CODE.get(cmd.code)  # type: ignore[union-attr]
             if status is not None:
-                ext = cmd.ext  # type: ignore[union-attr]
-                try:
-                    queue_offset = int(ext.get("queueOffset", -1))
-                except ValueError:
-                    queue_offset = -1
-                result = SendResult(status, self.prep.uniq_key, ext.get("msgId"),
-                                    self._reply_queue(ext), queue_offset, ext.get("MSG_REGION"),
-                                    ext.get("transactionId"))
-                self.p._inflight -= 1
+                result = SendResult.from_reply(status, self.uniq_key, self.mq,
+                                               cmd.ext)  # type: ignore[union-attr]
+                p._inflight -= 1
                 fut = self.fut
                 if fut.__class__ is asyncio.Future:
                     if not fut.done():
@@ -230,28 +280,18 @@ class _SendOp:
                     self._callback(result, None)
                 return
             exc = errors.error_for_response(cmd, addr=self.addr,  # type: ignore[arg-type]
-                                            what=f"send to {self.prep.topic!r}")
+                                            what=f"send to {self.topic!r}")
         self.maybe_stored = self.maybe_stored or exc.maybe_stored
         if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
-                and self.deadline > self.p._loop.time() and not self.p._closing):
+                and self.deadline > p._loop.time() and not p._closing):
             self.retries_left -= 1
             if self.mq is not None:
                 self.prefer_broker = self.mq.broker_name
-            self.p._instance.spawn(self._attempt_slow(exc), name="send-retry")
+            p._instance.spawn(self._attempt_slow(exc), name="send-retry")
             return
         self._finish_exc(exc)
 
-    def _reply_queue(self, ext: dict[str, Any]) -> MessageQueue | None:
-        """The queue the broker names (rule 7): a retry answered from the duplicate window
-        names the original's queue, which may not be the one this attempt asked for."""
-        mq, qid = self.mq, ext.get("queueId")
-        if mq is None or qid is None:
-            return mq
-        try:
-            qid = int(qid)
-        except ValueError:
-            return mq
-        return mq if qid == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, qid)
+    __call__ = on_reply  # the connection's reply callback is the op itself (no bound method)
 
     def _finish_exc(self, exc: BaseException) -> None:
         self.p._inflight -= 1
@@ -284,7 +324,20 @@ def _properties_text(msg: Message, uniq: str) -> str:
         props = msg.wire_properties()
         props[PROP_UNIQ_KEY] = uniq
         return encode_properties_str(props)
-    return "WAIT\x01true\x02UNIQ_KEY\x01" + uniq + "\x02"  # a bare message: the same text
+    return _BARE_TEXT % uniq  # a bare message: the same text
+
+
+_BARE_TEXT = "WAIT\x01true\x02UNIQ_KEY\x01%s\x02"  # ... of a message with no other property
+
+
+def _check_batch_member(msg: Message, topic: str, max_bytes: int) -> None:
+    """A batch member's checks, in a single send's order; IllegalArgument on the first failing."""
+    if msg.topic != topic:
+        msg.check(max_bytes)  # its own topic's error first, as for a single send
+        raise errors.IllegalArgument("every message of a batch must have the same topic")
+    msg.check_content(max_bytes)
+    if msg.delay_level:
+        raise errors.IllegalArgument("a batch cannot carry delayed messages")
 
 
 _UNIQ_PLACEHOLDER = "0" * 32  # a made UNIQ_KEY's length (message.uniq_keys)
@@ -304,6 +357,7 @@ class Producer(AsyncLifecycle):
         self.config = make_config(ProducerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
         self._serialize_type = serialize_type_for(self.config.header_format)
         self._templates: dict[tuple[str, bool], SendHeaderTemplate] = {}
+        self._request_timeout_s = self.config.request_timeout_s
         # None until start(): typed as set so the send paths, which run after
         # _check_running(), read them without a check each
         self._instance: ClientInstance = None  # type: ignore[assignment]
@@ -372,7 +426,8 @@ class Producer(AsyncLifecycle):
     def send_async(self, msg: Message, *,
                    timeout_s: float | None = None) -> asyncio.Future[SendResult]:
         """Start a send and return a Future of its SendResult (no task on the fast path)."""
-        self._check_running()
+        if self._closing or self._instance is None:
+            self._check_running()
         fut: asyncio.Future[SendResult] = self._loop.create_future()
         self._start(self._prepare(msg), timeout_s, None, fut)
         return fut
@@ -430,9 +485,9 @@ class Producer(AsyncLifecycle):
             raise errors.IllegalArgument(f"batch of {len(body)} bytes: empty or over "
                                          f"{self.config.max_message_bytes}")
         fut: asyncio.Future[SendResult] = self._loop.create_future()
-        prep = _Prepared(topic, body, 0, 0, self._template(topic, True).encode_props(""),
-                         uniq_keys_csv, True)
-        self._start(prep, timeout_s, lambda info: queue, fut)
+        tmpl = self._template(topic, True)
+        op = _SendOp(self, topic, body, 0, 0, tmpl.encode_props(""), uniq_keys_csv, tmpl)
+        self._start(op, timeout_s, lambda info: queue, fut)
         return await fut
 
     async def publish_queues(self, topic: str) -> list[MessageQueue]:
@@ -443,35 +498,34 @@ class Producer(AsyncLifecycle):
     async def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no reply, no retry. Waits only while the socket buffer is full."""
         self._check_running()
-        prep = self._prepare(msg)
+        op = self._prepare(msg)
         routes = self._instance.routes
-        info = routes.publish_info_nowait(prep.topic) or await routes.publish_info(prep.topic)
+        info = routes.publish_info_nowait(op.topic) or await routes.publish_info(op.topic)
         mq = info.select()
         addr = info.master_addrs.get(mq.broker_name)
         if addr is None:
             raise errors.NoRouteError(f"no master address for broker {mq.broker_name!r}")
         conn = await self._instance.remoting.connect(addr)
-        head = self._template(prep.topic, False).frame_head(
-            conn.next_opaque(), mq.queue_id, prep.sys_flag, int(time.time() * 1000), prep.flag,
-            prep.props_wire, len(prep.body), frame_flag=FLAG_ONEWAY)
-        conn.write_raw(head, prep.body)
+        head = op.tmpl.frame_head(
+            conn.next_opaque(), mq.queue_id, op.sys_flag, int(time.time() * 1000), op.flag,
+            op.props_wire, len(op.body), frame_flag=FLAG_ONEWAY)
+        conn.write_raw(head, op.body)
         await conn.drain()
 
     # ------------------------------------------------------------------ internals
-    def _start(self, prep: _Prepared, timeout_s: float | None, select: Selector | None,
+    def _start(self, op: _SendOp, timeout_s: float | None, select: Selector | None,
                fut: SendTarget) -> None:
         """fut: an asyncio.Future or a callback(result, exc)."""
-        deadline = self._loop.time() + (timeout_s or self.config.send_timeout_s)
+        now = self._loop.time()
+        op.deadline = now + (timeout_s or self.config.send_timeout_s)
+        op.fut, op.select, op.retries_left = fut, select, self.config.retries
         self._inflight += 1
-        op = _SendOp(self, prep, fut, deadline, self.config.retries, select)
-        op.attempt_fast()
-        self._note_brokers(prep.topic)
+        op.attempt_fast(now)
 
-    def _note_brokers(self, topic: str) -> None:
+    def _note_brokers(self, topic: str, info: TopicPublishInfo) -> None:
         """Heartbeat a broker the first time we publish to it: the broker then knows this
         producer group (check-backs of transactions need a live producer of it)."""
-        info = self._instance.routes.publish_info_nowait(topic)
-        if info is None or info is self._noted.get(topic):
+        if info is self._noted.get(topic):
             return
         self._noted[topic] = info
         for addr in info.master_addrs.values():
@@ -489,20 +543,35 @@ class Producer(AsyncLifecycle):
                 serialize_type=self._serialize_type, v2=cfg.use_v2_header, batch=batch)
         return tmpl
 
-    def _prepare(self, msg: Message) -> _Prepared:
+    def _prepare(self, msg: Message) -> _SendOp:
         cfg = self.config
-        msg.check(cfg.max_message_bytes)
-        uniq = _given_uniq_key(msg) or uniq_keys.next()
-        text = _properties_text(msg, uniq)
-        body = msg.body if msg.body.__class__ is bytes else bytes(msg.body)
-        if len(body) > cfg.compress_threshold_bytes:
-            body, sys_flag = compress_body(body, cfg.compress_threshold_bytes, cfg.compress_level)
+        topic, body = msg.topic, msg.body
+        wire_body: bytes = body  # type: ignore[assignment]  # bytes once the check below passed
+        # A single-send template exists only for a topic that passed check_topic: the usual
+        # message then needs only its content checks, inline; anything else gets all of them.
+        tmpl = self._templates.get((topic, False))
+        if (tmpl is None or body.__class__ is not bytes
+                or not 0 < len(body) <= cfg.max_message_bytes
+                or msg.delay_level.__class__ is not int or msg.delay_level < 0):
+            msg.check(cfg.max_message_bytes)
+            tmpl = self._template(topic, False)
+            wire_body = bytes(body)
+        props = msg.properties
+        uniq = props.get(PROP_UNIQ_KEY) if props else None
+        if uniq is None and not (props or msg.tags or msg.keys or msg.delay_level):
+            uniq = uniq_keys.next()
+            wire = tmpl.bare_props(uniq)  # the common bare message: no text to build
+        else:
+            uniq = uniq or uniq_keys.next()
+            wire = tmpl.encode_props(_properties_text(msg, uniq))
+        if len(wire_body) > cfg.compress_threshold_bytes:
+            wire_body, sys_flag = compress_body(wire_body, cfg.compress_threshold_bytes,
+                                                cfg.compress_level)
         else:
             sys_flag = 0
-        wire = self._template(msg.topic, False).encode_props(text)
-        return _Prepared(msg.topic, body, sys_flag, msg.flag, wire, uniq, False)
+        return _SendOp(self, topic, wire_body, sys_flag, msg.flag, wire, uniq, tmpl)
 
-    def _prepare_batch(self, msgs: Iterable[Message]) -> _Prepared:
+    def _prepare_batch(self, msgs: Iterable[Message]) -> _SendOp:
         msgs = list(msgs)
         if not msgs:
             raise errors.IllegalArgument("a batch needs at least one message")
@@ -512,23 +581,27 @@ class Producer(AsyncLifecycle):
         entries: list[tuple[int, bytes, str]] = []
         keys: list[str] = []
         for msg, made in zip(msgs, uniq_keys.next_many(len(msgs))):
-            if msg.topic != topic:
-                msg.check(max_bytes)  # its own topic's error first, as for a single send
-                raise errors.IllegalArgument("every message of a batch must have the same topic")
-            msg.check_content(max_bytes)
-            if msg.delay_level:
-                raise errors.IllegalArgument("a batch cannot carry delayed messages")
-            uniq = _given_uniq_key(msg) or made
+            body = msg.body
+            if (body.__class__ is not bytes or msg.topic != topic
+                    or not 0 < len(body) <= max_bytes or msg.delay_level.__class__ is not int
+                    or msg.delay_level):  # anything but the usual: the full checks decide
+                _check_batch_member(msg, topic, max_bytes)
+                body = bytes(body)
+            if msg.properties or msg.tags or msg.keys:
+                uniq = _given_uniq_key(msg) or made
+                text = _properties_text(msg, uniq)
+            else:
+                uniq, text = made, _BARE_TEXT % made
             keys.append(uniq)
-            entries.append((msg.flag, bytes(msg.body), _properties_text(msg, uniq)))
+            entries.append((msg.flag, body, text))
         if topic.startswith("%RETRY%"):
             raise errors.IllegalArgument("a batch cannot go to a retry topic")
         self._check_batch_count(len(entries))
         body = encode_batch_body(entries)
         if len(body) > self.config.max_message_bytes:
             raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {self.config.max_message_bytes}")
-        wire = self._template(topic, True).encode_props("")
-        return _Prepared(topic, body, 0, 0, wire, ",".join(keys), True)
+        tmpl = self._template(topic, True)
+        return _SendOp(self, topic, body, 0, 0, tmpl.encode_props(""), ",".join(keys), tmpl)
 
     def split_batch(self, msgs: list[Message]) -> list[list[Message]]:
         """`msgs` cut into consecutive lists that send_batch takes (rule 8)."""

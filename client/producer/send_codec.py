@@ -19,13 +19,17 @@ Rules:
 1. Every ext value on the wire is a string (Go fails on anything else); properties are
    JSON-escaped once per message (`json_escape`), and a retry reuses the escaped text.
 2. `%` in a group or topic (e.g. `%RETRY%g`) is escaped in the JSON template.
+3. A message without tags, keys or properties has the properties text
+   "WAIT\x01true\x02UNIQ_KEY\x01<key>\x02"; `bare_props` writes its wire form from the key
+   alone, byte-identical to encode_props of that text.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from json.encoder import encode_basestring_ascii as json_escape  # C-accelerated
 
 from tidemq.protocol import accel
@@ -41,6 +45,8 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLEN
 _PROPS_BYTES_MAX = 32767  # a record's properties length is a signed i16
+# A bare message's properties text (waitStoreMsgOK, then the UNIQ_KEY) as a %-format
+_BARE_PROPS = "WAIT\x01true\x02UNIQ_KEY\x01%s\x02"
 
 V1_KEYS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
            "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "batch")
@@ -51,7 +57,7 @@ class SendHeaderTemplate:
     """Encodes send frame heads for one (code, group, topic, header format, batch)."""
 
     __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
-                 "_bin_born_key", "_bin_props_key")
+                 "_bin_born_key", "_bin_props_key", "_bare_fmt", "head")
 
     def __init__(self, group: str, topic: str, *, default_topic: str = "TBW102",
                  default_queue_nums: int = 4, serialize_type: int = SerializeType.JSON,
@@ -71,8 +77,13 @@ class SendHeaderTemplate:
                     k["properties"]]
         if serialize_type == SerializeType.JSON:
             self._json_fmt = self._build_json(static_front, static_back, variable)
+            self._bare_fmt = json_escape(_BARE_PROPS)
+            # frame_head's arguments, in its order: one call (a compiled one when built)
+            self.head: HeadFn = functools.partial(json_send_head, self._json_fmt)
         else:
             self._build_binary(static_front + static_back, variable)
+            self._bare_fmt = _BARE_PROPS
+            self.head = self._binary_head
 
     def _build_json(self, front: list[tuple[str, str]], back: list[tuple[str, str]],
                     variable: list[str]) -> bytes:
@@ -103,7 +114,8 @@ class SendHeaderTemplate:
         self._bin_props_key = _I16.pack(len(props)) + props.encode()
 
     def _binary_head(self, opaque: int, queue_id: int, sys_flag: int, born_ms: int, flag: int,
-                     props: bytes, body_len: int, reconsume_times: int, frame_flag: int) -> bytes:
+                     props: bytes, body_len: int, reconsume_times: int = 0,
+                     frame_flag: int = 0) -> bytes:
         if (0 <= queue_id < _SMALL_INTS and 0 <= sys_flag < _SMALL_INTS and 0 <= flag < _SMALL_INTS
                 and 0 <= reconsume_times < _SMALL_INTS):
             small_q, small_s, small_f, small_r = self._bin_small
@@ -127,19 +139,37 @@ class SendHeaderTemplate:
                    props: bytes, body_len: int, reconsume_times: int = 0,
                    frame_flag: int = 0) -> bytes:
         """The frame's length prefix + header. `props` = json_escape(text).encode() for JSON
-        headers (quotes included), the UTF-8 text for binary ones. frame_flag 2 = oneway."""
-        if self.serialize_type == SerializeType.JSON:
-            header = self._json_fmt % (opaque, frame_flag, queue_id, sys_flag, born_ms, flag,
-                                       reconsume_times, props)
-            hlen = len(header)
-            return _PREFIX.pack(4 + hlen + body_len, hlen) + header
-        return self._binary_head(opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
-                                 reconsume_times, frame_flag)
+        headers (quotes included), the UTF-8 text for binary ones. frame_flag 2 = oneway.
+        `head` is the same function with the same arguments, without this method's call."""
+        return self.head(opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
+                         reconsume_times, frame_flag)
 
     def encode_props(self, text: str) -> bytes:
         if self.serialize_type == SerializeType.JSON:
             return json_escape(text).encode("ascii")
         return text.encode("utf-8")
+
+    def bare_props(self, uniq_key: str) -> bytes:
+        """encode_props of a message with no property but its UNIQ_KEY (rule 3): one format.
+        `uniq_key` is a made key (hex digits), which JSON never escapes."""
+        return (self._bare_fmt % uniq_key).encode("ascii")
+
+
+def json_send_head(fmt: bytes, opaque: int, queue_id: int, sys_flag: int, born_ms: int, flag: int,
+                   props: bytes, body_len: int, reconsume_times: int = 0,
+                   frame_flag: int = 0) -> bytes:
+    """The length prefix + JSON header of a send: `fmt` (a template's, rule 2) filled in with
+    opaque, frame_flag, queue_id, sys_flag, born_ms, flag, reconsume_times (%d) and props (%b).
+    A compiled twin when built (client/protocol/accel.py)."""
+    header = fmt % (opaque, frame_flag, queue_id, sys_flag, born_ms, flag, reconsume_times, props)
+    hlen = len(header)
+    return _PREFIX.pack(4 + hlen + body_len, hlen) + header
+
+
+json_send_head = accel.pick(json_send_head)
+# frame_head's signature: (opaque, queue_id, sys_flag, born_ms, flag, props, body_len,
+# reconsume_times=0, frame_flag=0) -> the frame's head
+HeadFn = Callable[..., bytes]
 
 
 def encode_batch_body(entries: Iterable[tuple[int, bytes, str]]) -> bytes:

@@ -698,6 +698,97 @@ encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     return out;
 }
 
+/* ------------------------------------------------------------------ send frame heads */
+
+/* json_send_head(fmt, opaque, queue_id, sys_flag, born_ms, flag, props, body_len
+   [, reconsume_times, frame_flag]): the twin of tidemq.producer.send_codec.json_send_head.
+   fmt's directives are %d, %b and %%, filled in the twin's order (opaque, frame_flag, queue_id,
+   sys_flag, born_ms, flag, reconsume_times as ints within int64, props as bytes); any other
+   directive, count or type, a total outside int32, or keywords: the twin. */
+static PyObject *
+json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* the twin's %-tuple order, as indexes into args */
+    static const int order[8] = {1, 9, 2, 3, 4, 5, 8, 6};
+    PyObject *vals[8], *out;
+    long long ints[8], body_len, length;
+    char digits[8][24];
+    int ndig[8] = {0};
+    const char *fmt, *end;
+    Py_ssize_t fmt_len, hlen = 0, props_len = 0;
+    int next = 0;
+    unsigned char *w;
+
+    if (kwnames != NULL || (nargs != 8 && nargs != 10) || !PyBytes_CheckExact(args[0])
+            || as_i64(args[7], I32_MIN, I32_MAX, &body_len) < 0)
+        return fallback("json_send_head", args, nargs, kwnames);
+    for (int k = 0; k < 8; k++) {
+        int at = order[k];
+        vals[k] = at < nargs ? args[at] : NULL;  /* reconsume_times, frame_flag default 0 */
+        if (vals[k] == NULL) {
+            ints[k] = 0;
+            continue;
+        }
+        if (k != 7 && as_i64(vals[k], I64_MIN, I64_MAX, &ints[k]) < 0)
+            return fallback("json_send_head", args, nargs, kwnames);
+    }
+    if (!PyBytes_CheckExact(args[6]))
+        return fallback("json_send_head", args, nargs, kwnames);
+    fmt = PyBytes_AS_STRING(args[0]);
+    fmt_len = PyBytes_GET_SIZE(args[0]);
+    end = fmt + fmt_len;
+    /* pass 1: check the directives and size the header */
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            hlen++;
+            continue;
+        }
+        if (++q >= end)
+            return fallback("json_send_head", args, nargs, kwnames);
+        if (*q == '%') {
+            hlen++;
+        } else if (*q == 'd' && next < 7) {
+            ndig[next] = snprintf(digits[next], sizeof digits[next], "%lld", ints[next]);
+            hlen += ndig[next++];
+        } else if (*q == 'b' && next == 7) {
+            props_len = PyBytes_GET_SIZE(args[6]);
+            hlen += props_len;
+            next++;
+        } else {
+            return fallback("json_send_head", args, nargs, kwnames);
+        }
+    }
+    length = 4 + (long long)hlen + body_len;
+    if (next != 8 || length < I32_MIN || length > I32_MAX || (long long)hlen > 0xFFFFFFFFLL)
+        return fallback("json_send_head", args, nargs, kwnames);
+    out = PyBytes_FromStringAndSize(NULL, 8 + hlen);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    put32(w, (uint32_t)length);
+    put32(w + 4, (uint32_t)hlen);
+    w += 8;
+    next = 0;
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            *w++ = (unsigned char)*q;
+            continue;
+        }
+        q++;
+        if (*q == '%') {
+            *w++ = '%';
+        } else if (*q == 'd') {
+            memcpy(w, digits[next], (size_t)ndig[next]);
+            w += ndig[next++];
+        } else {
+            memcpy(w, PyBytes_AS_STRING(args[6]), (size_t)props_len);
+            w += props_len;
+            next++;
+        }
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ remoting headers */
 
 static PyObject *
@@ -1605,6 +1696,86 @@ jliteral(jcur *c, const char *word)
     return 0;
 }
 
+/* extFields keys repeat on every frame (a send has the same dozen): the first KEY_CACHE distinct
+   short printable-ASCII keys are kept, interned, and handed out again, which saves a decode, an
+   allocation and a hash per key. Most values repeat too (a producer's group, topic, flags; a
+   broker's region): under each cached key the last short printable-ASCII value is kept and
+   handed out again when the next one has the same bytes. Other text is decoded as any string. */
+#define KEY_CACHE 64
+#define KEY_CACHE_MAX_LEN 40
+#define VALUE_CACHE_MAX_LEN 64
+static PyObject *key_cache[KEY_CACHE];
+static PyObject *key_last_value[KEY_CACHE];
+static int key_cache_n;
+
+/* The length of the plain (unescaped printable-ASCII) string at c->p, or -1 if it is not. */
+static Py_ssize_t
+jplain(const jcur *c)
+{
+    const unsigned char *start = c->p + 1, *q = start;
+    while (q < c->end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x7F)
+        q++;
+    return q < c->end && *q == '"' ? q - start : -1;
+}
+
+/* Whether `s` (a cached printable-ASCII str, or NULL) has exactly the n bytes at start. */
+static inline int
+same_text(PyObject *s, const unsigned char *start, Py_ssize_t n)
+{
+    return s != NULL && PyUnicode_GET_LENGTH(s) == n && memcmp(PyUnicode_DATA(s), start, (size_t)n) == 0;
+}
+
+/* The plain string of n bytes at c->p, the cursor moved past it: new reference or NULL. */
+static PyObject *
+jtake(jcur *c, Py_ssize_t n)
+{
+    PyObject *s = PyUnicode_FromStringAndSize((const char *)c->p + 1, n);
+    if (s != NULL)
+        c->p += n + 2;
+    return s;
+}
+
+/* A key: new reference (NULL: jstring's verdict); *slot = its cache index or -1. */
+static PyObject *
+jkey(jcur *c, int *slot)
+{
+    Py_ssize_t n = jplain(c);
+    PyObject *s;
+    *slot = -1;
+    if (n < 0 || n > KEY_CACHE_MAX_LEN)
+        return jstring(c);
+    for (int k = 0; k < key_cache_n; k++) {
+        if (same_text(key_cache[k], c->p + 1, n)) {
+            c->p += n + 2;
+            *slot = k;
+            return Py_NewRef(key_cache[k]);
+        }
+    }
+    if ((s = jtake(c, n)) != NULL && key_cache_n < KEY_CACHE) {
+        PyUnicode_InternInPlace(&s);
+        *slot = key_cache_n;
+        key_cache[key_cache_n++] = Py_NewRef(s);
+    }
+    return s;
+}
+
+/* The value under cached key `slot`: the last one again when the bytes are the same. */
+static PyObject *
+jvalue(jcur *c, int slot)
+{
+    Py_ssize_t n = jplain(c);
+    PyObject *s;
+    if (slot < 0 || n < 0 || n > VALUE_CACHE_MAX_LEN)
+        return jstring(c);
+    if (same_text(key_last_value[slot], c->p + 1, n)) {
+        c->p += n + 2;
+        return Py_NewRef(key_last_value[slot]);
+    }
+    if ((s = jtake(c, n)) != NULL)
+        Py_XSETREF(key_last_value[slot], Py_NewRef(s));
+    return s;
+}
+
 /* extFields' object of string values: new dict, or NULL (error set only for real failures). */
 static PyObject *
 jext(jcur *c)
@@ -1620,8 +1791,9 @@ jext(jcur *c)
     }
     for (;;) {
         PyObject *k, *v;
+        int slot;
         jws(c);
-        if (c->p >= c->end || *c->p != '"' || (k = jstring(c)) == NULL)
+        if (c->p >= c->end || *c->p != '"' || (k = jkey(c, &slot)) == NULL)
             goto fail;
         jws(c);
         if (c->p >= c->end || *c->p++ != ':') {
@@ -1629,7 +1801,7 @@ jext(jcur *c)
             goto fail;
         }
         jws(c);
-        if (c->p >= c->end || *c->p != '"' || (v = jstring(c)) == NULL) {
+        if (c->p >= c->end || *c->p != '"' || (v = jvalue(c, slot)) == NULL) {
             Py_DECREF(k);
             goto fail;
         }
@@ -1724,16 +1896,17 @@ jmember(jcur *c, PyObject **vals, int *seen)
     return vals[which] ? 0 : -1;
 }
 
-static PyObject *
-json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+/* The fields of a JSON header in p[0:n) into vals (J_FIELDS new references, defaults filled in
+   as the twin fills them): 0, or -1 with vals cleared (an error set only for a real failure). */
+static int
+jheader(const unsigned char *p, Py_ssize_t n, PyObject **vals)
 {
-    PyObject *vals[J_FIELDS] = {NULL}, *result = NULL;
     int seen[J_FIELDS] = {0};
     jcur c;
-    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
-        return fallback("json_header_fields", args, nargs, kwnames);
-    c.p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    c.end = c.p + PyBytes_GET_SIZE(args[0]);
+    for (int k = 0; k < J_FIELDS; k++)
+        vals[k] = NULL;
+    c.p = p;
+    c.end = p + n;
     jws(&c);
     if (c.p >= c.end || *c.p++ != '{')
         goto slow;
@@ -1760,28 +1933,143 @@ json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyOb
         goto slow;
     for (int k = J_VERSION; k <= J_FLAG; k++)
         if (vals[k] == NULL && (vals[k] = PyLong_FromLong(0)) == NULL)
-            goto done;
+            goto slow;
     if (vals[J_LANG] == NULL)
         vals[J_LANG] = Py_NewRef(Py_None);
     if (vals[J_REMARK] == NULL)
         vals[J_REMARK] = Py_NewRef(Py_None);
     if (vals[J_EXT] == NULL && (vals[J_EXT] = PyDict_New()) == NULL)
-        goto done;
-    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
-                          vals[J_REMARK], vals[J_EXT]);
-    goto done;
+        goto slow;
+    return 0;
 slow:
     for (int k = 0; k < J_FIELDS; k++)
         Py_CLEAR(vals[k]);
     if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError))
         PyErr_Clear();
-    if (PyErr_Occurred())
-        return NULL;
-    return fallback("json_header_fields", args, nargs, kwnames);
-done:
+    return -1;
+}
+
+static PyObject *
+json_header_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[J_FIELDS], *result;
+    if (kwnames != NULL || nargs != 1 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_header_fields", args, nargs, kwnames);
+    if (jheader((const unsigned char *)PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]), vals) < 0)
+        return PyErr_Occurred() ? NULL : fallback("json_header_fields", args, nargs, kwnames);
+    result = PyTuple_Pack(7, vals[J_CODE], vals[J_LANG], vals[J_VERSION], vals[J_OPAQUE], vals[J_FLAG],
+                          vals[J_REMARK], vals[J_EXT]);
     for (int k = 0; k < J_FIELDS; k++)
-        Py_XDECREF(vals[k]);
+        Py_DECREF(vals[k]);
     return result;
+}
+
+/* ------------------------------------------------------------------ remoting frames */
+
+/* decode_frames(src, pos, max_frame_bytes) -> (commands, pos): the twin of tidemq.protocol.
+   remoting.decode_frames. JSON headers of the usual shape with a known language name only; any
+   other frame (a ROCKETMQ header, an odd JSON header, a bad length) sends the whole call to the
+   twin, which decodes or raises exactly as it would have alone. The command class, the
+   language table and SerializeType.JSON come from Python (accel.provide). */
+enum { C_CODE, C_LANG, C_VERSION, C_OPAQUE, C_FLAG, C_REMARK, C_EXT, C_BODY, C_STYPE, C_SLOTS };
+static slot_cache command_slots;
+
+static int
+command_offsets(PyTypeObject *cls)
+{
+    static PyObject *names[C_SLOTS];
+    if (names[0] == NULL) {
+        const char *text[C_SLOTS] = {"code", "language", "version", "opaque", "flag", "remark", "ext",
+                                     "body", "serialize_type"};
+        for (int k = 0; k < C_SLOTS; k++)
+            if ((names[k] = PyUnicode_InternFromString(text[k])) == NULL)
+                return -1;
+    }
+    return slot_offsets(&command_slots, cls, names, C_SLOTS);
+}
+
+/* One command from a checked frame: new reference, NULL with an error, or NULL without one
+   (not the usual shape: the twin decides). */
+static PyObject *
+json_command(PyTypeObject *cls, PyObject *langs, PyObject *json_type, const unsigned char *head,
+             Py_ssize_t head_len, Py_ssize_t body_len)
+{
+    PyObject *vals[J_FIELDS], *lang, *body, *cmd;
+    if (jheader(head, head_len, vals) < 0)
+        return NULL;
+    lang = PyUnicode_CheckExact(vals[J_LANG]) ? PyDict_GetItemWithError(langs, vals[J_LANG]) : NULL;
+    body = lang ? PyBytes_FromStringAndSize((const char *)head + head_len, body_len) : NULL;
+    cmd = body ? cls->tp_new(cls, empty_tuple, NULL) : NULL;
+    if (cmd == NULL) {
+        Py_XDECREF(body);
+        for (int k = 0; k < J_FIELDS; k++)
+            Py_DECREF(vals[k]);
+        return NULL;
+    }
+    slot_put(&command_slots, cmd, C_CODE, vals[J_CODE]);
+    slot_put(&command_slots, cmd, C_LANG, Py_NewRef(lang));
+    Py_DECREF(vals[J_LANG]);
+    slot_put(&command_slots, cmd, C_VERSION, vals[J_VERSION]);
+    slot_put(&command_slots, cmd, C_OPAQUE, vals[J_OPAQUE]);
+    slot_put(&command_slots, cmd, C_FLAG, vals[J_FLAG]);
+    slot_put(&command_slots, cmd, C_REMARK, vals[J_REMARK]);
+    slot_put(&command_slots, cmd, C_EXT, vals[J_EXT]);
+    slot_put(&command_slots, cmd, C_BODY, body);
+    slot_put(&command_slots, cmd, C_STYPE, Py_NewRef(json_type));
+    return cmd;
+}
+
+static PyObject *
+decode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *cls, *langs, *json_type, *out = NULL, *result = NULL;
+    long long pos, max_frame;
+    const unsigned char *p;
+    Py_buffer b;
+    if (kwnames != NULL || nargs != 3 || as_i64(args[1], 0, PY_SSIZE_T_MAX, &pos) < 0
+            || as_i64(args[2], 8, I32_MAX + 4, &max_frame) < 0
+            || (cls = PyDict_GetItemString(fallbacks, "RemotingCommand")) == NULL
+            || (langs = PyDict_GetItemString(fallbacks, "LANG_BY_NAME")) == NULL
+            || (json_type = PyDict_GetItemString(fallbacks, "SERIALIZE_JSON")) == NULL
+            || !PyType_Check(cls) || !PyDict_CheckExact(langs)
+            || command_offsets((PyTypeObject *)cls) < 0)
+        return fallback("decode_frames", args, nargs, kwnames);
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE) < 0)
+        return fallback("decode_frames", args, nargs, kwnames);
+    p = (const unsigned char *)b.buf;
+    if (pos > b.len || (out = PyList_New(0)) == NULL)
+        goto slow;
+    while (b.len - pos >= 4) {
+        long long length = get32(p + pos), end = pos + 4 + length;
+        uint32_t word;
+        Py_ssize_t head_len;
+        PyObject *cmd;
+        if (length < 4 || length + 4 > max_frame)
+            goto slow;  /* the twin raises */
+        if (end > b.len)
+            break;
+        word = (uint32_t)get32(p + pos + 4);  /* end > b.len unless 8 bytes are there */
+        head_len = (Py_ssize_t)(word & 0xFFFFFF);
+        if ((word >> 24) != 0 || head_len > end - pos - 8)
+            goto slow;
+        cmd = json_command((PyTypeObject *)cls, langs, json_type, p + pos + 8, head_len,
+                           (Py_ssize_t)(end - pos - 8 - head_len));
+        if (cmd == NULL || PyList_Append(out, cmd) < 0) {
+            Py_XDECREF(cmd);
+            goto slow;
+        }
+        Py_DECREF(cmd);
+        pos = end;
+    }
+    result = Py_BuildValue("(NL)", out, pos);
+    PyBuffer_Release(&b);
+    return result;
+slow:
+    Py_XDECREF(out);
+    PyBuffer_Release(&b);
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_MemoryError))
+        return NULL;
+    return fallback("decode_frames", args, nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------ pull bodies */
@@ -1905,8 +2193,10 @@ static PyMethodDef methods[] = {
     TWIN(prop_fields, "tidemq.protocol.record"),
     TWIN(decode_batch, "tidemq.node.processors.send"),
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
+    TWIN(json_send_head, "tidemq.producer.send_codec"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
+    TWIN(decode_frames, "tidemq.protocol.remoting"),
     TWIN(index_entries, "tidemq.node.store.index_file"),
     TWIN(append_records, "tidemq.node.store.commit_log"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),

@@ -450,6 +450,38 @@ def _decode_command(view: memoryview, start: int, end: int, word: int) -> Remoti
     raise ProtocolError(f"unknown serialize type {serialize_type}")
 
 
+def decode_frames(src: bytes | bytearray | memoryview, pos: int,
+                  max_frame_bytes: int) -> tuple[list[RemotingCommand], int]:
+    """The commands of the complete frames in src[pos:], and the position after the last one;
+    ProtocolError on a bad frame (invariants 1, 2). A compiled twin when built
+    (client/protocol/accel.py), which reads the constants provided below."""
+    commands: list[RemotingCommand] = []
+    size = len(src)
+    with memoryview(src) as view:  # released before the caller resizes a bytearray src
+        while size - pos >= 4:
+            if size - pos >= 8:
+                length, word = _PREFIX.unpack_from(src, pos)
+            else:
+                (length,), word = _LENGTH.unpack_from(src, pos), None
+            if length < 4:
+                raise ProtocolError(f"frame length {length} < 4")
+            if length + 4 > max_frame_bytes:  # before buffering the body (invariant 2)
+                raise ProtocolError(f"frame of {length + 4} bytes exceeds the "
+                                    f"{max_frame_bytes}-byte limit")
+            end = pos + 4 + length
+            if end > size:
+                break
+            commands.append(_decode_command(view, pos + 8, end, word))
+            pos = end
+    return commands, pos
+
+
+decode_frames = accel.pick(decode_frames)
+accel.provide("RemotingCommand", RemotingCommand)
+accel.provide("LANG_BY_NAME", _LANG_BY_NAME)
+accel.provide("SERIALIZE_JSON", SerializeType.JSON)
+
+
 class FrameDecoder:
     """Incremental decoder: feed() any chunks, get back the commands they complete."""
 
@@ -486,29 +518,12 @@ class FrameDecoder:
             src = buf
         else:
             src = data  # fast path: nothing pending, parse the chunk in place
-        commands: list[RemotingCommand] = []
-        size = len(src)
-        pos = 0
-        with memoryview(src) as view:  # released before `del buf[...]`: a viewed bytearray can't resize
-            while size - pos >= 4:
-                if size - pos >= 8:
-                    length, word = _PREFIX.unpack_from(src, pos)
-                else:
-                    (length,), word = _LENGTH.unpack_from(src, pos), None
-                if length < 4:
-                    raise ProtocolError(f"frame length {length} < 4")
-                if length + 4 > self._max_frame_bytes:  # before buffering the body (rule 2)
-                    raise ProtocolError(f"frame of {length + 4} bytes exceeds the "
-                                        f"{self._max_frame_bytes}-byte limit")
-                end = pos + 4 + length
-                if end > size:
-                    break
-                commands.append(_decode_command(view, pos + 8, end, word))
-                pos = end
-            if src is not buf and pos < size:
-                self._buf = bytearray(view[pos:])
-        if src is buf and pos:
-            del buf[:pos]
+        commands, pos = decode_frames(src, 0, self._max_frame_bytes)
+        if src is buf:
+            if pos:
+                del buf[:pos]
+        elif pos < len(src):
+            self._buf = bytearray(src[pos:])
         return commands
 
 

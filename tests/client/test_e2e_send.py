@@ -139,6 +139,31 @@ def test_client_side_validation_and_broker_errors(broker_factory):
     run(main())
 
 
+def test_checks_still_refuse_once_a_topic_is_known(broker):
+    """After a good send to a topic, a bad message to it is still refused before anything
+    is written, and unusual but valid ones (bytearray bodies) still go out."""
+    async def main():
+        async with Producer("pg-checks", broker.addr, max_message_bytes=512) as p:
+            assert (await p.send(Message("KnownT", b"first"))).ok
+            for bad, match in [(Message("KnownT", b""), "body is empty"),
+                               (Message("KnownT", b"x" * 513), "exceeds"),
+                               (Message("KnownT", b"x", delay_level=True), "delay_level"),
+                               (Message("KnownT", b"x", delay_level=-1), "delay_level"),
+                               (Message("KnownT", 7), "body must be bytes")]:  # type: ignore[arg-type]
+                with pytest.raises(errors.IllegalArgument, match=match):
+                    p.send_async(bad)
+            with pytest.raises(errors.IllegalArgument, match="delayed"):
+                await p.send_batch([Message("KnownT", b"x"), Message("KnownT", b"y", delay_level=2)])
+            with pytest.raises(errors.IllegalArgument, match="exceeds"):
+                await p.send_batch([Message("KnownT", b"x"), Message("KnownT", b"x" * 513)])
+            assert (await p.send(Message("KnownT", bytearray(b"second")))).ok
+            assert (await p.send_batch([Message("KnownT", memoryview(b"third")),
+                                        Message("KnownT", b"fourth", tags="t")])).ok
+    run(main())
+    bodies = sorted(m.body for q in run(read_all(broker.addr, "KnownT", expected=4)).values() for m in q)
+    assert bodies == [b"first", b"fourth", b"second", b"third"]
+
+
 def test_sync_producer_facade(broker):
     with SyncProducer("spg", broker.addr) as p:
         r1 = p.send(Message("SyncT", b"one"))

@@ -137,3 +137,18 @@ def test_uniq_keys_made_for_a_batch_share_the_instant_and_count_on():
     assert len({f["ms_in_month"] for f in fields[:5]}) == 1
     assert [f["counter"] for f in fields] == [(fields[0]["counter"] + i) & 0xFFFF for i in range(6)]
     assert all(k[:20] == keys[-1][:20] for k in keys)  # ip, pid, salt
+
+
+def test_uniq_key_head_follows_the_clock_and_the_month():
+    """Keys made in one ms share their time part; the next ms, or a new month, changes it."""
+    from tidemq.message import UniqKeyGenerator
+
+    gen = UniqKeyGenerator(ip="10.0.0.1", pid=7, salt=9)
+    start = gen._month_start_ms
+    a, b = gen.next(start + 1000), gen.next(start + 1000)
+    c = gen.next(start + 2500)
+    assert [parse_uniq_key(k)["ms_in_month"] for k in (a, b, c)] == [1000, 1000, 2500]
+    assert parse_uniq_key(b)["counter"] == (parse_uniq_key(a)["counter"] + 1) & 0xFFFF
+    later = gen.next(gen._next_month_ms + 5)  # the next month starts counting from 0
+    assert parse_uniq_key(later)["ms_in_month"] == 5
+    assert parse_uniq_key(gen.next_many(2)[0])["ip"] == "10.0.0.1"

@@ -44,3 +44,34 @@ def test_values_outside_the_precomputed_range(st):
     ext = decode_frame(frame).ext
     assert (ext["queueId"], ext["flag"], ext["reconsumeTimes"], ext["bornTimestamp"]) == (
         "-1", "123456", "2000", "5")
+
+
+@pytest.mark.parametrize("st", [SerializeType.JSON, SerializeType.ROCKETMQ])
+def test_bare_props_equal_encoded_text(st):
+    """A bare message's wire properties come from its key alone, identical to encoding the
+    full text the producer would otherwise build."""
+    from tidemq.message import Message, uniq_keys
+    from tidemq.producer.producer import _properties_text
+
+    tmpl = SendHeaderTemplate("pg", "T", serialize_type=st)
+    for key in [uniq_keys.next() for _ in range(50)] + ["0" * 32, "F" * 32]:
+        assert tmpl.bare_props(key) == tmpl.encode_props(_properties_text(Message("T", b"x"), key))
+
+
+def test_reply_result_decodes_its_fields_when_read():
+    from tidemq.producer.producer import SendResult, SendStatus
+    from tidemq.topic_routes import MessageQueue
+
+    mq = MessageQueue("T", "b", 1)
+    odd = SendResult.from_reply(SendStatus.SEND_OK, "K", mq,
+                                {"msgId": "M", "queueId": "2", "queueOffset": "x"})
+    assert (odd.offset_msg_id, odd.queue, odd.queue_offset, odd.region_id, odd.transaction_id) == (
+        "M", MessageQueue("T", "b", 2), -1, None, None)
+    usual = SendResult.from_reply(SendStatus.FLUSH_DISK_TIMEOUT, "K", mq, {
+        "queueId": "1", "queueOffset": "5", "MSG_REGION": "R", "transactionId": "t"})
+    assert (usual.queue, usual.queue_offset, usual.region_id, usual.transaction_id) == (
+        mq, 5, "R", "t")
+    assert usual.maybe_stored and not usual.ok and "queue_offset=5" in repr(usual)
+    built = SendResult(SendStatus.SEND_OK, "K", "M", mq, 9, "R", "t")
+    assert (built.offset_msg_id, built.queue, built.queue_offset, built.region_id,
+            built.transaction_id, built.ok) == ("M", mq, 9, "R", "t", True)

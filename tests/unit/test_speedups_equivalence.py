@@ -42,8 +42,10 @@ def test_extension_built():
     assert send.decode_batch is _mod.decode_batch
     assert send.offset_msg_ids is _mod.offset_msg_ids
     assert send_codec.encode_batch_body is _mod.encode_batch_body
+    assert send_codec.json_send_head is _mod.json_send_head
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert remoting.json_header_fields is _mod.json_header_fields
+    assert remoting.decode_frames is _mod.decode_frames
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
     assert dispatch.queue_units is _mod.queue_units
@@ -641,6 +643,121 @@ def test_json_header_fields(raw):
 ])
 def test_json_header_fields_edges(raw):
     _both("json_header_fields", raw, normalize=lambda r: (r[:6], list(r[6].items())))
+
+
+# ------------------------------------------------------------------------------ send frame heads
+
+@st.composite
+def send_head_case(draw):
+    """A send template's format (odd group/topic text included) or a random one, and frame_head
+    arguments: usually in range, sometimes huge, negative, of another type, or as keywords."""
+    if draw(rarely(st.just(True), st.just(False))):
+        name = st.text(st.sampled_from("a%d\"\\\u00e9b"), min_size=1, max_size=6)
+        fmt = send_codec.SendHeaderTemplate(draw(name), draw(name), v2=draw(st.booleans()),
+                                            batch=draw(st.booleans()))._json_fmt
+    else:
+        fmt = draw(st.binary(max_size=12)).replace(b"%", b"") + b"%d" * draw(st.integers(5, 8)) + \
+            draw(st.sampled_from([b"%b", b"%s", b"%%", b"%", b""]))
+    small = st.integers(-2**31, 2**31 - 1)
+    number = rarely(small, st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.just("1")))
+    args = [fmt, draw(number), draw(number), draw(number), draw(number), draw(number),
+            draw(rarely(st.binary(max_size=40), st.sampled_from(["text", bytearray(b"x")]))),
+            draw(rarely(st.integers(0, 2**24), st.integers(-2**32, 2**32)))]
+    if draw(st.booleans()):
+        args += [draw(number), draw(number)]
+    return args
+
+
+@needs_compiled
+@SETTINGS
+@given(send_head_case())
+def test_json_send_head(args):
+    _both("json_send_head", *args)
+
+
+@needs_compiled
+def test_json_send_head_keywords_and_template():
+    tmpl = send_codec.SendHeaderTemplate("pg", "T%1")
+    props = tmpl.bare_props("AB" * 16)
+    _both("json_send_head", tmpl._json_fmt, 1, 2, 3, 1700000000000, 0, props, 1024)
+    _register_fallbacks()
+    assert _mod.json_send_head(tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, frame_flag=2) == \
+        accel.PURE["json_send_head"](tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, 0, 2)
+
+
+# ------------------------------------------------------------------------------ whole frames
+
+@st.composite
+def frames_case(draw):
+    """Concatenated frames (usual JSON ones, odd JSON headers, ROCKETMQ ones), maybe cut short
+    or damaged, with a start position and a frame cap."""
+    parts = []
+    for _ in range(draw(st.integers(0, 5))):
+        body = draw(rarely(st.just(b""), st.binary(max_size=20)))
+        kind = draw(rarely(st.just("usual"), st.sampled_from(["odd", "binary"])))
+        if kind == "binary":
+            cmd = remoting.RemotingCommand.request(draw(st.integers(0, 400)), {"k": "vé"},
+                                                   body, serialize_type=1)
+            parts.append(remoting.encode_frame(cmd))
+            continue
+        header = (json.dumps({"code": draw(st.integers(-2**31, 2**31 - 1)),
+                              "language": draw(st.sampled_from(["JAVA", "PYTHON", "CPP"])),
+                              "version": 0, "opaque": draw(st.integers(0, 2**31 - 1)), "flag": 1,
+                              "extFields": draw(st.dictionaries(json_text, json_text, max_size=4))},
+                             separators=(",", ":")).encode()
+                  if kind == "usual" else draw(json_header()))
+        parts.append(struct.pack(">iI", 4 + len(header) + len(body), len(header)) + header + body)
+    raw = bytearray(b"".join(parts))
+    if raw and draw(st.integers(0, 9)) == 0:  # damage
+        raw[draw(st.integers(0, len(raw) - 1))] = draw(st.integers(0, 255))
+    if raw and draw(st.integers(0, 4)) == 0:  # a frame not complete yet
+        del raw[draw(st.integers(0, len(raw) - 1)):]
+    pos = draw(rarely(st.just(0), st.integers(0, 6)))
+    cap = draw(rarely(st.just(remoting.MAX_FRAME_BYTES), st.integers(8, 64)))
+    return raw, pos, cap
+
+
+def _commands(result):
+    commands, pos = result
+    assert all(type(c) is remoting.RemotingCommand for c in commands)
+    return [tuple((type(v), v) for v in (getattr(c, s) for s in c.__slots__)) for c in commands], pos
+
+
+@needs_compiled
+@SETTINGS
+@given(frames_case(), st.sampled_from([bytes, bytearray, memoryview]))
+def test_decode_frames(case, kind):
+    raw, pos, cap = case
+    _both("decode_frames", kind(bytes(raw)), pos, cap, normalize=_commands)
+
+
+@needs_compiled
+def test_decode_frames_repeated_and_changing_ext_values():
+    """The compiled decoder reuses a key's last value when the bytes repeat: a changed, escaped,
+    non-ASCII or long value under the same key still decodes as the twin decodes it."""
+    values = ["v1", "v1", "v2", "\u00e9", 'a"b', "v1", "x" * 65, "x" * 65, "", "v1", "tab\there"]
+    frames = b"".join(remoting.encode_frame(remoting.RemotingCommand(
+        0, opaque=i, flag=1, ext={"rk": v, "rk2": "same", f"k{i}": v})) for i, v in enumerate(values))
+    for _ in range(2):
+        got = _both("decode_frames", frames, 0, remoting.MAX_FRAME_BYTES, normalize=_commands)
+        assert [c[6][1]["rk"] for c in got[1][0]] == values
+
+
+@needs_compiled
+def test_decode_frames_usual_reply_in_c():
+    """A SEND reply frame takes the compiled path (no twin registered: it would fail)."""
+    cmd = remoting.RemotingCommand(0, opaque=9, flag=1, ext={"msgId": "AB", "queueOffset": "7"})
+    frame = remoting.encode_frame(cmd)
+    _register_fallbacks()
+    twin = accel.PURE["decode_frames"]
+    try:
+        _mod.set_fallback("decode_frames", None)
+        commands, pos = _mod.decode_frames(frame * 2 + frame[:5], 0, remoting.MAX_FRAME_BYTES)
+    finally:
+        _mod.set_fallback("decode_frames", twin)
+    assert pos == 2 * len(frame)
+    assert [(c.code, c.opaque, c.ext, c.body, c.language) for c in commands] == [
+        (0, 9, cmd.ext, b"", cmd.language)] * 2
 
 
 # ------------------------------------------------------------------------------ pull bodies

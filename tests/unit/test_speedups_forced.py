@@ -20,7 +20,7 @@ assert accel.PURE_FORCED and not accel.COMPILED
 for fn in (record.encode_into, record.decode_properties, record.prop_fields, send.decode_batch,
            send_codec.encode_batch_body, remoting.decode_binary_ext, index_file.index_entries,
            commit_log.append_records, message.wire_messages, client_message.record_views,
-           send.offset_msg_ids):
+           send.offset_msg_ids, remoting.decode_frames):
     assert fn is accel.PURE[fn.__name__], fn
 print(len(accel.PURE))
 """
