@@ -44,12 +44,18 @@ Rules:
    anyway; the retry queue is always asked); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
    (at-least-once). Orderly consumers read a queue's offset after taking its lock.
+5. Many queues: a consumer that owns at least `gc_freeze_queues_min` queues once start()
+   has rebalanced calls gc.freeze(), so the collector's full scans skip the long-lived
+   per-queue state (routes, queues, offsets) instead of walking it again and again while
+   messages flow. gc.freeze() is process-wide: objects alive then are never collected as
+   cycles afterwards (freed by reference counting as usual); 0 turns it off.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import json
 import logging
 import time
@@ -171,6 +177,7 @@ class PushConsumer(AsyncLifecycle):
         await self._learn_routes()
         await inst.heartbeat()
         await self._rebalance_once()
+        self._freeze_gc()
         inst.start_timers()
         inst.spawn(self._rebalance_loop(), name="rebalance")
         inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
@@ -181,10 +188,18 @@ class PushConsumer(AsyncLifecycle):
             return
         self._closing = True
         async with self._rebalance_lock:
-            await asyncio.gather(*[self._drop(pq) for pq in list(self._pqs.values())])
+            await self._drop_all(list(self._pqs.values()))  # one commit batch per broker
         await self.commit_offsets()
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
+
+    def _freeze_gc(self) -> None:
+        """Rule 5: with many queues, their long-lived state leaves the collector's scans."""
+        wanted = self.config.gc_freeze_queues_min
+        if wanted and len(self._pqs) >= wanted:
+            gc.freeze()
+            log.info("%s: %d queues owned: %d long-lived objects frozen for the garbage "
+                     "collector", self._instance.client_id, len(self._pqs), gc.get_freeze_count())
 
     async def _learn_routes(self) -> None:
         """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
@@ -409,7 +424,7 @@ class PushConsumer(AsyncLifecycle):
         current = set(self.owned(topic))
         removed = current - mine
         if removed:
-            await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
+            await self._drop_all([self._pqs[mq] for mq in removed])
         added = sorted(mine - current)
         starts = [(mq, self._known_start(mq)) for mq in added]
         for mq, start in starts:  # no task per queue whose start the progress tells
@@ -444,31 +459,39 @@ class PushConsumer(AsyncLifecycle):
         self._pull_next(pq)
 
     async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
-        """Stop a queue, let its running listener call finish (bounded), commit (unless an
-        offset reset replaced the position), forget."""
-        pq.dropped = True
-        pq.wake()
-        if pq.pulling is not None:
-            pq.pulling.cancel()
-        if pq.pull_task is not None:
-            pq.pull_task.cancel()
-        if pq.consume_task is not None:
-            done, _ = await asyncio.wait([pq.consume_task], timeout=self.config.drop_grace_s)
-            if not done:
-                pq.consume_task.cancel()
-        await asyncio.gather(*[t for t in (pq.pull_task, pq.consume_task) if t is not None],
-                             return_exceptions=True)
+        await self._drop_all([pq], commit)
+
+    async def _drop_all(self, pqs: list[ProcessQueue], commit: bool = True) -> None:
+        """Stop queues, let their running listener calls finish (bounded), commit them
+        together (unless an offset reset replaced the position), forget them."""
+        for pq in pqs:
+            pq.dropped = True
+            pq.wake()
+            if pq.pulling is not None:
+                pq.pulling.cancel()
+            if pq.pull_task is not None:
+                pq.pull_task.cancel()
+        running = [pq.consume_task for pq in pqs if pq.consume_task is not None]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.config.drop_grace_s)
+            for task in late:
+                task.cancel()
+        tasks = [t for pq in pqs for t in (pq.pull_task, pq.consume_task) if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         if commit:
-            self._store.update(pq.mq, pq.commit_offset())
+            for pq in pqs:
+                self._store.update(pq.mq, pq.commit_offset())
             try:
-                await self._store.persist([pq.mq])
+                await self._store.persist([pq.mq for pq in pqs])
             except errors.TideMQError as exc:
-                log.warning("commit of dropped %s failed: %s", pq.mq, exc)
-        self._store.remove(pq.mq)
-        if self._pqs.get(pq.mq) is pq:
-            del self._pqs[pq.mq]
-            self._by_topic[pq.mq.topic].discard(pq.mq)
-        self.pull_targets.forget(pq.mq)
+                log.warning("commit of %d dropped queue(s) failed: %s", len(pqs), exc)
+        for pq in pqs:
+            self._store.remove(pq.mq)
+            if self._pqs.get(pq.mq) is pq:
+                del self._pqs[pq.mq]
+                self._by_topic[pq.mq.topic].discard(pq.mq)
+            self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
     def _pull_next(self, pq: ProcessQueue) -> None:

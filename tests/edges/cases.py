@@ -61,6 +61,8 @@ def _body(code: int) -> bytes:
             {"topic": TOPIC, "brokerName": "b", "queueId": 0}]}).encode()
     if code == R.BATCH_PULL_MESSAGE:
         return json.dumps({"queues": [[TOPIC, 0, 0, -1]]}).encode()
+    if code == R.UPDATE_CONSUMER_OFFSET_BATCH:
+        return json.dumps({"offsets": [[TOPIC, 0, 0]]}).encode()
     if code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2):
         return b"edge"
     if code == R.SEND_BATCH_MESSAGE:
