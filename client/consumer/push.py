@@ -44,18 +44,16 @@ Rules:
    anyway; the retry queue is always asked); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
    (at-least-once). Orderly consumers read a queue's offset after taking its lock.
-5. Many queues: a consumer that owns at least `gc_freeze_queues_min` queues once start()
-   has rebalanced calls gc.freeze(), so the collector's full scans skip the long-lived
-   per-queue state (routes, queues, offsets) instead of walking it again and again while
-   messages flow. gc.freeze() is process-wide: objects alive then are never collected as
-   cycles afterwards (freed by reference counting as usual); 0 turns it off.
+5. Many queues (at least `gc_freeze_step_queues` in the routes it learned): the start defers
+   the garbage collector's full scans and ends with gc.freeze(), and every that many
+   queues taken later freeze again (client/consumer/gc_freeze.py), so the collector does
+   not walk the long-lived state again and again while messages flow.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import gc
 import json
 import logging
 import time
@@ -69,6 +67,7 @@ from tidemq.consumer import send_back as retry
 from tidemq.consumer.batch_pull import BatchUnsupported, PullBatcher
 from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
 from tidemq.consumer.broker_calls import PullResult, PullStatus, QueueProgress, TagFilter
+from tidemq.consumer.gc_freeze import GcFreezer
 from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import RemoteOffsetStore
 from tidemq.consumer.process_queue import ProcessQueue
@@ -141,6 +140,7 @@ class PushConsumer(AsyncLifecycle):
         self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
         self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
+        self._gc = GcFreezer(self.config.gc_freeze_step_queues)  # rule 5
         self.consumed_count = 0
 
     @property
@@ -175,9 +175,9 @@ class PushConsumer(AsyncLifecycle):
         inst.remoting.register_handler(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         inst.remoting.add_connection_lost_listener(self._on_connection_lost)
         await self._learn_routes()
-        await inst.heartbeat()
-        await self._rebalance_once()
-        self._freeze_gc()
+        with self._gc.start_up(self._route_queues()):
+            await inst.heartbeat()
+            await self._rebalance_once()
         inst.start_timers()
         inst.spawn(self._rebalance_loop(), name="rebalance")
         inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
@@ -193,14 +193,6 @@ class PushConsumer(AsyncLifecycle):
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
-    def _freeze_gc(self) -> None:
-        """Rule 5: with many queues, their long-lived state leaves the collector's scans."""
-        wanted = self.config.gc_freeze_queues_min
-        if wanted and len(self._pqs) >= wanted:
-            gc.freeze()
-            log.info("%s: %d queues owned: %d long-lived objects frozen for the garbage "
-                     "collector", self._instance.client_id, len(self._pqs), gc.get_freeze_count())
-
     async def _learn_routes(self) -> None:
         """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
         inst = self._instance
@@ -214,6 +206,12 @@ class PushConsumer(AsyncLifecycle):
                     log.warning("%s: route of %r not available yet: %s", inst.client_id, topic,
                                 exc)
         await asyncio.gather(*[one(topic) for topic in self._filters])
+
+    def _route_queues(self) -> int:
+        """How many queues the learned routes of the subscribed topics hold."""
+        routes = self._instance.routes.routes
+        return sum(qd.read_queue_nums for topic in self._filters if topic in routes
+                   for qd in routes[topic].queue_datas)
 
     def _inst(self) -> ClientInstance:
         inst: ClientInstance | None = self._instance
@@ -452,6 +450,7 @@ class PushConsumer(AsyncLifecycle):
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
         self._by_topic.setdefault(mq.topic, set()).add(mq)
+        self._gc.grown(len(self._pqs))
         pq.on_space = lambda: self._pull_next(pq)
         if self.CONSUME_LOOP_PER_QUEUE:
             pq.consume_task = self._instance.spawn(self._consume_loop(pq),
