@@ -37,7 +37,7 @@ class PulledBatch:
 class ProcessQueue:
     __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
                  "dropped", "_has_work", "on_space", "pull_task", "consume_task", "pulling",
-                 "consumed")
+                 "consume_soon", "consumed")
 
     def __init__(self, mq: MessageQueue, start_offset: int, cached_max: int) -> None:
         self.mq = mq
@@ -52,6 +52,8 @@ class ProcessQueue:
         # a per-queue pull loop (None while pulls are batched) and the consume task
         self.pull_task: asyncio.Task[Any] | None = None
         self.consume_task: asyncio.Task[Any] | None = None
+        # consumption scheduled as a plain callback (a quick listener needs no task)
+        self.consume_soon: asyncio.Handle | None = None
         # the batched pull under way, or the timer of a back-off after a failed one
         self.pulling: PullWaiter | asyncio.TimerHandle | None = None
         self.consumed = 0

@@ -24,8 +24,9 @@ Rules:
    connection. Rebalance at start, every `rebalance_interval_s`, and at once on
    NOTIFY_CONSUMER_IDS_CHANGED (40) from the broker; member ids come from code 38.
 2. One long poll at a time per owned queue (SUSPEND, `suspend_ms`, request timeout
-   `pull_timeout_s` > suspend), pipelined with that queue's consumption (a task only while it
-   has pulled messages); flow control pauses a queue's pulls at
+   `pull_timeout_s` > suspend), pipelined with that queue's consumption (a listener that
+   answers SUCCESS at once is called from a plain callback; a task only while an answer needs
+   awaiting or retries); flow control pauses a queue's pulls at
    `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
    With `pull_batching` (the default) the pulls of all queues bound for one broker travel
@@ -466,6 +467,9 @@ class PushConsumer(AsyncLifecycle):
         for pq in pqs:
             pq.dropped = True
             pq.wake()
+            if pq.consume_soon is not None:  # not consumed: committed as not consumed
+                pq.consume_soon.cancel()
+                pq.consume_soon = None
             if pq.pulling is not None:
                 pq.pulling.cancel()
             if pq.pull_task is not None:
@@ -562,9 +566,10 @@ class PushConsumer(AsyncLifecycle):
                 retry.restore_topic(result.messages)
             pq.add(result.messages, result.next_begin_offset)
             task = pq.consume_task
-            if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()):
-                pq.consume_task = self._instance.spawn(self._consume_loop(pq),
-                                                       name=f"consume {mq.key()}")
+            if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()) and \
+                    pq.consume_soon is None:
+                pq.consume_task = None
+                pq.consume_soon = asyncio.get_running_loop().call_soon(self._consume_ready, pq)
         elif status is PullStatus.OFFSET_ILLEGAL:
             log.warning("%s: offset %d of %s is illegal; moving to %d", self._instance.client_id,
                         pq.next_offset, mq, result.next_begin_offset)
@@ -613,11 +618,12 @@ class PushConsumer(AsyncLifecycle):
             max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
             timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
-    async def _consume_loop(self, pq: ProcessQueue) -> None:
-        """Consume pq's pulled batches, then end: the next pull that finds messages starts
-        another (no task per idle queue)."""
-        batch_max = self.config.consume_batch_max
-        listener = self._listener
+    def _consume_ready(self, pq: ProcessQueue) -> None:
+        """Consume pq's oldest pulled batch in this callback while the listener answers
+        SUCCESS at once (no task per queue); the next batch gets another callback. Any other
+        answer (an awaitable, RECONSUME_LATER, an exception) goes on in a consume task."""
+        pq.consume_soon = None
+        batch_max, listener = self.config.consume_batch_max, self._listener
         while pq.batches and not pq.dropped:
             batch = pq.batches[0]
             start = batch.idx
@@ -627,6 +633,35 @@ class PushConsumer(AsyncLifecycle):
             except Exception:
                 log.exception("listener failed on %s", pq.mq)
                 result = ConsumeResult.RECONSUME_LATER
+            if result is not None and result is not _SUCCESS:
+                pq.consume_task = self._instance.spawn(self._consume_loop(pq, (chunk, result)),
+                                                       name=f"consume {pq.mq.key()}")
+                return
+            self.consumed_count += len(chunk)
+            pq.consumed_through(batch, len(chunk))
+            if batch.idx >= len(batch.msgs):  # one pulled batch at a time: others run between
+                if pq.batches and not pq.dropped:
+                    pq.consume_soon = asyncio.get_running_loop().call_soon(
+                        self._consume_ready, pq)
+                return
+
+    async def _consume_loop(self, pq: ProcessQueue,
+                            pending: tuple[list[MessageExt], Any] | None = None) -> None:
+        """Consume pq's pulled batches, then end: the next pull that finds messages starts
+        another. `pending` = (chunk, listener result) _consume_ready handed over."""
+        batch_max = self.config.consume_batch_max
+        listener = self._listener
+        while pq.batches and (pending is not None or not pq.dropped):
+            batch = pq.batches[0]
+            if pending is not None:  # the listener was called: its answer is seen through
+                (chunk, result), pending = pending, None
+            else:
+                chunk = batch.msgs[batch.idx:batch.idx + batch_max]
+                try:
+                    result = listener(chunk)
+                except Exception:
+                    log.exception("listener failed on %s", pq.mq)
+                    result = ConsumeResult.RECONSUME_LATER
             if result is not None and result is not _SUCCESS:
                 await self._consume_slow(pq, chunk, result)
                 if pq.dropped:
