@@ -56,5 +56,4 @@ class GcFreezer:
     def _freeze(self, count: int) -> None:
         gc.freeze()
         self._next = count + self._step
-        log.debug("%d queues: %d objects frozen for the garbage collector", count,
-                  gc.get_freeze_count())
+        log.debug("%d queues: long-lived objects frozen for the garbage collector", count)

@@ -39,8 +39,8 @@ Rules:
    so whoever takes the queue over starts where this member stopped.
 4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
    min offset, TIMESTAMP = the offset found by time (29). Clustering reads the committed, min
-   and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
-   of each rebalance round rather than two requests per new queue (a never-committed queue
+   and max offsets of all its queues with GET_CONSUME_STATS (208, read in pages) per broker
+   once per rebalance round that starts new queues, rather than two requests per new queue (a never-committed queue
    whose offset 0 may still be "hot" is asked with 14, unless it starts at its min offset
    anyway; the retry queue is always asked); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
@@ -94,6 +94,7 @@ class ConsumeResult(enum.Enum):
 
 _SUCCESS = ConsumeResult.SUCCESS
 REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
+ROUTE_LOOKUPS_MAX = 128  # route lookups in flight at start (12,500 topics: round trips overlap)
 
 
 def _enum(cls: type[E], value: object) -> E:
@@ -136,6 +137,7 @@ class PushConsumer(AsyncLifecycle):
         self._progress: dict[tuple[str, str, int], QueueProgress] = {}
         # broker address -> task fetching the group's ids, this round's
         self._member_ids: dict[str, asyncio.Future[list[str]]] = {}
+        self._progress_fetch: asyncio.Future[None] | None = None  # this round's 208s
         # topic -> its MessageQueues in _pqs (rebalance reads one topic)
         self._by_topic: dict[str, set[MessageQueue]] = {}
         self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
@@ -195,9 +197,9 @@ class PushConsumer(AsyncLifecycle):
         await self._instance.close()
 
     async def _learn_routes(self) -> None:
-        """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
+        """Every subscribed topic's route, ROUTE_LOOKUPS_MAX lookups at a time."""
         inst = self._instance
-        sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+        sem = asyncio.Semaphore(ROUTE_LOOKUPS_MAX)
 
         async def one(topic: str) -> None:
             async with sem:
@@ -343,15 +345,18 @@ class PushConsumer(AsyncLifecycle):
             if self._closing:
                 return
             sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+            # this round reads the member ids afresh: a change notified before it is covered
+            self._rebalance_event.clear()
             self._member_ids = {}
+            self._progress_fetch = None
             try:
-                await self._fetch_progress()
                 # topics (and below, queues) concurrently: with thousands of queues, one round
                 # trip after another would keep most of them unpulled for seconds
                 await asyncio.gather(*[self._rebalance_guarded(sem, topic)
                                        for topic in list(self._filters)])
             finally:
                 self._progress = {}
+                self._progress_fetch = None
 
     async def _rebalance_guarded(self, sem: asyncio.Semaphore, topic: str) -> None:
         async with sem:
@@ -368,6 +373,13 @@ class PushConsumer(AsyncLifecycle):
         from_min = self.config.consume_from is ConsumeFrom.FIRST
         return known.committed < 0 and not from_min and known.min_offset == 0 and \
             known.max_offset > 0
+
+    async def _round_progress(self) -> None:
+        """The round's progress, fetched once, when the first topic has new queues: a round
+        that starts none (the usual periodic one) reads no progress at all."""
+        if self._progress_fetch is None:
+            self._progress_fetch = asyncio.ensure_future(self._fetch_progress())
+        await asyncio.shield(self._progress_fetch)
 
     async def _fetch_progress(self) -> None:
         """Clustering: every broker's committed, min and max offsets of the group's queues in
@@ -425,6 +437,8 @@ class PushConsumer(AsyncLifecycle):
         if removed:
             await self._drop_all([self._pqs[mq] for mq in removed])
         added = sorted(mine - current)
+        if added:
+            await self._round_progress()
         starts = [(mq, self._known_start(mq)) for mq in added]
         for mq, start in starts:  # no task per queue whose start the progress tells
             if start is not None:
