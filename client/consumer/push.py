@@ -648,8 +648,8 @@ class PushConsumer(AsyncLifecycle):
                 log.exception("listener failed on %s", pq.mq)
                 result = ConsumeResult.RECONSUME_LATER
             if result is not None and result is not _SUCCESS:
-                pq.consume_task = self._instance.spawn(self._consume_loop(pq, (chunk, result)),
-                                                       name=f"consume {pq.mq.key()}")
+                pq.consume_task = self._instance.spawn(
+                    self._consume_handed(pq, chunk, result), name=f"consume {pq.mq.key()}")
                 return
             self.consumed_count += len(chunk)
             pq.consumed_through(batch, len(chunk))
@@ -659,23 +659,31 @@ class PushConsumer(AsyncLifecycle):
                         self._consume_ready, pq)
                 return
 
-    async def _consume_loop(self, pq: ProcessQueue,
-                            pending: tuple[list[MessageExt], Any] | None = None) -> None:
+    async def _consume_handed(self, pq: ProcessQueue, chunk: list[MessageExt],
+                              result: Any) -> None:
+        """The listener answer _consume_ready handed over (the call was made: its answer is
+        seen through even if pq was dropped meanwhile), then pq's further batches."""
+        await self._consume_slow(pq, chunk, result)
+        if pq.dropped:
+            return  # not consumed: the next owner replays it
+        self.consumed_count += len(chunk)
+        pq.consumed_through(pq.batches[0], len(chunk))
+        await self._consume_loop(pq)
+
+    async def _consume_loop(self, pq: ProcessQueue) -> None:
         """Consume pq's pulled batches, then end: the next pull that finds messages starts
-        another. `pending` = (chunk, listener result) _consume_ready handed over."""
+        another (no task per idle queue)."""
         batch_max = self.config.consume_batch_max
         listener = self._listener
-        while pq.batches and (pending is not None or not pq.dropped):
+        while pq.batches and not pq.dropped:
             batch = pq.batches[0]
-            if pending is not None:  # the listener was called: its answer is seen through
-                (chunk, result), pending = pending, None
-            else:
-                chunk = batch.msgs[batch.idx:batch.idx + batch_max]
-                try:
-                    result = listener(chunk)
-                except Exception:
-                    log.exception("listener failed on %s", pq.mq)
-                    result = ConsumeResult.RECONSUME_LATER
+            start = batch.idx
+            chunk = batch.msgs[start:start + batch_max]
+            try:
+                result = listener(chunk)
+            except Exception:
+                log.exception("listener failed on %s", pq.mq)
+                result = ConsumeResult.RECONSUME_LATER
             if result is not None and result is not _SUCCESS:
                 await self._consume_slow(pq, chunk, result)
                 if pq.dropped:

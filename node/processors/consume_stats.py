@@ -61,7 +61,7 @@ class ConsumeStatsProcessor:
         if not rows and not members:
             return error(cmd, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                          f"the consumer group[{group}] has no offsets on this broker")
-        body: dict = {"consumeTps": 0.0}
+        body = {"consumeTps": 0.0}
         if req.page_size:
             start, end = req.page_start, req.page_start + req.page_size
             if end < len(rows):

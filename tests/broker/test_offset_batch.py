@@ -91,7 +91,7 @@ def test_paged_consume_stats_match_per_queue_reads(broker):
     async def go():
         async with await RawClient.connect(broker.addr) as c:
             await _create(c, topics)
-            for i, t in enumerate(topics):
+            for t in topics:
                 for q in range(QUEUES):
                     for _ in range(q % 3):
                         assert (await c.request(R.SEND_MESSAGE, send_ext(t, q), b"m")).code == 0
