@@ -71,7 +71,7 @@ from tidemq.consumer.broker_calls import PullResult, PullStatus, QueueProgress, 
 from tidemq.consumer.gc_freeze import GcFreezer
 from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import RemoteOffsetStore
-from tidemq.consumer.process_queue import ProcessQueue
+from tidemq.consumer.process_queue import ProcessQueue, PulledBatch
 from tidemq.consumer.pull_target import PullTargets
 from tidemq.consumer.rebalance import STRATEGIES
 from tidemq.instance import ClientInstance
@@ -632,21 +632,27 @@ class PushConsumer(AsyncLifecycle):
             max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
             timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
+    def _call_listener(self, pq: ProcessQueue, chunk: list[MessageExt]) -> Any:
+        """The listener's answer for chunk; RECONSUME_LATER when it raised."""
+        try:
+            return self._listener(chunk)
+        except Exception:
+            log.exception("listener failed on %s", pq.mq)
+            return ConsumeResult.RECONSUME_LATER
+
+    def _consume_next(self, pq: ProcessQueue) -> tuple[PulledBatch, list[MessageExt], Any]:
+        """Call the listener on pq's next chunk: (its batch, the chunk, the answer)."""
+        batch = pq.batches[0]
+        chunk = batch.msgs[batch.idx:batch.idx + self.config.consume_batch_max]
+        return batch, chunk, self._call_listener(pq, chunk)
+
     def _consume_ready(self, pq: ProcessQueue) -> None:
         """Consume pq's oldest pulled batch in this callback while the listener answers
         SUCCESS at once (no task per queue); the next batch gets another callback. Any other
         answer (an awaitable, RECONSUME_LATER, an exception) goes on in a consume task."""
         pq.consume_soon = None
-        batch_max, listener = self.config.consume_batch_max, self._listener
         while pq.batches and not pq.dropped:
-            batch = pq.batches[0]
-            start = batch.idx
-            chunk = batch.msgs[start:start + batch_max]
-            try:
-                result = listener(chunk)
-            except Exception:
-                log.exception("listener failed on %s", pq.mq)
-                result = ConsumeResult.RECONSUME_LATER
+            batch, chunk, result = self._consume_next(pq)
             if result is not None and result is not _SUCCESS:
                 pq.consume_task = self._instance.spawn(
                     self._consume_handed(pq, chunk, result), name=f"consume {pq.mq.key()}")
@@ -673,17 +679,8 @@ class PushConsumer(AsyncLifecycle):
     async def _consume_loop(self, pq: ProcessQueue) -> None:
         """Consume pq's pulled batches, then end: the next pull that finds messages starts
         another (no task per idle queue)."""
-        batch_max = self.config.consume_batch_max
-        listener = self._listener
         while pq.batches and not pq.dropped:
-            batch = pq.batches[0]
-            start = batch.idx
-            chunk = batch.msgs[start:start + batch_max]
-            try:
-                result = listener(chunk)
-            except Exception:
-                log.exception("listener failed on %s", pq.mq)
-                result = ConsumeResult.RECONSUME_LATER
+            batch, chunk, result = self._consume_next(pq)
             if result is not None and result is not _SUCCESS:
                 await self._consume_slow(pq, chunk, result)
                 if pq.dropped:
@@ -716,11 +713,7 @@ class PushConsumer(AsyncLifecycle):
                 return
             retries += 1
             await asyncio.sleep(self.config.local_retry_delay_s)
-            try:
-                result = self._listener(chunk)
-            except Exception:
-                log.exception("listener failed on %s", pq.mq)
-                result = ConsumeResult.RECONSUME_LATER
+            result = self._call_listener(pq, chunk)
 
     async def _send_back(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
         """Hand failed messages to the broker's retry path; False when it did not take them."""

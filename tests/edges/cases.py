@@ -28,6 +28,11 @@ LEAKS = ("Error(", "Exception(", "Traceback", "KeyError", "ValueError", "TypeErr
          "struct.error", "JSONDecodeError", "File \"")
 
 
+def json_body(**doc) -> bytes:
+    """A request body: the keyword arguments as a JSON object."""
+    return json.dumps(doc).encode()
+
+
 def leaked(remark: str | None) -> str | None:
     """The first sign of exception text in a remark, or None."""
     for needle in LEAKS:
