@@ -143,6 +143,7 @@ class PushConsumer(AsyncLifecycle):
         self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
         self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
+        self._on_space = self._pull_next
         self._gc = GcFreezer(self.config.gc_freeze_step_queues)  # rule 5
         self.consumed_count = 0
 
@@ -466,7 +467,7 @@ class PushConsumer(AsyncLifecycle):
         self._pqs[mq] = pq
         self._by_topic.setdefault(mq.topic, set()).add(mq)
         self._gc.grown(len(self._pqs))
-        pq.on_space = lambda: self._pull_next(pq)
+        pq.on_space = self._on_space  # one bound method for every queue, no closure each
         if self.CONSUME_LOOP_PER_QUEUE:
             pq.consume_task = self._instance.spawn(self._consume_loop(pq),
                                                    name=f"consume {mq.key()}")
@@ -596,7 +597,7 @@ class PushConsumer(AsyncLifecycle):
         """Per-queue pulls: a broker without batched pulls (or batching off)."""
         mq, tag_filter = pq.mq, self._filters[pq.mq.topic]
         space = asyncio.Event()
-        pq.on_space = space.set
+        pq.on_space = lambda _pq: space.set()
         while not pq.dropped:
             if not pq.has_space:
                 space.clear()

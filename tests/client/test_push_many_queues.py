@@ -197,3 +197,27 @@ def test_shutdown_commits_exact_offsets_of_thousands_of_queues_in_batches(broker
         committed = {k: int(r.ext["offset"]) for k, r in zip(counts, replies)}
         assert committed == counts, [(k, v) for k, v in committed.items() if v != counts[k]][:5]
     run(main(), 120)
+
+
+def test_full_queues_resume_and_async_answers_are_awaited(broker):
+    """Flow control at 2 cached messages per queue with an async listener: every pull
+    fills a queue, its consumption (a task: the answer is awaited) makes room, and the
+    queue's next pull resumes, so every message is consumed once."""
+    topics = [f"Full{t}" for t in range(4)]
+    seen = collections.Counter()
+
+    async def listener(msgs):
+        await asyncio.sleep(0.001)
+        seen.update(m.body for m in msgs)
+
+    async def main():
+        await create(broker.addr, topics)
+        bodies = await send_each(broker.addr, topics, 12)
+        c = PushConsumer("full-g", {t: "*" for t in topics}, listener, consume_from="FIRST",
+                         namesrv_or_broker=broker.addr, pull_batch_size=2,
+                         cached_messages_per_queue_max=2, **SMALL)
+        await c.start()
+        await wait_until(lambda: len(seen) == len(bodies), 60, what="every message consumed")
+        await c.shutdown()
+        assert set(seen) == set(bodies) and max(seen.values()) == 1
+    run(main(), 90)
