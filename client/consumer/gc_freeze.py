@@ -9,7 +9,8 @@ Rules:
 1. `start_up(count)` wraps a consumer's start once it learned the routes of `count` queues:
    with at least `step_queues` of them, full collections are deferred (young ones still run)
    and, at the end, gc.freeze() moves everything alive into a generation the collector
-   never scans; the thresholds are restored. Fewer queues (or a step of 0): nothing changes.
+   never scans; the threshold is restored when the last of the consumers starting at once in
+   the process is done. Fewer queues (or a step of 0): nothing changes.
 2. `grown(count)` freezes again each time the queues held grow by `step_queues` since the
    last freeze (rebalances after the start).
 3. gc.freeze() is process-wide and cheap (it relinks lists). Objects alive at that moment
@@ -25,6 +26,22 @@ from collections.abc import Iterator
 
 log = logging.getLogger(__name__)
 _DEFERRED = 1 << 30  # an old-generation threshold no start-up reaches
+# consumers starting at once in one process share one deferral: the last to finish restores
+_deferral = {"starts": 0, "old": 0}
+
+
+def _defer() -> None:
+    if _deferral["starts"] == 0:
+        young, middle, _deferral["old"] = gc.get_threshold()
+        gc.set_threshold(young, middle, _DEFERRED)
+    _deferral["starts"] += 1
+
+
+def _undefer() -> None:
+    _deferral["starts"] -= 1
+    if _deferral["starts"] == 0:
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, _deferral["old"])
 
 
 class GcFreezer:
@@ -40,12 +57,11 @@ class GcFreezer:
         if not self._step or count < self._step:
             yield
             return
-        young, middle, old = gc.get_threshold()
-        gc.set_threshold(young, middle, _DEFERRED)
+        _defer()
         try:
             yield
         finally:
-            gc.set_threshold(young, middle, old)
+            _undefer()
         self._freeze(count)
 
     def grown(self, count: int) -> None:
