@@ -1,5 +1,6 @@
 """Consumer-side broker calls shared by the push and pull consumers: PULL_MESSAGE (11), offsets
-(14, 15, 29, 30, 31), a group's progress (208), consumer ids (38), and tag expressions.
+(14, 15, 29, 30, 31, 9003), a group's progress (208, paged), consumer ids (38), and tag
+expressions.
 
 Pull outcomes (docs/protocol.md, Pull) become a PullResult status, never an exception:
 
@@ -162,6 +163,19 @@ async def update_consumer_offset(instance: ClientInstance, addr: str, group: str
                         what=f"commit offset {mq}")
 
 
+OFFSET_BATCH_QUEUES = 4096  # rows in one 9003 (the broker's bound)
+
+
+async def update_consumer_offsets(instance: ClientInstance, addr: str, group: str,
+                                  rows: list[tuple[str, int, int]],
+                                  timeout_s: float = 5.0) -> None:
+    """UPDATE_CONSUMER_OFFSET_BATCH (9003): [(topic, queue id, offset)] of one broker, at most
+    OFFSET_BATCH_QUEUES. Raises RequestCodeNotSupported from a broker without it."""
+    body = json.dumps({"offsets": rows}, separators=(",", ":")).encode()
+    await instance.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET_BATCH, {"consumerGroup": group},
+                        body, timeout_s=timeout_s, what=f"commit {len(rows)} offsets")
+
+
 async def queue_offset(instance: ClientInstance, addr: str, mq: MessageQueue,
                        which: Literal["max", "min", "search"], timestamp_ms: int | None = None,
                        timeout_s: float = 3.0) -> int:
@@ -198,21 +212,41 @@ class QueueProgress:
         self.max_offset = max_offset
 
 
+PROGRESS_PAGE_QUEUES = 8192  # queues per 208 page: about 1.5 MB of reply
+Progress = dict[tuple[str, str, int], QueueProgress]
+
+
 async def group_progress(instance: ClientInstance, addr: str, group: str,
-                         timeout_s: float = 10.0) -> dict[tuple[str, str, int], QueueProgress]:
+                         timeout_s: float = 10.0) -> Progress:
     """GET_CONSUME_STATS (208) without a topic: every queue of the topics the group subscribes
-    to on addr, keyed (topic, broker name, queue id); {} when the broker knows none of them."""
-    resp = await instance.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group},
-                               timeout_s=timeout_s, what=f"progress of {group!r}",
-                               ok=(ResponseCode.SUCCESS, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
-    if resp.code != ResponseCode.SUCCESS:
-        return {}
-    out = {}
+    to on addr, keyed (topic, broker name, queue id); {} when the broker knows none of them.
+    Read in pages of PROGRESS_PAGE_QUEUES; a broker that does not page answers all at once."""
+    out: Progress = {}
+    start: int | None = 0
+    while start is not None:
+        ext = {"consumerGroup": group, "pageStart": str(start),
+               "pageSize": str(PROGRESS_PAGE_QUEUES)}
+        resp = await instance.call(addr, RequestCode.GET_CONSUME_STATS, ext,
+                                   timeout_s=timeout_s, what=f"progress of {group!r}",
+                                   ok=(ResponseCode.SUCCESS,
+                                       ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST))
+        if resp.code != ResponseCode.SUCCESS:
+            return out
+        start = _progress_page(addr, bytes(resp.body), start, out)
+    return out
+
+
+def _progress_page(addr: str, body: bytes, start: int, out: Progress) -> int | None:
+    """Add one 208 reply's rows to out; the next page's start, None after the last page."""
     try:
-        for key, row in json.loads(bytes(resp.body).decode("utf-8"))["offsetTable"].items():
+        doc = json.loads(body.decode("utf-8"))
+        for key, row in doc["offsetTable"].items():
             mq = json.loads(key)
             out[(mq["topic"], mq["brokerName"], int(mq["queueId"]))] = QueueProgress(
                 int(row["consumerOffset"]), int(row.get("minOffset", 0)), int(row["brokerOffset"]))
+        following = doc.get("nextPageStart")
+        if following is not None and int(following) <= start:
+            raise ValueError(f"next page {following} does not follow {start}")
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise errors.ProtocolViolation(f"bad consume stats from {addr}: {exc}") from None
-    return out
+    return None if following is None else int(following)

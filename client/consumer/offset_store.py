@@ -10,6 +10,10 @@ Rules:
 2. The local file is replaced atomically (write to a temp file, fsync, rename), so a crash
    leaves the old or the new table, never a torn one.
 3. Local file: `<dir>/<client id>/<group>.json` = {"offsetTable": {"topic@broker@queue": n}}.
+4. The remote store commits a broker's changed offsets in UPDATE_CONSUMER_OFFSET_BATCH (9003)
+   requests of at most OFFSET_BATCH_QUEUES queues; a broker that answers 3
+   REQUEST_CODE_NOT_SUPPORTED (an older TideMQ, a RocketMQ broker) is remembered and gets one
+   UPDATE_CONSUMER_OFFSET (15) per queue from then on.
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ class RemoteOffsetStore(_TableStore):
     def __init__(self, instance: ClientInstance, group: str) -> None:
         self._instance = instance
         self._group = group
+        self._no_batch: set[str] = set()  # brokers that answered 9003 with 3 (rule 4)
         super().__init__()
 
     def _addr(self, mq: MessageQueue) -> str:
@@ -94,16 +99,47 @@ class RemoteOffsetStore(_TableStore):
         return offset
 
     async def persist(self, mqs: Collection[MessageQueue] | None = None) -> int:
-        """Commit changed offsets; returns the number committed. Failures are logged and kept
-        dirty for the next round."""
-        dirty = self._table.dirty(mqs)
-        if not dirty:
-            return 0
+        """Commit changed offsets (rule 4); returns the number committed. Failures are logged
+        and kept dirty for the next round."""
+        by_addr: dict[str, list[tuple[MessageQueue, int]]] = {}
+        for mq, off in self._table.dirty(mqs).items():
+            try:
+                by_addr.setdefault(self._addr(mq), []).append((mq, off))
+            except errors.NoRouteError as exc:
+                log.warning("commit of %s=%d failed: %s", mq, off, exc)
+        done = await asyncio.gather(*[self._commit_to(addr, rows)
+                                      for addr, rows in by_addr.items()])
+        return sum(done)
+
+    async def _commit_to(self, addr: str, rows: list[tuple[MessageQueue, int]]) -> int:
+        """Commit one broker's rows, in batches while it serves them; the number committed."""
+        done, step = 0, pull_api.OFFSET_BATCH_QUEUES
+        for at in range(0, len(rows), step):
+            if addr in self._no_batch:
+                return done + await self._commit_each(addr, rows[at:])
+            chunk = rows[at:at + step]
+            try:
+                await pull_api.update_consumer_offsets(
+                    self._instance, addr, self._group,
+                    [(mq.topic, mq.queue_id, off) for mq, off in chunk])
+            except errors.RequestCodeNotSupported:
+                self._no_batch.add(addr)
+                log.info("%s commits no offset batches: one request per queue", addr)
+                return done + await self._commit_each(addr, rows[at:])
+            except errors.TideMQError as exc:
+                log.warning("commit of %d offsets to %s failed: %s", len(chunk), addr, exc)
+                continue
+            for mq, off in chunk:
+                self._table.persisted[mq] = off
+            done += len(chunk)
+        return done
+
+    async def _commit_each(self, addr: str, rows: list[tuple[MessageQueue, int]]) -> int:
         results = await asyncio.gather(
-            *[pull_api.update_consumer_offset(self._instance, self._addr(mq), self._group, mq, off)
-              for mq, off in dirty.items()], return_exceptions=True)
+            *[pull_api.update_consumer_offset(self._instance, addr, self._group, mq, off)
+              for mq, off in rows], return_exceptions=True)
         done = 0
-        for (mq, off), res in zip(dirty.items(), results):
+        for (mq, off), res in zip(rows, results):
             if isinstance(res, BaseException):
                 if not isinstance(res, errors.TideMQError):
                     raise res

@@ -42,6 +42,7 @@ from tidemq.protocol.codes import RequestCode
 from tidemq.topic_routes import MessageQueue
 
 log = logging.getLogger(__name__)
+LOCK_BATCH_QUEUES = 4096  # queues in one lock or unlock request (the broker's bound)
 OffsetStore = RemoteOffsetStore | LocalFileOffsetStore
 
 
@@ -82,7 +83,7 @@ class OrderlyPushConsumer(PushConsumer):
         self._wanted[topic] = mine
         removed = [self._pqs[mq] for mq in list(self.owned(topic)) if mq not in mine]
         if removed:
-            await asyncio.gather(*[self._drop(pq) for pq in removed])
+            await self._drop_all(removed)
         await self._lock_missing(topic)
 
     async def _lock_missing(self, topic: str) -> None:
@@ -137,14 +138,16 @@ class OrderlyPushConsumer(PushConsumer):
                 log.info("%s: unlock at %s failed: %s", inst.client_id, addr, exc)
 
     def _by_master(self, mqs: Iterable[MessageQueue]) -> Iterator[tuple[str, list[MessageQueue]]]:
-        """(master address, its queues) for the brokers of `mqs` whose master is known."""
+        """(master address, up to LOCK_BATCH_QUEUES of its queues) for the brokers of `mqs`
+        whose master is known."""
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_broker.setdefault(mq.broker_name, []).append(mq)
         for broker, queues in by_broker.items():
             addr: str | None = self._inst().routes.master_addr(broker)
             if addr is not None:
-                yield addr, queues
+                for at in range(0, len(queues), LOCK_BATCH_QUEUES):
+                    yield addr, queues[at:at + LOCK_BATCH_QUEUES]
 
     def _lock_body(self, queues: Iterable[MessageQueue]) -> bytes:
         return json.dumps({"consumerGroup": self.config.group, "clientId": self._inst().client_id,
@@ -180,17 +183,17 @@ class OrderlyPushConsumer(PushConsumer):
         for pq in lost:
             log.warning("%s: lock of %s not renewed; dropping it", self._inst().client_id, pq.mq)
         if lost:
-            await asyncio.gather(*[self._drop(pq) for pq in lost])
+            await self._drop_all(lost)
 
     def _lock_valid(self, mq: MessageQueue) -> bool:
         at = self._locked_at.get(mq)
         return at is not None and asyncio.get_running_loop().time() - at < self.lock_valid_s
 
-    async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
-        # finishes the listener call and commits (rule 3), unless an offset reset replaced
+    async def _drop_all(self, pqs: list[ProcessQueue], commit: bool = True) -> None:
+        # finishes the listener calls and commits (rule 3), unless an offset reset replaced
         # the position (commit=False)
-        await super()._drop(pq, commit)
-        await self._unlock([pq.mq])
+        await super()._drop_all(pqs, commit)
+        await self._unlock([pq.mq for pq in pqs])
 
     # ------------------------------------------------------------------ consumption (rule 4)
     async def _consume_loop(self, pq: ProcessQueue) -> None:

@@ -37,7 +37,7 @@ class PulledBatch:
 class ProcessQueue:
     __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
                  "dropped", "_has_work", "on_space", "pull_task", "consume_task", "pulling",
-                 "consumed")
+                 "consume_soon", "consumed")
 
     def __init__(self, mq: MessageQueue, start_offset: int, cached_max: int) -> None:
         self.mq = mq
@@ -48,10 +48,13 @@ class ProcessQueue:
         self.cached_max = cached_max
         self.dropped = False
         self._has_work: asyncio.Event | None = None  # only while a loop waits in wait_for_work
-        self.on_space: Callable[[], None] | None = None  # rule 3
+        # rule 3; called with this queue, so one callable serves every queue
+        self.on_space: Callable[[ProcessQueue], None] | None = None
         # a per-queue pull loop (None while pulls are batched) and the consume task
         self.pull_task: asyncio.Task[Any] | None = None
         self.consume_task: asyncio.Task[Any] | None = None
+        # consumption scheduled as a plain callback (a quick listener needs no task)
+        self.consume_soon: asyncio.Handle | None = None
         # the batched pull under way, or the timer of a back-off after a failed one
         self.pulling: PullWaiter | asyncio.TimerHandle | None = None
         self.consumed = 0
@@ -103,7 +106,7 @@ class ProcessQueue:
         if batch.idx >= len(batch.msgs):
             self.batches.popleft()
         if self.cached < self.cached_max <= self.cached + count and self.on_space is not None:
-            self.on_space()
+            self.on_space(self)
 
     def commit_offset(self) -> int:
         batches = self.batches

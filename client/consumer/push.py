@@ -27,8 +27,9 @@ Rules:
    connection. Rebalance at start, every `rebalance_interval_s`, and at once on
    NOTIFY_CONSUMER_IDS_CHANGED (40) from the broker; member ids come from code 38.
 2. One long poll at a time per owned queue (SUSPEND, `suspend_ms`, request timeout
-   `pull_timeout_s` > suspend), pipelined with that queue's consumption (a task only while it
-   has pulled messages); flow control pauses a queue's pulls at
+   `pull_timeout_s` > suspend), pipelined with that queue's consumption (a listener that
+   answers SUCCESS at once is called from a plain callback; a task only while an answer needs
+   awaiting or retries); flow control pauses a queue's pulls at
    `cached_messages_per_queue_max` unconsumed messages. Pulls go where the
    broker suggests (a slave of the group for a consumer far behind; client/consumer/pull_target.py).
    With `pull_batching` (the default) the pulls of all queues bound for one broker travel
@@ -41,12 +42,16 @@ Rules:
    so whoever takes the queue over starts where this member stopped.
 4. First position of a queue with no stored offset: LAST = the queue's max offset, FIRST = its
    min offset, TIMESTAMP = the offset found by time (29). Clustering reads the committed, min
-   and max offsets of all its queues with one GET_CONSUME_STATS (208) per broker at the start
-   of each rebalance round rather than two requests per new queue (a never-committed queue
+   and max offsets of all its queues with GET_CONSUME_STATS (208, read in pages) per broker
+   once per rebalance round that starts new queues, rather than two requests per new queue (a never-committed queue
    whose offset 0 may still be "hot" is asked with 14, unless it starts at its min offset
    anyway; the retry queue is always asked); as with per-queue reads, a
    queue taken over while its previous owner still commits may replay a few messages
    (at-least-once). Orderly consumers read a queue's offset after taking its lock.
+5. Many queues (at least `gc_freeze_step_queues` in the routes it learned): the start defers
+   the garbage collector's full scans and ends with gc.freeze(), and every that many
+   queues taken later freeze again (client/consumer/gc_freeze.py), so the collector does
+   not walk the long-lived state again and again while messages flow.
 """
 
 from __future__ import annotations
@@ -66,9 +71,10 @@ from tidemq.consumer import send_back as retry
 from tidemq.consumer.batch_pull import BatchUnsupported, PullBatcher
 from tidemq.consumer.broadcast_progress import BroadcastOffsetStore
 from tidemq.consumer.broker_calls import PullResult, PullStatus, QueueProgress, TagFilter
+from tidemq.consumer.gc_freeze import GcFreezer
 from tidemq.consumer.idempotency import Listener
 from tidemq.consumer.offset_store import RemoteOffsetStore
-from tidemq.consumer.process_queue import ProcessQueue
+from tidemq.consumer.process_queue import ProcessQueue, PulledBatch
 from tidemq.consumer.pull_target import PullTargets
 from tidemq.consumer.rebalance import STRATEGIES
 from tidemq.consumer.selector import (
@@ -98,6 +104,7 @@ class ConsumeResult(enum.Enum):
 
 _SUCCESS = ConsumeResult.SUCCESS
 REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
+ROUTE_LOOKUPS_MAX = 128  # route lookups in flight at start (12,500 topics: round trips overlap)
 
 
 def _enum(cls: type[E], value: object) -> E:
@@ -141,11 +148,14 @@ class PushConsumer(AsyncLifecycle):
         self._progress: dict[tuple[str, str, int], QueueProgress] = {}
         # broker address -> task fetching the group's ids, this round's
         self._member_ids: dict[str, asyncio.Future[list[str]]] = {}
+        self._progress_fetch: asyncio.Future[None] | None = None  # this round's 208s
         # topic -> its MessageQueues in _pqs (rebalance reads one topic)
         self._by_topic: dict[str, set[MessageQueue]] = {}
         self._rebalance_event: asyncio.Event = None  # type: ignore[assignment]
         self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
+        self._on_space = self._pull_next
+        self._gc = GcFreezer(self.config.gc_freeze_step_queues)  # rule 5
         self.consumed_count = 0
 
     @property
@@ -186,8 +196,9 @@ class PushConsumer(AsyncLifecycle):
             self._closing = True
             await inst.close()
             raise
-        await inst.heartbeat()
-        await self._rebalance_once()
+        with self._gc.start_up(self._route_queues()):
+            await inst.heartbeat()
+            await self._rebalance_once()
         inst.start_timers()
         inst.spawn(self._rebalance_loop(), name="rebalance")
         inst.every(cfg.offset_commit_interval_s, self.commit_offsets, "offset-commit")
@@ -198,15 +209,15 @@ class PushConsumer(AsyncLifecycle):
             return
         self._closing = True
         async with self._rebalance_lock:
-            await asyncio.gather(*[self._drop(pq) for pq in list(self._pqs.values())])
+            await self._drop_all(list(self._pqs.values()))  # one commit batch per broker
         await self.commit_offsets()
         await self._instance.unregister(consumer_group=self.config.group)
         await self._instance.close()
 
     async def _learn_routes(self) -> None:
-        """Every subscribed topic's route, REBALANCE_CONCURRENCY lookups at a time."""
+        """Every subscribed topic's route, ROUTE_LOOKUPS_MAX lookups at a time."""
         inst = self._instance
-        sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+        sem = asyncio.Semaphore(ROUTE_LOOKUPS_MAX)
 
         async def one(topic: str) -> None:
             async with sem:
@@ -216,6 +227,12 @@ class PushConsumer(AsyncLifecycle):
                     log.warning("%s: route of %r not available yet: %s", inst.client_id, topic,
                                 exc)
         await asyncio.gather(*[one(topic) for topic in self._filters])
+
+    def _route_queues(self) -> int:
+        """How many queues the learned routes of the subscribed topics hold."""
+        routes = self._instance.routes.routes
+        return sum(qd.read_queue_nums for topic in self._filters if topic in routes
+                   for qd in routes[topic].queue_datas)
 
     def _inst(self) -> ClientInstance:
         inst: ClientInstance | None = self._instance
@@ -345,15 +362,18 @@ class PushConsumer(AsyncLifecycle):
             if self._closing:
                 return
             sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+            # this round reads the member ids afresh: a change notified before it is covered
+            self._rebalance_event.clear()
             self._member_ids = {}
+            self._progress_fetch = None
             try:
-                await self._fetch_progress()
                 # topics (and below, queues) concurrently: with thousands of queues, one round
                 # trip after another would keep most of them unpulled for seconds
                 await asyncio.gather(*[self._rebalance_guarded(sem, topic)
                                        for topic in list(self._filters)])
             finally:
                 self._progress = {}
+                self._progress_fetch = None
 
     async def _rebalance_guarded(self, sem: asyncio.Semaphore, topic: str) -> None:
         async with sem:
@@ -370,6 +390,13 @@ class PushConsumer(AsyncLifecycle):
         from_min = self.config.consume_from is ConsumeFrom.FIRST
         return known.committed < 0 and not from_min and known.min_offset == 0 and \
             known.max_offset > 0
+
+    async def _round_progress(self) -> None:
+        """The round's progress, fetched once, when the first topic has new queues: a round
+        that starts none (the usual periodic one) reads no progress at all."""
+        if self._progress_fetch is None:
+            self._progress_fetch = asyncio.ensure_future(self._fetch_progress())
+        await asyncio.shield(self._progress_fetch)
 
     async def _fetch_progress(self) -> None:
         """Clustering: every broker's committed, min and max offsets of the group's queues in
@@ -425,8 +452,10 @@ class PushConsumer(AsyncLifecycle):
         current = set(self.owned(topic))
         removed = current - mine
         if removed:
-            await asyncio.gather(*[self._drop(self._pqs[mq]) for mq in removed])
+            await self._drop_all([self._pqs[mq] for mq in removed])
         added = sorted(mine - current)
+        if added:
+            await self._round_progress()
         starts = [(mq, self._known_start(mq)) for mq in added]
         for mq, start in starts:  # no task per queue whose start the progress tells
             if start is not None:
@@ -453,38 +482,50 @@ class PushConsumer(AsyncLifecycle):
         pq = ProcessQueue(mq, offset, self.config.cached_messages_per_queue_max)
         self._pqs[mq] = pq
         self._by_topic.setdefault(mq.topic, set()).add(mq)
-        pq.on_space = lambda: self._pull_next(pq)
+        self._gc.grown(len(self._pqs))
+        pq.on_space = self._on_space  # one bound method for every queue, no closure each
         if self.CONSUME_LOOP_PER_QUEUE:
             pq.consume_task = self._instance.spawn(self._consume_loop(pq),
                                                    name=f"consume {mq.key()}")
         self._pull_next(pq)
 
     async def _drop(self, pq: ProcessQueue, commit: bool = True) -> None:
-        """Stop a queue, let its running listener call finish (bounded), commit (unless an
-        offset reset replaced the position), forget."""
-        pq.dropped = True
-        pq.wake()
-        if pq.pulling is not None:
-            pq.pulling.cancel()
-        if pq.pull_task is not None:
-            pq.pull_task.cancel()
-        if pq.consume_task is not None:
-            done, _ = await asyncio.wait([pq.consume_task], timeout=self.config.drop_grace_s)
-            if not done:
-                pq.consume_task.cancel()
-        await asyncio.gather(*[t for t in (pq.pull_task, pq.consume_task) if t is not None],
-                             return_exceptions=True)
+        await self._drop_all([pq], commit)
+
+    async def _drop_all(self, pqs: list[ProcessQueue], commit: bool = True) -> None:
+        """Stop queues, let their running listener calls finish (bounded), commit them
+        together (unless an offset reset replaced the position), forget them."""
+        for pq in pqs:
+            pq.dropped = True
+            pq.wake()
+            if pq.consume_soon is not None:  # not consumed: committed as not consumed
+                pq.consume_soon.cancel()
+                pq.consume_soon = None
+            if pq.pulling is not None:
+                pq.pulling.cancel()
+            if pq.pull_task is not None:
+                pq.pull_task.cancel()
+        running = [pq.consume_task for pq in pqs if pq.consume_task is not None]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.config.drop_grace_s)
+            for task in late:
+                task.cancel()
+        tasks = [t for pq in pqs for t in (pq.pull_task, pq.consume_task) if t is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
         if commit:
-            self._store.update(pq.mq, pq.commit_offset())
+            for pq in pqs:
+                self._store.update(pq.mq, pq.commit_offset())
             try:
-                await self._store.persist([pq.mq])
+                await self._store.persist([pq.mq for pq in pqs])
             except errors.TideMQError as exc:
-                log.warning("commit of dropped %s failed: %s", pq.mq, exc)
-        self._store.remove(pq.mq)
-        if self._pqs.get(pq.mq) is pq:
-            del self._pqs[pq.mq]
-            self._by_topic[pq.mq.topic].discard(pq.mq)
-        self.pull_targets.forget(pq.mq)
+                log.warning("commit of %d dropped queue(s) failed: %s", len(pqs), exc)
+        for pq in pqs:
+            self._store.remove(pq.mq)
+            if self._pqs.get(pq.mq) is pq:
+                del self._pqs[pq.mq]
+                self._by_topic[pq.mq.topic].discard(pq.mq)
+            self.pull_targets.forget(pq.mq)
 
     # ------------------------------------------------------------------ pull and consume
     def _pull_next(self, pq: ProcessQueue) -> None:
@@ -556,9 +597,10 @@ class PushConsumer(AsyncLifecycle):
                 retry.restore_topic(result.messages)
             pq.add(result.messages, result.next_begin_offset)
             task = pq.consume_task
-            if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()):
-                pq.consume_task = self._instance.spawn(self._consume_loop(pq),
-                                                       name=f"consume {mq.key()}")
+            if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()) and \
+                    pq.consume_soon is None:
+                pq.consume_task = None
+                pq.consume_soon = asyncio.get_running_loop().call_soon(self._consume_ready, pq)
         elif status is PullStatus.OFFSET_ILLEGAL:
             log.warning("%s: offset %d of %s is illegal; moving to %d", self._instance.client_id,
                         pq.next_offset, mq, result.next_begin_offset)
@@ -571,7 +613,7 @@ class PushConsumer(AsyncLifecycle):
         """Per-queue pulls: a broker without batched pulls (or batching off)."""
         mq, tag_filter = pq.mq, self._filters[pq.mq.topic]
         space = asyncio.Event()
-        pq.on_space = space.set
+        pq.on_space = lambda _pq: space.set()
         while not pq.dropped:
             if not pq.has_space:
                 space.clear()
@@ -607,20 +649,55 @@ class PushConsumer(AsyncLifecycle):
             max_nums=cfg.pull_batch_size, suspend_ms=cfg.suspend_ms,
             timeout_s=cfg.pull_timeout_s, commit_offset=commit_offset)
 
+    def _call_listener(self, pq: ProcessQueue, chunk: list[MessageExt]) -> Any:
+        """The listener's answer for chunk; RECONSUME_LATER when it raised."""
+        try:
+            return self._listener(chunk)
+        except Exception:
+            log.exception("listener failed on %s", pq.mq)
+            return ConsumeResult.RECONSUME_LATER
+
+    def _consume_next(self, pq: ProcessQueue) -> tuple[PulledBatch, list[MessageExt], Any]:
+        """Call the listener on pq's next chunk: (its batch, the chunk, the answer)."""
+        batch = pq.batches[0]
+        chunk = batch.msgs[batch.idx:batch.idx + self.config.consume_batch_max]
+        return batch, chunk, self._call_listener(pq, chunk)
+
+    def _consume_ready(self, pq: ProcessQueue) -> None:
+        """Consume pq's oldest pulled batch in this callback while the listener answers
+        SUCCESS at once (no task per queue); the next batch gets another callback. Any other
+        answer (an awaitable, RECONSUME_LATER, an exception) goes on in a consume task."""
+        pq.consume_soon = None
+        while pq.batches and not pq.dropped:
+            batch, chunk, result = self._consume_next(pq)
+            if result is not None and result is not _SUCCESS:
+                pq.consume_task = self._instance.spawn(
+                    self._consume_handed(pq, chunk, result), name=f"consume {pq.mq.key()}")
+                return
+            self.consumed_count += len(chunk)
+            pq.consumed_through(batch, len(chunk))
+            if batch.idx >= len(batch.msgs):  # one pulled batch at a time: others run between
+                if pq.batches and not pq.dropped:
+                    pq.consume_soon = asyncio.get_running_loop().call_soon(
+                        self._consume_ready, pq)
+                return
+
+    async def _consume_handed(self, pq: ProcessQueue, chunk: list[MessageExt],
+                              result: Any) -> None:
+        """The listener answer _consume_ready handed over (the call was made: its answer is
+        seen through even if pq was dropped meanwhile), then pq's further batches."""
+        await self._consume_slow(pq, chunk, result)
+        if pq.dropped:
+            return  # not consumed: the next owner replays it
+        self.consumed_count += len(chunk)
+        pq.consumed_through(pq.batches[0], len(chunk))
+        await self._consume_loop(pq)
+
     async def _consume_loop(self, pq: ProcessQueue) -> None:
         """Consume pq's pulled batches, then end: the next pull that finds messages starts
         another (no task per idle queue)."""
-        batch_max = self.config.consume_batch_max
-        listener = self._listener
         while pq.batches and not pq.dropped:
-            batch = pq.batches[0]
-            start = batch.idx
-            chunk = batch.msgs[start:start + batch_max]
-            try:
-                result = listener(chunk)
-            except Exception:
-                log.exception("listener failed on %s", pq.mq)
-                result = ConsumeResult.RECONSUME_LATER
+            batch, chunk, result = self._consume_next(pq)
             if result is not None and result is not _SUCCESS:
                 await self._consume_slow(pq, chunk, result)
                 if pq.dropped:
@@ -653,11 +730,7 @@ class PushConsumer(AsyncLifecycle):
                 return
             retries += 1
             await asyncio.sleep(self.config.local_retry_delay_s)
-            try:
-                result = self._listener(chunk)
-            except Exception:
-                log.exception("listener failed on %s", pq.mq)
-                result = ConsumeResult.RECONSUME_LATER
+            result = self._call_listener(pq, chunk)
 
     async def _send_back(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
         """Hand failed messages to the broker's retry path; False when it did not take them."""

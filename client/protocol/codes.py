@@ -85,6 +85,8 @@ class RequestCode(IntEnum):
     # TideMQ's own (no Java client sends it; Java has no code 9001)
     GET_PARKED_TRANSACTIONS = 9001  # `tidemq txn parked` (node/processors/transaction.py)
     BATCH_PULL_MESSAGE = 9002  # one long poll over many queues (node/processors/batch_pull.py)
+    # many queues' consumer offsets in one request (node/processors/consumer_offsets.py)
+    UPDATE_CONSUMER_OFFSET_BATCH = 9003
 
 
 class ResponseCode(IntEnum):

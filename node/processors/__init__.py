@@ -3,7 +3,7 @@
 Implemented: 10/310/320 send, 36 send-back, 11 pull, 12/33 query, 14/15 consumer offsets, 17/21 topics,
 28 runtime info, 29/30/31/32 queue offsets and times, 34/35/38 clients, 37 end transaction,
 41/42 queue locks, 46 client filter checks, 105 route, 208 consume stats, 9001 parked
-transactions and 9002 batched pulls (TideMQ's own),
+transactions, 9002 batched pulls and 9003 offset batches (TideMQ's own),
 operator codes 202/207/215/222 (ops.py), 200/201 group settings (subscription_groups.py).
 Everything else (including 25 and 318, refused on purpose) is answered
 3 REQUEST_CODE_NOT_SUPPORTED by the server.
@@ -58,6 +58,7 @@ def register_all(server, broker) -> ClientManageProcessor:
         R.QUERY_MESSAGE: query.query_message, R.VIEW_MESSAGE_BY_ID: query.view_message,
         R.QUERY_CONSUMER_OFFSET: offsets.query_consumer_offset,
         R.UPDATE_CONSUMER_OFFSET: offsets.update_consumer_offset,
+        R.UPDATE_CONSUMER_OFFSET_BATCH: offsets.update_consumer_offset_batch,
         R.SEARCH_OFFSET_BY_TIMESTAMP: offsets.offset_by_time,
         R.GET_MAX_OFFSET: offsets.max_offset, R.GET_MIN_OFFSET: offsets.min_offset,
         R.GET_EARLIEST_MSG_STORETIME: offsets.earliest_time,

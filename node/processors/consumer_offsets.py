@@ -13,7 +13,13 @@ ConsumerManageProcessor).
    consumed would restart at the first offset or at the end instead of where it was).
    14 and 15 with `broadcastClientId` read and write a broadcast member's own offset
    (node/consumers/broadcast_progress.py); such a query with nothing stored is 22, never the hot rule.
-29 SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after `timestamp` (the max
+9003 UPDATE_CONSUMER_OFFSET_BATCH (TideMQ's own): 15 for many queues of one group at once,
+   body {"offsets": [[topic, queueId, offset], ...]} (node/requests/bodies.py bounds it).
+   All or nothing up front: a bad topic name, a slave, or more new queues than the offset
+   table has room for refuses the whole request with nothing stored; then each row is 15's
+   commit (a negative offset or one fenced by a reset stores nothing). Reply ext
+   `committed` = the rows stored. No broadcast members: their offsets go one by one.
+ the first offset stored at or after `timestamp` (the max
    offset when none is; Java picks the nearer neighbour, which can re-deliver one message).
 30 GET_MAX_OFFSET / 31 GET_MIN_OFFSET: 0 for an unknown queue. 32 GET_EARLIEST_MSG_STORETIME.
 """
@@ -68,17 +74,25 @@ class OffsetProcessor:
         unit = cq.get(0) if cq is not None else None
         return unit is not None and store.max_offset - unit[0] < HOT_BYTES
 
-    def update_consumer_offset(self, conn, cmd, req):
-        group, topic, queue_id, offset = req.group, req.topic, req.queue_id, req.commit_offset
-        if topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
-            return error(cmd, ResponseCode.SYSTEM_ERROR,
-                         f"bad topic name for a consumer offset: {topic_name_problem(topic)}")
+    def _commit_refused(self, cmd, topics):
+        """The error reply when a commit naming `topics` may not run here; else None."""
+        for topic in topics:
+            if topic_name_problem(topic) and topic != AUTO_CREATE_TOPIC:
+                return error(cmd, ResponseCode.SYSTEM_ERROR,
+                             f"bad topic name for a consumer offset: {topic_name_problem(topic)}")
         repl = self.replication
         if repl is not None and not repl.is_master:
             # A slave's offsets are the master's (replicated with the log): commit there.
             return error(cmd, ResponseCode.SERVICE_NOT_AVAILABLE,
                          f"this broker is not the master ({repl.role_name}); commit consumer "
                          f"offsets to the master (broker id 0)")
+        return None
+
+    def update_consumer_offset(self, conn, cmd, req):
+        group, topic, queue_id, offset = req.group, req.topic, req.queue_id, req.commit_offset
+        refused = self._commit_refused(cmd, (topic,))
+        if refused is not None:
+            return refused
         if offset < 0:  # "nothing consumed": keep the last real position (module docstring)
             return ok(cmd)
         fence = self.reset_fence
@@ -90,6 +104,26 @@ class OffsetProcessor:
         except (OffsetTableFull, broadcast_offsets.BadClientId) as exc:
             return error(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
         return ok(cmd)
+
+    def update_consumer_offset_batch(self, conn, cmd, req):
+        group, rows, table = req.group, req.body, self.offsets
+        refused = self._commit_refused(cmd, dict.fromkeys(t for t, _, _ in rows))
+        if refused is not None:
+            return refused
+        new = sum(1 for topic, qid, offset in rows
+                  if offset >= 0 and table.query(group, topic, qid) is None)
+        if table.entry_count() + new > table.max_entries:
+            return error(cmd, ResponseCode.SYSTEM_ERROR,
+                         f"consumer offset table holds {table.max_entries} entries: no room for "
+                         f"{new} more; nothing was committed")
+        fence, committed = self.reset_fence, 0
+        for topic, queue_id, offset in rows:
+            if offset < 0 or (fence is not None and
+                              not fence.allow_commit(conn, group, topic, queue_id, offset)):
+                continue  # as 15: nothing consumed, or older than an unhandled reset
+            table.commit(group, topic, queue_id, offset)
+            committed += 1
+        return ok(cmd, {"committed": str(committed)})
 
     def max_offset(self, conn, cmd, req):
         value = self.store.max_queue_offset(req.topic, req.queue_id)

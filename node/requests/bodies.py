@@ -1,7 +1,8 @@
 """Request bodies the request table decodes up front (18 topic config lists, 34 heartbeat,
-41 / 42 queue locks, 46 client config checks, 200 subscription-group configs, 9002 batched pulls), so
-the ACL and the processor read the same decoded value. A body that cannot be read is a
-RequestError with a fixed remark: the decoder's own text may quote the client's bytes."""
+41 / 42 queue locks, 46 client config checks, 200 subscription-group configs, 9002 batched
+pulls, 9003 offset batches), so the ACL and the processor read the same decoded value. A body
+that cannot be read is a RequestError with a fixed remark: the decoder's own text may quote
+the client's bytes."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from tidemq.protocol.route_json import decode_check_client, decode_heartbeat
 
 MAX_LOCK_QUEUES = 4096  # queues in one 41/42 body
 MAX_BATCH_PULL_QUEUES = 4096  # queues in one 9002 body
+MAX_OFFSET_BATCH_QUEUES = 4096  # queues in one 9003 body
 _TOPIC_CHARS = 262  # as the table's TOPIC_NAME
 _EXPRESSION_CHARS = 65536  # as PULL_MESSAGE's subscription field
 _TYPE_CHARS = 64  # as PULL_MESSAGE's expressionType field
@@ -128,6 +130,40 @@ def _batch_row(row) -> tuple[str, int, int, int]:
             not -_INT64 <= commit < _INT64:
         raise RequestError("bad batch pull body: queueId must be an int32 >= 0, offsets int64")
     return topic, queue_id, offset, commit
+
+
+_OFFSETS_SHAPE = ("bad offset batch body: it must be a JSON object with offsets [[topic, "
+                  "queueId, offset], ...]")
+
+
+def offset_batch_body(body: bytes) -> list[tuple[str, int, int]]:
+    """{"offsets": [[topic, queueId, offset]]}: 1 to MAX_OFFSET_BATCH_QUEUES distinct queues,
+    queueId an int32 >= 0, offset an int64 (a negative one commits nothing, as with 15)."""
+    try:
+        doc = json.loads(bytes(body or b"").decode("utf-8", "replace"))
+        rows = doc["offsets"]
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise RequestError(_OFFSETS_SHAPE) from None
+    if not isinstance(rows, list):
+        raise RequestError(_OFFSETS_SHAPE)
+    if not 0 < len(rows) <= MAX_OFFSET_BATCH_QUEUES:
+        raise RequestError(f"bad offset batch body: 1 to {MAX_OFFSET_BATCH_QUEUES} queues")
+    out = [_offset_row(row) for row in rows]
+    if len({(t, q) for t, q, _ in out}) != len(out):
+        raise RequestError("bad offset batch body: a queue is listed twice")
+    return out
+
+
+def _offset_row(row) -> tuple[str, int, int]:
+    if not isinstance(row, list) or len(row) != 3 or not _topic_ok(row[0]) or \
+            not all(type(v) is int for v in row[1:]):
+        raise RequestError("bad offset batch body: each queue is [topic, queueId, offset] with "
+                           "a topic name and two integers")
+    topic, queue_id, offset = row
+    if not 0 <= queue_id < _INT32 or not -_INT64 <= offset < _INT64:
+        raise RequestError("bad offset batch body: queueId must be an int32 >= 0, offset an "
+                           "int64")
+    return topic, queue_id, offset
 
 
 def topic_list_body(body: bytes) -> list:

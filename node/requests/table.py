@@ -111,6 +111,10 @@ def _check_client_resources(req: Any) -> list[Resource]:
     return out
 
 
+def _offset_batch_resources(req: Any) -> list[Resource]:
+    return [(TOPIC, topic, SUB) for topic in dict.fromkeys(t for t, _, _ in req.body)]
+
+
 def _lock_resources(req: Any) -> list[Resource]:
     return [(GROUP, req.body.group, SUB)]
 
@@ -148,6 +152,10 @@ SPECS: dict[int, Spec] = {
         _f("group", "consumerGroup", GROUP_NAME, True), *_QUEUE,
         _f("commit_offset", "commitOffset", OFFSET, True), _MEMBER),
         ((GROUP, "group", SUB), (TOPIC, "topic", SUB))),
+    # TideMQ's own: many queues' commits in one request (node/processors/consumer_offsets.py)
+    R.UPDATE_CONSUMER_OFFSET_BATCH: Spec("UPDATE_CONSUMER_OFFSET_BATCH", (
+        _f("group", "consumerGroup", GROUP_NAME, True),), ((GROUP, "group", SUB),),
+        body=bodies.offset_batch_body, body_resources=_offset_batch_resources),
     R.UPDATE_AND_CREATE_TOPIC: Spec("UPDATE_AND_CREATE_TOPIC", (
         _f("topic", "topic", TOPIC_NAME, True), _f("read_queues", "readQueueNums", I32, True),
         _f("write_queues", "writeQueueNums", I32, True), _f("perm", "perm", I32, default=6),
@@ -203,7 +211,10 @@ SPECS: dict[int, Spec] = {
         _f("group", "groupName", GROUP_NAME, True),)),
     R.GET_CONSUME_STATS: Spec("GET_CONSUME_STATS", (
         _f("group", "consumerGroup", GROUP_NAME, True),
-        _f("topic", "topic", OPTIONAL_TOPIC, default="")),
+        _f("topic", "topic", OPTIONAL_TOPIC, default=""),
+        # TideMQ's paging (node/processors/consume_stats.py); 0 = every queue at once
+        _f("page_start", "pageStart", QUEUE_ID, default=0),
+        _f("page_size", "pageSize", QUEUE_ID, default=0)),
         ((GROUP, "group", SUB), (TOPIC, "topic", SUB))),
     R.DELETE_TOPIC_IN_BROKER: Spec("DELETE_TOPIC_IN_BROKER", (
         _f("topic", "topic", TOPIC_NAME, True),)),

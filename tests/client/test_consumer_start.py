@@ -79,3 +79,37 @@ def test_start_position_without_stored_offset(mode, expected):
     hb = script.heartbeats[0].consumers[0]
     assert hb.group_name == "g" and hb.message_model == "CLUSTERING"
     assert hb.subscriptions[0].tags_set == ["a", "b"] and hb.consume_type == "CONSUME_PASSIVELY"
+
+
+class NoBatchCommits(Script):
+    """As a RocketMQ broker: 9003 is unknown; 15 commits are recorded."""
+
+    def __init__(self):
+        super().__init__()
+        self.batch_commits = 0
+        self.commits = {}
+
+    async def __call__(self, cmd):
+        if cmd.code == 9003:
+            self.batch_commits += 1
+            return reply(cmd, ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark="not supported")
+        if cmd.code == 15:
+            self.commits[(cmd.ext["topic"], cmd.ext["queueId"])] = cmd.ext["commitOffset"]
+            return reply(cmd)
+        return await super().__call__(cmd)
+
+
+def test_offsets_go_one_by_one_to_a_broker_without_batch_commits():
+    script = NoBatchCommits()
+
+    async def main():
+        async with FakeBroker(script) as fb:
+            script.addr = fb.addr
+            c = PushConsumer("g", {"T": "*"}, lambda msgs: None, consume_from="LAST",
+                             namesrv_or_broker=fb.addr, commit_offset_on_pull=False)
+            await c.start()
+            await c.commit_offsets()  # the first persist learns the broker has no 9003
+            await c.shutdown()
+    asyncio.run(asyncio.wait_for(main(), 20))
+    assert script.batch_commits == 1
+    assert script.commits == {("T", "0"): "100", ("%RETRY%g", "0"): "5"}

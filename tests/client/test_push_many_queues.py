@@ -3,9 +3,11 @@ every message consumed exactly once per clustering group, order kept per queue f
 consumers, tags filtered, and per-queue pulls when the broker does not serve 9002."""
 import asyncio
 import collections
+import gc
 
 from tests.client.conftest import run, wait_until
 from tests.support.raw_client import RawClient, properties, send_ext
+from tidemq.consumer import broker_calls as pull_api
 from tidemq.consumer.orderly import OrderlyPushConsumer
 from tidemq.consumer.push import PushConsumer
 from tidemq.protocol.codes import RequestCode as R
@@ -152,4 +154,70 @@ def test_falls_back_to_one_pull_per_queue(broker_factory):
         assert c._batcher.unsupported == {b.addr}
         await c.shutdown()
         assert max(seen.values()) == 1
+    run(main(), 90)
+
+
+def test_shutdown_commits_exact_offsets_of_thousands_of_queues_in_batches(broker):
+    """2,000 queues, a different count of messages on each: every message consumed once, and
+    the offsets committed at shutdown (the only commit: none on pulls, no timer) are exactly
+    each queue's count, stored with 9003 batches, not one request per queue."""
+    topics = [f"Exact{t}" for t in range(250)]
+    seen = collections.Counter()
+    counts = {(t, q): 1 + (i + q) % 3 for i, t in enumerate(topics) for q in range(QUEUES)}
+
+    async def main():
+        await create(broker.addr, topics)
+        async with await RawClient.connect(broker.addr) as raw:
+            replies = await asyncio.gather(*[
+                raw.start(R.SEND_MESSAGE, send_ext(t, q, properties()), f"{t}/{q}/{i}".encode())
+                for (t, q), n in counts.items() for i in range(n)])
+            assert all(r.code == 0 for r in replies)
+        c = PushConsumer("exact-g", {t: "*" for t in topics},
+                         lambda msgs: seen.update(m.body for m in msgs), consume_from="FIRST",
+                         namesrv_or_broker=broker.addr, commit_offset_on_pull=False,
+                         offset_commit_interval_s=600, gc_freeze_step_queues=1000)
+        singles = []
+        c_commit = pull_api.update_consumer_offset
+
+        async def single(*args, **kwargs):  # counts the per-queue commits (15), if any
+            singles.append(args)
+            return await c_commit(*args, **kwargs)
+        pull_api.update_consumer_offset = single
+        try:
+            await c.start()
+            await wait_until(lambda: len(seen) == sum(counts.values()), 60, what="all consumed")
+            await c.shutdown()
+        finally:
+            pull_api.update_consumer_offset = c_commit
+            gc.unfreeze()
+        assert max(seen.values()) == 1 and singles == []
+        async with await RawClient.connect(broker.addr) as raw:
+            replies = await asyncio.gather(*[raw.start(R.QUERY_CONSUMER_OFFSET, {
+                "consumerGroup": "exact-g", "topic": t, "queueId": q}) for t, q in counts])
+        committed = {k: int(r.ext["offset"]) for k, r in zip(counts, replies)}
+        assert committed == counts, [(k, v) for k, v in committed.items() if v != counts[k]][:5]
+    run(main(), 120)
+
+
+def test_full_queues_resume_and_async_answers_are_awaited(broker):
+    """Flow control at 2 cached messages per queue with an async listener: every pull
+    fills a queue, its consumption (a task: the answer is awaited) makes room, and the
+    queue's next pull resumes, so every message is consumed once."""
+    topics = [f"Full{t}" for t in range(4)]
+    seen = collections.Counter()
+
+    async def listener(msgs):
+        await asyncio.sleep(0.001)
+        seen.update(m.body for m in msgs)
+
+    async def main():
+        await create(broker.addr, topics)
+        bodies = await send_each(broker.addr, topics, 12)
+        c = PushConsumer("full-g", {t: "*" for t in topics}, listener, consume_from="FIRST",
+                         namesrv_or_broker=broker.addr, pull_batch_size=2,
+                         cached_messages_per_queue_max=2, **SMALL)
+        await c.start()
+        await wait_until(lambda: len(seen) == len(bodies), 60, what="every message consumed")
+        await c.shutdown()
+        assert set(seen) == set(bodies) and max(seen.values()) == 1
     run(main(), 90)

@@ -28,6 +28,11 @@ LEAKS = ("Error(", "Exception(", "Traceback", "KeyError", "ValueError", "TypeErr
          "struct.error", "JSONDecodeError", "File \"")
 
 
+def json_body(**doc) -> bytes:
+    """A request body: the keyword arguments as a JSON object."""
+    return json.dumps(doc).encode()
+
+
 def leaked(remark: str | None) -> str | None:
     """The first sign of exception text in a remark, or None."""
     for needle in LEAKS:
@@ -61,6 +66,8 @@ def _body(code: int) -> bytes:
             {"topic": TOPIC, "brokerName": "b", "queueId": 0}]}).encode()
     if code == R.BATCH_PULL_MESSAGE:
         return json.dumps({"queues": [[TOPIC, 0, 0, -1]]}).encode()
+    if code == R.UPDATE_CONSUMER_OFFSET_BATCH:
+        return json.dumps({"offsets": [[TOPIC, 0, 0]]}).encode()
     if code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2):
         return b"edge"
     if code == R.SEND_BATCH_MESSAGE:

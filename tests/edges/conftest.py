@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.edges.cases import TOPIC
+from tests.edges.cases import TOPIC, leaked
 from tests.support.broker_proc import BrokerProcess, broker, broker_factory  # noqa: F401
 from tests.support.raw_client import RawClient, send_ext
 from tidemq.protocol.codes import RequestCode as R
@@ -44,3 +44,14 @@ async def snapshot(c, root_dir: str) -> tuple:
     cq_root = os.path.join(root_dir, "consumequeue")
     dirs = sorted(os.listdir(cq_root)) if os.path.isdir(cq_root) else []
     return log_end, queues, dirs
+
+
+async def refused_whole(c, root_dir: str, code: int, ext: dict, body: bytes,
+                        remark_start: str) -> None:
+    """`body` is refused with 1 and a remark starting `remark_start` (no exception text), and
+    nothing that snapshot() sees changed."""
+    before = await snapshot(c, root_dir)
+    r = await c.request(code, ext, body)
+    assert r.code == 1, (r.code, r.remark)
+    assert r.remark.startswith(remark_start) and leaked(r.remark) is None, r.remark
+    assert await snapshot(c, root_dir) == before

@@ -221,6 +221,27 @@ def test_batched_pull_needs_sub_on_every_topic_it_lists(acl_broker):
     assert asyncio.run(committed(addr, "acl-batch")) != 1  # the refused request's commit
 
 
+def test_batched_offset_commit_needs_sub_on_every_topic_it_lists(acl_broker):
+    """9003 names its topics in the body: one the account may not SUB refuses the whole
+    request, and its commit for a topic the account may SUB is not stored either."""
+    addr = acl_broker.addr
+    asyncio.run(send(addr, "AclOrders", ALICE))
+
+    async def commit(rows):
+        async with Admin(addr, security=ALICE) as admin:
+            body = json.dumps({"offsets": rows}).encode()
+            return await admin._instance.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET_BATCH,
+                                              {"consumerGroup": "acl-batch"}, body,
+                                              ok=range(1000))
+
+    resp = asyncio.run(commit([["AclOrders", 0, 1], ["AclClosed", 0, 1]]))
+    assert resp.code == ResponseCode.NO_PERMISSION and "AclClosed" in resp.remark, resp.remark
+    assert asyncio.run(committed(addr, "acl-batch")) != 1
+    resp = asyncio.run(commit([["AclOrders", 0, 1]]))
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    assert asyncio.run(committed(addr, "acl-batch")) == 1
+
+
 async def committed(addr, group):
     """Queue 0 of AclOrders: the group's committed offset, -1 when it has none."""
     async with Admin(addr, security=ROOT) as admin:
