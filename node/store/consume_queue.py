@@ -73,6 +73,8 @@ class ConsumeQueue:
                     return False  # idempotent replay (rule 1)
                 if nxt == self.min_queue_offset:  # empty: the queue starts here (rule 2)
                     self._cut_tail(0, 0)
+                    if nxt > 0:  # the unit retention kept goes: no gap before the start
+                        self.db.delete_from(self.qkey, 0)
                     self.min_queue_offset = self.tail_from = queue_offset
                 else:
                     self.append(_PRE_BLANK * (queue_offset - nxt))
