@@ -27,7 +27,7 @@ import shutil
 import sqlite3
 import threading
 
-from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue
+from .consume_queue import UNIT, ConsumeQueue
 from .unit_db import DB_NAME, UnitDb, run_rows
 
 log = logging.getLogger("tidemq.store")
@@ -37,7 +37,7 @@ class Tails:
     """Queues whose tail holds units (by key) and the bytes held in all tails (rule 2)."""
     __slots__ = ("dirty", "nbytes")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.dirty: dict[int, ConsumeQueue] = {}
         self.nbytes = 0
 
@@ -106,7 +106,7 @@ class ConsumeQueueTable:
     def _drop_tails(self) -> None:
         """Every tail is in the database now (the caller holds the database lock)."""
         for cq in self.tails.dirty.values():
-            cq.tail_from += len(cq.tail) // UNIT_BYTES
+            cq.tail_from = cq.max_queue_offset  # a tail always ends there
             cq.tail = bytearray()
         self.tails.dirty, self.tails.nbytes = {}, 0
 

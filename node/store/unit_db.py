@@ -85,6 +85,10 @@ def last_phys(blob) -> int:
 def run_rows(qkey: int, qoff: int, blob) -> list:
     """Rows for packed units starting at queue offset `qoff`, RUN_UNITS per row."""
     step = RUN_UNITS * UNIT_BYTES
+    if 0 < len(blob) <= step:  # one run whose last unit is real: the usual flush of a tail
+        phys, size, _ = UNIT.unpack_from(blob, len(blob) - UNIT_BYTES)
+        if size != PRE_BLANK_SIZE:
+            return [(qkey, qoff, phys, bytes(blob))]
     rows = []
     for i in range(0, len(blob), step):
         part = bytes(blob[i:i + step])
@@ -308,14 +312,18 @@ class UnitDb:
             rows = self._conn.execute(_RANGE, (qkey, end, qkey, first, first)).fetchall()
         if not rows or rows[0][0] > first:
             return []
-        parts, at = [], rows[0][0]
-        for qoff, blob in rows:
-            if qoff != at:
-                break
-            parts.append(blob)
-            at += len(blob) // UNIT_BYTES
-        data = b"".join(parts) if len(parts) > 1 else parts[0]
-        lo = (first - rows[0][0]) * UNIT_BYTES
+        start = rows[0][0]
+        if len(rows) == 1:
+            data, at = rows[0][1], start + len(rows[0][1]) // UNIT_BYTES
+        else:
+            at, n = start, 0
+            for qoff, blob in rows:  # runs are contiguous: stop at a gap all the same
+                if qoff != at:
+                    break
+                at += len(blob) // UNIT_BYTES
+                n += 1
+            data = b"".join([r[1] for r in rows[:n]])
+        lo = (first - start) * UNIT_BYTES
         return list(UNIT.iter_unpack(data[lo:lo + (min(end, at) - first) * UNIT_BYTES]))
 
     def first_at_or_above(self, qkey: int, phys: int, below_qoff: int):
