@@ -24,7 +24,10 @@ Rules:
    Under steady writes the WAL never gets a quiet moment to start over, so once it passes
    WAL_RESET_BYTES one commit copies the rest and empties it under the lock (most of it was
    copied by earlier passive checkpoints: the pause is about two fsyncs).
-3. The data is derived from the commit log: a database that cannot be opened or read, or
+4. range() keeps the runs it last read per queue (READ_CACHE_QUEUES queues at most): a
+   sequential reader fetches a run once. Units once written change only by cuts (deletes,
+   drops), which forget the queue's cached runs; a flush only adds runs after them.
+5. The data is derived from the commit log: a database that cannot be opened or read, or
    holds another format version (an older layout), is removed and `discarded` is set: the
    caller rebuilds it from the log.
 """
@@ -40,6 +43,7 @@ log = logging.getLogger("tidemq.store")
 DB_NAME = "units.db"
 FORMAT_VERSION = 2  # 1 (user_version 0): one row per unit
 WAL_RESET_BYTES = 32 << 20
+READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 4)
 RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two pages
 UNIT = struct.Struct(">qiq")
 UNIT_BYTES = 20
@@ -69,7 +73,7 @@ _PHYS = ("SELECT qoff, units FROM units WHERE qkey = ? AND qoff < ? AND last_phy
 
 
 class FormatMismatch(sqlite3.DatabaseError):
-    """The file holds another layout of the units (rule 3)."""
+    """The file holds another layout of the units (rule 5)."""
 
 
 def last_phys(blob) -> int:
@@ -115,7 +119,8 @@ class UnitDb:
         self.lock = threading.RLock()
         self._conn = None
         self._ckpt = None
-        self.discarded = False     # open() removed an unreadable or older file (rule 3)
+        self.discarded = False     # open() removed an unreadable or older file (rule 5)
+        self._read_cache: dict = {}  # qkey -> (first offset, end offset, units): rule 4
         self.commits = 0
         self.rows_written = 0      # run rows put or deleted, in total
         self.last_commit_rows = 0  # ... by the transaction the last commit() ended
@@ -126,7 +131,7 @@ class UnitDb:
         os.makedirs(self.directory, exist_ok=True)
         try:
             self._connect()
-        except sqlite3.DatabaseError as exc:  # rule 3
+        except sqlite3.DatabaseError as exc:  # rule 5
             if isinstance(exc, FormatMismatch):
                 log.warning("consume-queue database %s is in an older format; it is "
                             "rebuilt from the commit log", self.path)
@@ -157,6 +162,7 @@ class UnitDb:
 
     def close(self) -> None:
         with self.lock:
+            self._read_cache.clear()
             if self._conn is not None:
                 if self._conn.in_transaction:
                     self._conn.execute("COMMIT")
@@ -207,6 +213,7 @@ class UnitDb:
         """Drop the queue's units at or after `qoff`: whole runs, and the end of the run
         that holds `qoff`."""
         with self.lock:
+            self._read_cache.pop(qkey, None)
             self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff >= ?",
                                            (qkey, qoff)).rowcount
             row = self._conn.execute(_AT, (qkey, qoff)).fetchone()
@@ -217,6 +224,7 @@ class UnitDb:
         """Drop the queue's units below `qoff`: whole runs, and the head of the run that
         holds `qoff` (rewritten to start there)."""
         with self.lock:
+            self._read_cache.pop(qkey, None)
             row = self._conn.execute(_AT, (qkey, qoff)).fetchone()
             self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff < ?",
                                            (qkey, qoff)).rowcount
@@ -226,11 +234,13 @@ class UnitDb:
     def drop_queues(self, qkeys) -> None:
         with self.lock:
             for qkey in qkeys:
+                self._read_cache.pop(qkey, None)
                 self._write("DELETE FROM units WHERE qkey = ?", (qkey,))
                 self._write("DELETE FROM queues WHERE qkey = ?", (qkey,))
 
     def clear(self) -> None:
         with self.lock:
+            self._read_cache.clear()
             self._write("DELETE FROM units")
             self._write("DELETE FROM queues")
         self.commit()
@@ -305,13 +315,25 @@ class UnitDb:
         return UNIT.unpack_from(row[1], (qoff - row[0]) * UNIT_BYTES)
 
     def range(self, qkey: int, first: int, end: int) -> list:
-        """Units [first, end) as (phys, size, tags) tuples, stopping at a gap."""
+        """Units [first, end) as (phys, size, tags) tuples, stopping at a gap (rule 4)."""
         with self.lock:
-            if self._conn is None:
-                return []
-            rows = self._conn.execute(_RANGE, (qkey, end, qkey, first, first)).fetchall()
+            hit = self._read_cache.get(qkey)
+            if hit is None or not hit[0] <= first < hit[1] or end > hit[1]:
+                if self._conn is None:
+                    return []
+                hit = self._read_runs(qkey, first, end)
+                if hit is None:
+                    return []
+        start, at, data = hit
+        lo = (first - start) * UNIT_BYTES
+        return list(UNIT.iter_unpack(data[lo:lo + (min(end, at) - first) * UNIT_BYTES]))
+
+    def _read_runs(self, qkey: int, first: int, end: int):
+        """(first offset, end offset, packed units) of the contiguous runs from the one
+        holding `first` to the one holding end - 1, kept in the read cache."""
+        rows = self._conn.execute(_RANGE, (qkey, end, qkey, first, first)).fetchall()
         if not rows or rows[0][0] > first:
-            return []
+            return None
         start = rows[0][0]
         if len(rows) == 1:
             data, at = rows[0][1], start + len(rows[0][1]) // UNIT_BYTES
@@ -323,8 +345,10 @@ class UnitDb:
                 at += len(blob) // UNIT_BYTES
                 n += 1
             data = b"".join([r[1] for r in rows[:n]])
-        lo = (first - start) * UNIT_BYTES
-        return list(UNIT.iter_unpack(data[lo:lo + (min(end, at) - first) * UNIT_BYTES]))
+        if len(self._read_cache) >= READ_CACHE_QUEUES:
+            self._read_cache.clear()
+        self._read_cache[qkey] = hit = (start, at, data)
+        return hit
 
     def first_at_or_above(self, qkey: int, phys: int, below_qoff: int):
         """The first queue offset below `below_qoff` whose unit points at or past `phys`
