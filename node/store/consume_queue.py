@@ -41,7 +41,7 @@ class ConsumeQueue:
         self.max_queue_offset = last + 1 if last is not None else self.min_queue_offset
         self.max_phys_end = last_end  # end (offset + size) of the last indexed record
         self.head_phys = -1  # physical offset of the unit at min_queue_offset (-1: unknown)
-        self.tail = bytearray()  # rule 5
+        self.tail: bytes | bytearray = b""  # rule 5 (a bytearray once it holds units)
         self.tail_from = self.max_queue_offset
         self.tails = tails  # the table's Tails (dirty queues, bytes held), or None
 
@@ -49,16 +49,19 @@ class ConsumeQueue:
 
     def append(self, data) -> None:
         """Add packed units at the end of the tail (the caller holds the database lock)."""
-        if not self.tail and self.tails is not None:
-            self.tails.dirty[self.qkey] = self
-        self.tail += data
+        if not self.tail:  # an idle queue holds the shared empty bytes, not a bytearray
+            self.tail = bytearray(data)
+            if self.tails is not None:
+                self.tails.dirty[self.qkey] = self
+        else:
+            self.tail += data
         if self.tails is not None:
             self.tails.nbytes += len(data)
 
     def _cut_tail(self, keep_from: int, keep_to: int) -> None:
         """Keep tail bytes [keep_from, keep_to) only."""
         before = len(self.tail)
-        self.tail = self.tail[keep_from:keep_to]
+        self.tail = self.tail[keep_from:keep_to] or b""
         if self.tails is not None:
             self.tails.nbytes -= before - len(self.tail)
             if not self.tail:

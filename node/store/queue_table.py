@@ -107,7 +107,7 @@ class ConsumeQueueTable:
         """Every tail is in the database now (the caller holds the database lock)."""
         for cq in self.tails.dirty.values():
             cq.tail_from = cq.max_queue_offset  # a tail always ends there
-            cq.tail = bytearray()
+            cq.tail = b""
         self.tails.dirty, self.tails.nbytes = {}, 0
 
     def load(self) -> bool:
