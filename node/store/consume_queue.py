@@ -29,7 +29,7 @@ _PRE_BLANK = UNIT.pack(0, PRE_BLANK_SIZE, 0)
 
 class ConsumeQueue:
     __slots__ = ("db", "head_phys", "max_phys_end", "max_queue_offset", "min_queue_offset",
-                 "qkey", "queue_id", "tail", "tail_from", "tails", "topic")
+                 "qkey", "queue_id", "run", "tail", "tail_from", "tails", "topic")
 
     def __init__(self, db, qkey: int, topic: str, queue_id: int, first=None, last=None,
                  last_end: int = 0, tails=None):
@@ -44,6 +44,7 @@ class ConsumeQueue:
         self.tail: bytes | bytearray = b""  # rule 5 (a bytearray once it holds units)
         self.tail_from = self.max_queue_offset
         self.tails = tails  # the table's Tails (dirty queues, bytes held), or None
+        self.run: tuple[int, int] | None = None  # last committed run (qoff, units) it extends
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
@@ -76,6 +77,7 @@ class ConsumeQueue:
                     return False  # idempotent replay (rule 1)
                 if nxt == self.min_queue_offset:  # empty: the queue starts here (rule 2)
                     self._cut_tail(0, 0)
+                    self.run = None
                     if nxt > 0:  # the unit retention kept goes: no gap before the start
                         self.db.delete_from(self.qkey, 0)
                     self.min_queue_offset = self.tail_from = queue_offset
@@ -172,6 +174,7 @@ class ConsumeQueue:
                 self._cut_tail(0, (queue_offset - self.tail_from) * UNIT_BYTES)
             else:
                 self._cut_tail(0, 0)
+                self.run = None
                 self.db.delete_from(self.qkey, queue_offset)
                 self.tail_from = queue_offset
             self.max_queue_offset = queue_offset
@@ -200,6 +203,7 @@ class ConsumeQueue:
 
     def _delete_below(self, queue_offset: int) -> None:
         """Drop units below `queue_offset` from the database and the tail."""
+        self.run = None
         self.db.delete_below(self.qkey, min(queue_offset, self.tail_from))
         if queue_offset > self.tail_from:
             self._cut_tail((queue_offset - self.tail_from) * UNIT_BYTES, len(self.tail))
@@ -209,5 +213,6 @@ class ConsumeQueue:
         with self.db.lock:
             self.db.drop_queues([self.qkey])
             self._cut_tail(0, 0)
+            self.run = None
             self.min_queue_offset = self.max_queue_offset = self.max_phys_end = 0
             self.tail_from = 0

@@ -16,6 +16,11 @@ Rules:
    everything else. Past `tail_bytes` held, dispatch writes the tails into the open
    transaction early (spill): memory stays bounded, and nothing is committed before the
    maintenance thread's flush, so a crash still rolls back to the checkpoint.
+4. A queue's tail extends the last run its previous flush committed while that run has room
+   (a queue taking one message a second keeps one row per RUN_UNITS units, not one per
+   flush); the extension keeps the run's known length first, so writing it twice (a failed
+   flush written again) is harmless. Any cut, a spill or a restart forgets that run: the
+   next flush starts a new one.
 4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
 """
@@ -29,8 +34,9 @@ import threading
 
 from tidemq.protocol import accel
 
-from .consume_queue import UNIT, ConsumeQueue
-from .unit_db import DB_NAME, UnitDb, run_rows
+from . import unit_db
+from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue
+from .unit_db import DB_NAME, UnitDb, last_phys, run_rows
 
 log = logging.getLogger("tidemq.store")
 
@@ -101,17 +107,33 @@ class ConsumeQueueTable:
         """Past `tail_bytes` held, write the tails into the open transaction (rule 3)."""
         if self.tails.nbytes > self.tail_bytes:
             with self.db.lock:
-                self.db.put_runs(self._tail_rows())
+                inserts, _, _ = self._tail_rows(extend=False)
+                self.db.put_runs(inserts)
+                for cq in self.tails.dirty.values():
+                    cq.run = None  # not committed: never extended (rule 4)
                 self._drop_tails()
 
-    def _tail_rows(self) -> list:
-        """Every tail as run rows, in key order (the caller holds the database lock)."""
-        rows: list = []
+    def _tail_rows(self, extend: bool = True):
+        """Every tail as rows, in key order (the caller holds the database lock): new runs,
+        extensions of the queue's last committed run (rule 4), and each queue's last run
+        once they are committed."""
+        inserts: list = []
+        appends: list = []
+        runs: list = []
         dirty = self.tails.dirty
         for qkey in sorted(dirty):
             cq = dirty[qkey]
-            rows.extend(run_rows(qkey, cq.tail_from, cq.tail))
-        return rows
+            tail, run = cq.tail, cq.run
+            n = len(tail) // UNIT_BYTES
+            if extend and run is not None and run[0] + run[1] == cq.tail_from \
+                    and run[1] + n <= unit_db.RUN_UNITS:
+                appends.append((run[1] * UNIT_BYTES, bytes(tail), last_phys(tail), qkey, run[0]))
+                runs.append((cq, (run[0], run[1] + n)))
+                continue
+            rows = run_rows(qkey, cq.tail_from, tail)
+            inserts.extend(rows)
+            runs.append((cq, (rows[-1][1], len(rows[-1][3]) // UNIT_BYTES)))
+        return inserts, appends, runs
 
     def _drop_tails(self) -> None:
         """Every tail is in the database now (the caller holds the database lock)."""
@@ -169,9 +191,14 @@ class ConsumeQueueTable:
         with db.lock:
             if db._conn is None:
                 return False
+            runs: list = []
             if self.tails.dirty:
-                db.put_runs(self._tail_rows())
+                inserts, appends, runs = self._tail_rows()
+                db.put_runs(inserts)
+                db.append_runs(appends)
             ended = db.end_transaction()  # raises when the commit failed: tails stay
+            for cq, run in runs:
+                cq.run = run
             self._drop_tails()
         if ended:
             db.sync_wal()

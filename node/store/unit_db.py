@@ -64,6 +64,9 @@ _LOAD = ("SELECT q.qkey, q.topic, q.qid, "
          "(SELECT substr(units, -20) FROM units u WHERE u.qkey = q.qkey "
          "ORDER BY qoff DESC LIMIT 1) FROM queues q")
 _INSERT = "INSERT OR REPLACE INTO units VALUES (?, ?, ?, ?)"
+# Extend a run kept to its first ? bytes (so writing the same extension twice is harmless).
+_APPEND = ("UPDATE units SET units = CAST(substr(units, 1, ?) || ? AS BLOB), "
+           "last_phys = max(last_phys, ?) WHERE qkey = ? AND qoff = ?")
 _AT = "SELECT qoff, units FROM units WHERE qkey = ? AND qoff <= ? ORDER BY qoff DESC LIMIT 1"
 _RANGE = ("SELECT qoff, units FROM units WHERE qkey = ? AND qoff < ? AND qoff >= coalesce("
           "(SELECT qoff FROM units WHERE qkey = ? AND qoff <= ? ORDER BY qoff DESC LIMIT 1), ?) "
@@ -208,6 +211,23 @@ class UnitDb:
             if not self._conn.in_transaction:
                 self._conn.execute("BEGIN")
             self._rows_open += self._conn.executemany(_INSERT, rows).rowcount
+
+    def append_runs(self, rows: list) -> None:
+        """Extend runs: rows (bytes of the run to keep, packed units, their largest physical
+        offset, qkey, the run's qoff). A run that is not there (never expected) gets the
+        units as a run of their own instead."""
+        with self.lock:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")
+            changed = self._conn.executemany(_APPEND, rows).rowcount
+            self._rows_open += changed
+            if changed == len(rows):
+                return
+            for keep, units, _, qkey, qoff in rows:
+                row = self._conn.execute("SELECT length(units) FROM units WHERE qkey = ? AND "
+                                         "qoff = ?", (qkey, qoff)).fetchone()
+                if row is None:
+                    self.put_runs(run_rows(qkey, qoff + keep // UNIT_BYTES, units))
 
     def delete_from(self, qkey: int, qoff: int) -> None:
         """Drop the queue's units at or after `qoff`: whole runs, and the end of the run

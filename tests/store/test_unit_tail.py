@@ -169,8 +169,9 @@ def _check(cq, model):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, monkeypatch, seed):
-    """Random puts, flushes, truncations, head deletions (retention) and reopenings over
-    runs of 3 units: every lookup answers as the list of units would."""
+    """Random puts, flushes (which extend a queue's last run), early writes, truncations,
+    head deletions (retention) and reopenings over runs of at most 3 units: every lookup
+    answers as the list of units would."""
     monkeypatch.setattr(unit_db, "RUN_UNITS", 3)
     rng = random.Random(seed)
     table = ConsumeQueueTable(None, str(tmp_path))
@@ -184,8 +185,12 @@ def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, m
             phys += 12
             cq.put(qoff, *unit)
             model.put(qoff, unit)
-        elif op < 0.7:
+        elif op < 0.66:
             table.flush()
+        elif op < 0.7:  # the tail bound reached: written early, uncommitted
+            table.tail_bytes = 0
+            table.bound_tails()
+            table.tail_bytes = 64 << 20
         elif op < 0.8 and model.hi > model.lo:
             qoff = rng.randint(model.lo, model.hi)
             cq.truncate_to(qoff)
