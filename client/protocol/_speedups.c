@@ -1364,6 +1364,62 @@ twin:
     return fallback("queue_units", args, nargs, kwnames);
 }
 
+/* unit_blobs(rows) -> {qkey: bytearray}: queue_units' rows (qkey, qoff, phys, size, tags), each
+   queue's units packed big-endian (phys i64, size i32, tags i64), in row order. */
+static void
+put_be(unsigned char *p, unsigned long long v, int n)
+{
+    for (int i = n - 1; i >= 0; i--, v >>= 8)
+        p[i] = (unsigned char)(v & 0xFF);
+}
+
+static PyObject *
+unit_blobs(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *out;
+    Py_ssize_t count;
+    if (kwnames != NULL || nargs != 1 || !PyList_CheckExact(args[0]) || (out = PyDict_New()) == NULL)
+        return fallback("unit_blobs", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[0]);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *r = PyList_GET_ITEM(args[0], i), *key, *buf;
+        long long phys, size, tags;
+        Py_ssize_t len;
+        unsigned char *p;
+        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 5
+                || !PyLong_CheckExact(key = PyTuple_GET_ITEM(r, 0))
+                || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX, &phys) < 0
+                || as_i64(PyTuple_GET_ITEM(r, 3), I32_MIN, I32_MAX, &size) < 0
+                || as_i64(PyTuple_GET_ITEM(r, 4), I64_MIN, I64_MAX, &tags) < 0)
+            goto twin;
+        buf = PyDict_GetItemWithError(out, key);  /* borrowed */
+        if (buf == NULL) {
+            if (PyErr_Occurred() || (buf = PyByteArray_FromStringAndSize(NULL, 0)) == NULL)
+                goto error;
+            if (PyDict_SetItem(out, key, buf) < 0) {
+                Py_DECREF(buf);
+                goto error;
+            }
+            Py_DECREF(buf);  /* the dict holds it */
+        }
+        len = PyByteArray_GET_SIZE(buf);
+        if (PyByteArray_Resize(buf, len + 20) < 0)
+            goto error;
+        p = (unsigned char *)PyByteArray_AS_STRING(buf) + len;
+        put_be(p, (unsigned long long)phys, 8);
+        put_be(p + 8, (unsigned long long)size, 4);
+        put_be(p + 12, (unsigned long long)tags, 8);
+    }
+    return out;
+twin:
+    PyErr_Clear();
+    Py_DECREF(out);
+    return fallback("unit_blobs", args, nargs, kwnames);
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* ------------------------------------------------------------------ store messages from the wire */
 
 /* prop_fields' work on bytes: (tags, keys, uniq) new references and the tag code; -1 on error. */
@@ -2200,6 +2256,7 @@ static PyMethodDef methods[] = {
     TWIN(index_entries, "tidemq.node.store.index_file"),
     TWIN(append_records, "tidemq.node.store.commit_log"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),
+    TWIN(unit_blobs, "tidemq.node.store.queue_table"),
     TWIN(wire_messages, "tidemq.node.store.message"),
     TWIN(record_views, "tidemq.message"),
     TWIN(offset_msg_ids, "tidemq.node.processors.send"),

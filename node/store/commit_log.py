@@ -209,6 +209,11 @@ class CommitLog:
         except (TypeError, ValueError):  # closed by retention: buf is None or the map closed
             return b""
 
+    def cursor(self) -> LogCursor:
+        """A reader of many records in a row (one pull): read() that looks a file up only
+        when a record lies outside the last one's."""
+        return LogCursor(self.queue)
+
     def read_raw(self, offset: int, max_bytes: int, limit: int | None = None) -> bytes:
         """Up to max_bytes from `offset`, not crossing a file end nor `limit` (HA transfer)."""
         mf = self.queue.find(offset)
@@ -252,3 +257,27 @@ class CommitLog:
 
     def close(self) -> None:
         self.queue.close()
+
+
+class LogCursor:
+    """CommitLog.read for one pass over nearby records: keeps the file the last record was in
+    (its bounds as of that look-up: data written later is found by the next look-up)."""
+    __slots__ = ("buf", "end", "queue", "start")
+
+    def __init__(self, queue):
+        self.queue = queue
+        self.start = self.end = 0
+        self.buf = None
+
+    def read(self, offset: int, size: int) -> bytes:
+        """As CommitLog.read."""
+        if not self.start <= offset or offset + size > self.end:
+            mf = self.queue.find(offset)
+            if mf is None or offset + size > mf.end_offset:
+                return b""
+            self.start, self.end, self.buf = mf.start_offset, mf.end_offset, mf.buf
+        pos = offset - self.start
+        try:
+            return self.buf[pos:pos + size]
+        except (TypeError, ValueError):  # closed by retention: buf is None or the map closed
+            return b""

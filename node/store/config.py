@@ -43,6 +43,9 @@ class StoreConfig:
     sync_flush_timeout_ms: int = 5_000
     # Consume queues and index are flushed (and the checkpoint advanced) on this interval.
     derived_flush_interval_ms: int = 1_000
+    # Dispatched consume-queue units wait in memory until that flush writes them as one row
+    # per queue; past this many bytes dispatch writes them early (still uncommitted).
+    consume_queue_tail_bytes: int = 64 * MIB
     # A crash scans at most about this much log: the checkpoint is saved early whenever the
     # log grows a quarter of it past the last one.
     max_recovery_scan_bytes: int = 256 * MIB
@@ -117,6 +120,8 @@ class StoreConfig:
             problems.append("max_recovery_scan_bytes must be >= 1048576")
         if self.max_queues_per_topic < 1:
             problems.append("max_queues_per_topic must be >= 1")
+        if not 4096 <= self.consume_queue_tail_bytes <= 1 << 32:
+            problems.append("consume_queue_tail_bytes must be in [4096, 4294967296]")
         if not 0 <= self.min_free_fds <= 1 << 20:
             problems.append("min_free_fds must be in [0, 1048576]")
         if problems:

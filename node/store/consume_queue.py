@@ -1,9 +1,9 @@
-"""ConsumeQueue: the per-(topic, queue_id) index of the commit log, held as rows of the shared
-unit database (unit_db.py) rather than files of its own.
+"""ConsumeQueue: the per-(topic, queue_id) index of the commit log, held as run rows of the
+shared unit database (unit_db.py) plus an in-memory tail of units not written there yet.
 
 A unit is RocketMQ's 20-byte consume-queue entry, (physical_offset i64, size i32, tags_code
 i64); unit i is the message at queue offset i. The queue itself is a few numbers in memory:
-its key, first and next queue offsets and the end of its last indexed record.
+its key, first and next queue offsets, the end of its last indexed record, and its tail.
 
 Rules:
 1. Units are written in queue-offset order by the dispatcher; put() is idempotent (a unit
@@ -14,22 +14,25 @@ Rules:
 3. Nothing is opened per queue: a queue's first message needs no file, so covers() is always
    true and reserve() never refuses.
 4. Retention keeps a queue's last unit, so its next offset survives a restart.
+5. Units [min_queue_offset, tail_from) are in the database, [tail_from, max_queue_offset)
+   packed in `tail` (dispatch appends there without a database call; the table's flush
+   writes tails as runs). Every read and cut holds the database lock across both parts, so
+   a flush moving a tail into the database is never seen half done.
 """
 from __future__ import annotations
 
-import struct
+from .unit_db import PRE_BLANK_SIZE, UNIT, UNIT_BYTES, first_phys_at_or_above
 
-UNIT = struct.Struct(">qiq")
-UNIT_BYTES = 20
-PRE_BLANK_SIZE = 0x7FFFFFFF
+__all__ = ["PRE_BLANK_SIZE", "UNIT", "UNIT_BYTES", "ConsumeQueue"]
+_PRE_BLANK = UNIT.pack(0, PRE_BLANK_SIZE, 0)
 
 
 class ConsumeQueue:
     __slots__ = ("db", "head_phys", "max_phys_end", "max_queue_offset", "min_queue_offset",
-                 "qkey", "queue_id", "topic")
+                 "qkey", "queue_id", "run", "tail", "tail_from", "tails", "topic")
 
     def __init__(self, db, qkey: int, topic: str, queue_id: int, first=None, last=None,
-                 last_end: int = 0):
+                 last_end: int = 0, tails=None):
         self.db = db
         self.qkey = qkey
         self.topic = topic
@@ -38,32 +41,61 @@ class ConsumeQueue:
         self.max_queue_offset = last + 1 if last is not None else self.min_queue_offset
         self.max_phys_end = last_end  # end (offset + size) of the last indexed record
         self.head_phys = -1  # physical offset of the unit at min_queue_offset (-1: unknown)
+        self.tail: bytes | bytearray = b""  # rule 5 (a bytearray once it holds units)
+        self.tail_from = self.max_queue_offset
+        self.tails = tails  # the table's Tails (dirty queues, bytes held), or None
+        self.run: tuple[int, int] | None = None  # last committed run (qoff, units) it extends
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
+    def append(self, data) -> None:
+        """Add packed units at the end of the tail (the caller holds the database lock)."""
+        if not self.tail:  # an idle queue holds the shared empty bytes, not a bytearray
+            self.tail = bytearray(data)
+            if self.tails is not None:
+                self.tails.dirty[self.qkey] = self
+        else:
+            self.tail += data
+        if self.tails is not None:
+            self.tails.nbytes += len(data)
+
+    def _cut_tail(self, keep_from: int, keep_to: int) -> None:
+        """Keep tail bytes [keep_from, keep_to) only."""
+        before = len(self.tail)
+        self.tail = self.tail[keep_from:keep_to] or b""
+        if self.tails is not None:
+            self.tails.nbytes -= before - len(self.tail)
+            if not self.tail:
+                self.tails.dirty.pop(self.qkey, None)
+
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
         """Write unit `queue_offset`. Returns False when it was already there (replay)."""
-        nxt = self.max_queue_offset
-        if queue_offset != nxt:
-            if queue_offset < nxt:
-                return False  # idempotent replay (rule 1)
-            if nxt == self.min_queue_offset:  # empty: the queue starts here (rule 2)
-                self.min_queue_offset = queue_offset
-            else:
-                self.db.put_many([(self.qkey, q, 0, PRE_BLANK_SIZE, 0)
-                                  for q in range(nxt, queue_offset)])
-        if queue_offset == self.min_queue_offset:
-            self.head_phys = phys
-        self.db.put(self.qkey, queue_offset, phys, size, tags_code)
-        self.max_queue_offset = queue_offset + 1
-        self.max_phys_end = phys + size
+        with self.db.lock:
+            nxt = self.max_queue_offset
+            if queue_offset != nxt:
+                if queue_offset < nxt:
+                    return False  # idempotent replay (rule 1)
+                if nxt == self.min_queue_offset:  # empty: the queue starts here (rule 2)
+                    self._cut_tail(0, 0)
+                    self.run = None
+                    if nxt > 0:  # the unit retention kept goes: no gap before the start
+                        self.db.delete_from(self.qkey, 0)
+                    self.min_queue_offset = self.tail_from = queue_offset
+                else:
+                    self.append(_PRE_BLANK * (queue_offset - nxt))
+            if queue_offset == self.min_queue_offset:
+                self.head_phys = phys
+            self.append(UNIT.pack(phys, size, tags_code))
+            self.max_queue_offset = queue_offset + 1
+            self.max_phys_end = phys + size
         return True
 
-    def took_run(self, first: int, first_phys: int, end: int, phys_end: int) -> None:
-        """Units [first, end) were written for this queue in one go (queue_units); `first` was
-        its next offset, as put() would have found it."""
+    def took_run(self, first: int, first_phys: int, end: int, phys_end: int, data) -> None:
+        """Packed units [first, end) arrived in one go (queue_units); `first` was the next
+        offset, as put() would have found it. The caller holds the database lock."""
         if first == self.min_queue_offset:
             self.head_phys = first_phys
+        self.append(data)
         self.max_queue_offset = end
         self.max_phys_end = phys_end
 
@@ -75,47 +107,80 @@ class ConsumeQueue:
 
     def get(self, queue_offset: int):
         """(physical_offset, size, tags_code) of unit `queue_offset`, or None."""
-        if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
-            return None
-        return self.db.get(self.qkey, queue_offset)
+        with self.db.lock:
+            if not self.min_queue_offset <= queue_offset < self.max_queue_offset:
+                return None
+            at = queue_offset - self.tail_from
+            if at >= 0:
+                return UNIT.unpack_from(self.tail, at * UNIT_BYTES)
+            return self.db.get(self.qkey, queue_offset)
 
     def units(self, queue_offset: int, max_count: int):
         """Up to max_count consecutive units from queue_offset."""
-        end = min(self.max_queue_offset, queue_offset + max_count)
-        if queue_offset < self.min_queue_offset or end <= queue_offset:
-            return []
-        return self.db.range(self.qkey, queue_offset, end)
+        with self.db.lock:
+            end = min(self.max_queue_offset, queue_offset + max_count)
+            if queue_offset < self.min_queue_offset or end <= queue_offset:
+                return []
+            tail_from = self.tail_from
+            got = self.db.range(self.qkey, queue_offset, min(end, tail_from)) \
+                if queue_offset < tail_from else []
+            if end > tail_from and len(got) == max(0, tail_from - queue_offset):
+                lo = (max(queue_offset, tail_from) - tail_from) * UNIT_BYTES
+                got.extend(UNIT.iter_unpack(self.tail[lo:(end - tail_from) * UNIT_BYTES]))
+            return got
 
     # -- cuts ----------------------------------------------------------------------------
+    def _first_at_or_above(self, phys: int, below: int):
+        """The first queue offset below `below` whose unit points at or past `phys`, in the
+        database's runs or the tail (the caller holds the database lock), or None."""
+        tail_from = self.tail_from
+        if self.min_queue_offset < tail_from:
+            at = self.db.first_at_or_above(self.qkey, phys, min(below, tail_from))
+            if at is not None:
+                return at
+        if below > tail_from:
+            i = first_phys_at_or_above(self.tail, phys, below - tail_from)
+            if i is not None:
+                return tail_from + i
+        return None
+
     def truncate_by_phys(self, phys_offset: int) -> None:
         """Drop units pointing at or beyond `phys_offset` (the log was cut there)."""
-        if self.max_phys_end <= phys_offset:
-            return  # every unit lies below the cut
-        at = self.db.first_at_or_above(self.qkey, phys_offset, self.max_queue_offset)
-        self.truncate_to(at if at is not None else self.max_queue_offset)
+        with self.db.lock:
+            if self.max_phys_end <= phys_offset:
+                return  # every unit lies below the cut
+            at = self._first_at_or_above(phys_offset, self.max_queue_offset)
+            self.truncate_to(at if at is not None else self.max_queue_offset)
 
     def first_at_phys(self, phys_offset: int, lo: int | None = None,
                       hi: int | None = None) -> int:
         """The first queue offset in [lo, hi) (default: the whole queue) whose unit points
         at or beyond `phys_offset`, else hi (units are phys-ordered, so the first such unit
         of the whole queue, clamped into [lo, hi], is the answer)."""
-        lo = self.min_queue_offset if lo is None else lo
-        hi = self.max_queue_offset if hi is None else hi
-        at = self.db.first_at_or_above(self.qkey, phys_offset, hi)
+        with self.db.lock:
+            lo = self.min_queue_offset if lo is None else lo
+            hi = self.max_queue_offset if hi is None else hi
+            at = self._first_at_or_above(phys_offset, hi)
         return hi if at is None else min(max(at, lo), hi)
 
     def truncate_to(self, queue_offset: int) -> None:
         """Drop units at or after `queue_offset` (durable at the next commit, before the
         checkpoint that relies on it)."""
-        if queue_offset >= self.max_queue_offset:
-            return
-        queue_offset = max(queue_offset, 0)
-        self.db.delete_from(self.qkey, queue_offset)
-        self.max_queue_offset = max(queue_offset, 0)
-        self.min_queue_offset = min(self.min_queue_offset, self.max_queue_offset)
-        last = self.db.get(self.qkey, queue_offset - 1) if queue_offset > self.min_queue_offset \
-            else None
-        self.max_phys_end = last[0] + last[1] if last and last[1] != PRE_BLANK_SIZE else 0
+        with self.db.lock:
+            if queue_offset >= self.max_queue_offset:
+                return
+            queue_offset = max(queue_offset, 0)
+            if queue_offset >= self.tail_from:
+                self._cut_tail(0, (queue_offset - self.tail_from) * UNIT_BYTES)
+            else:
+                self._cut_tail(0, 0)
+                self.run = None
+                self.db.delete_from(self.qkey, queue_offset)
+                self.tail_from = queue_offset
+            self.max_queue_offset = queue_offset
+            self.min_queue_offset = min(self.min_queue_offset, self.max_queue_offset)
+            last = self.get(queue_offset - 1) if queue_offset > self.min_queue_offset else None
+            self.max_phys_end = last[0] + last[1] if last and last[1] != PRE_BLANK_SIZE else 0
 
     def delete_below_phys(self, min_phys: int) -> int:
         """Drop units that point below `min_phys` (the log head was deleted), keeping the last
@@ -123,17 +188,31 @@ class ConsumeQueue:
         lo, hi = self.min_queue_offset, self.max_queue_offset
         if hi <= lo or self.head_phys >= min_phys:
             return 0  # (the common case, without a lookup: retention visits every queue)
-        first = self.db.get(self.qkey, lo)
-        if first is not None and first[1] != PRE_BLANK_SIZE and first[0] >= min_phys:
-            self.head_phys = first[0]
-            return 0
-        at = self.db.first_at_or_above(self.qkey, min_phys, hi)
-        new_min = at if at is not None else hi
-        self.db.delete_below(self.qkey, min(new_min, hi - 1))
-        self.min_queue_offset = new_min
-        self.head_phys = -1
+        with self.db.lock:
+            lo, hi = self.min_queue_offset, self.max_queue_offset
+            first = self.get(lo)
+            if first is not None and first[1] != PRE_BLANK_SIZE and first[0] >= min_phys:
+                self.head_phys = first[0]
+                return 0
+            at = self._first_at_or_above(min_phys, hi)
+            new_min = at if at is not None else hi
+            self._delete_below(min(new_min, hi - 1))
+            self.min_queue_offset = new_min
+            self.head_phys = -1
         return new_min - lo
 
+    def _delete_below(self, queue_offset: int) -> None:
+        """Drop units below `queue_offset` from the database and the tail."""
+        self.run = None
+        self.db.delete_below(self.qkey, min(queue_offset, self.tail_from))
+        if queue_offset > self.tail_from:
+            self._cut_tail((queue_offset - self.tail_from) * UNIT_BYTES, len(self.tail))
+            self.tail_from = queue_offset
+
     def destroy(self) -> None:
-        self.db.drop_queues([self.qkey])
-        self.min_queue_offset = self.max_queue_offset = self.max_phys_end = 0
+        with self.db.lock:
+            self.db.drop_queues([self.qkey])
+            self._cut_tail(0, 0)
+            self.run = None
+            self.min_queue_offset = self.max_queue_offset = self.max_phys_end = 0
+            self.tail_from = 0

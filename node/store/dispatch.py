@@ -15,8 +15,11 @@ Rules:
 5. A key-index failure is logged and skipped (key lookups miss those records); consume
    queues, which make messages visible, go on.
 6. A slice whose every queued request is the next unit of an existing, unblocked queue (the
-   steady state) writes its units with one database call (queue_units, put_units); any other
-   slice, or one whose write fails, goes one request at a time (rules 2 and 4 apply there).
+   steady state) appends its units to the queues' in-memory tails in one call (queue_units,
+   put_units); any other slice, or one that fails, goes one request at a time (rules 2 and 4
+   apply there).
+7. After each slice the table writes its tails early when they hold more than its bound
+   (without a commit: the maintenance thread's flush still commits before the checkpoint).
 """
 from __future__ import annotations
 
@@ -143,11 +146,20 @@ class Dispatcher:
                                    "%d-%d: %s", chunk[0][DR_PHYS], chunk[-1][DR_PHYS], _why(exc))
             last = chunk[-1]
             self.dispatched_offset = last[DR_PHYS] + last[DR_SIZE]
+            self._bound_tails()
         self._arrived(arrived)
 
+    def _bound_tails(self) -> None:
+        """Rule 7: memory held by unwritten units stays bounded."""
+        try:
+            self.queues.bound_tails()
+        except Exception as exc:  # the units stay in memory; the next flush writes them
+            self._warn.log(logging.ERROR, "consume-queue units not written early: %s",
+                           _why(exc))
+
     def _put_units(self, chunk: list, arrived: dict) -> bool:
-        """Rule 6: the whole chunk's units in one database call; False (nothing moved) when a
-        request needs the one-by-one path or the write failed."""
+        """Rule 6: the whole chunk's units in one call; False (nothing moved) when a request
+        needs the one-by-one path or the call failed."""
         found = queue_units(chunk, self.queues.queues, self.blocked)
         if found is None:
             return False

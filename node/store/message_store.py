@@ -77,7 +77,7 @@ class MessageStore(StoreReader):
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
                                     config.whole_record_crc,
                                     write_through=config.flush_mode == SYNC_FLUSH)
-        self.queues = ConsumeQueueTable(fs, config.root_dir)
+        self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_tail_bytes)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None
         self.dispatcher = Dispatcher(self.queues, self.index)

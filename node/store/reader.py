@@ -81,7 +81,7 @@ class StoreReader:
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         log_min = self.commit_log.min_offset
-        read = self.commit_log.read
+        read = self.commit_log.cursor().read
         out, total, pos, last_phys = [], 0, offset, 0
         status = GetStatus.NO_MATCHED_MESSAGE
         full = False  # the next unit does not fit this reply (count or bytes)

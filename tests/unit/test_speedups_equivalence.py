@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tidemq import message as client_message
 from tidemq.node.processors import send
-from tidemq.node.store import commit_log, dispatch, index_file
+from tidemq.node.store import commit_log, dispatch, index_file, queue_table
 from tidemq.node.store import message as store_message_mod
 from tidemq.node.store.consume_queue import ConsumeQueue
 from tidemq.node.store.message import StoreMessage
@@ -49,6 +49,7 @@ def test_extension_built():
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
     assert dispatch.queue_units is _mod.queue_units
+    assert queue_table.unit_blobs is _mod.unit_blobs
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
 
@@ -530,6 +531,44 @@ def units_case(draw):
 @given(units_case())
 def test_queue_units(case):
     _both("queue_units", *case)
+
+
+@st.composite
+def unit_rows(draw):
+    """queue_units()-shaped rows over a few queues, now and then one the twin must judge."""
+    i64 = st.integers(-(1 << 63), (1 << 63) - 1)
+    rows = draw(st.lists(st.tuples(st.integers(1, 4), st.integers(0, 99), i64,
+                                   st.integers(-(1 << 31), (1 << 31) - 1), i64), max_size=40))
+    odd = draw(st.integers(0, 9)) if rows else 0
+    if odd == 1:
+        rows[0] = rows[0][:3] + (1 << 31,) + rows[0][4:]  # size past i32: struct.error
+    elif odd == 2:
+        rows[-1] = rows[-1][:4]  # a short row: the twin's unpacking error
+    elif odd == 3:
+        rows[0] = ("k",) + rows[0][1:]  # a key that is not an int: the twin decides
+    return rows
+
+
+@needs_compiled
+@SETTINGS
+@given(unit_rows())
+def test_unit_blobs(rows):
+    _both("unit_blobs", rows)
+
+
+@needs_compiled
+def test_unit_blobs_usual_rows_in_c():
+    """Rows of valid units go through C (a fallback call would fail)."""
+    rows = [(7, 10, 300, 100, -5), (8, 3, 0, 0x7FFFFFFF, 0), (7, 11, 400, 90, 1 << 40)]
+    _register_fallbacks()
+    _mod.set_fallback("unit_blobs", None)
+    try:
+        got = _mod.unit_blobs(rows)
+    finally:
+        _register_fallbacks()
+    assert got == {7: bytearray(struct.pack(">qiqqiq", 300, 100, -5, 400, 90, 1 << 40)),
+                   8: bytearray(struct.pack(">qiq", 0, 0x7FFFFFFF, 0))}
+    assert list(got) == [7, 8]
 
 
 @needs_compiled
