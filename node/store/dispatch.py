@@ -18,8 +18,8 @@ Rules:
    steady state) appends its units to the queues' in-memory tails in one call (queue_units,
    put_units); any other slice, or one that fails, goes one request at a time (rules 2 and 4
    apply there).
-7. After each slice the table writes its tails early when they hold more than its bound
-   (without a commit: the maintenance thread's flush still commits before the checkpoint).
+7. After each slice the table flushes its tails when they hold more than its bound; the
+   maintenance thread's flush still commits whatever came after, before the checkpoint.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ class Dispatcher:
         try:
             self.queues.bound_tails()
         except Exception as exc:  # the units stay in memory; the next flush writes them
-            self._warn.log(logging.ERROR, "consume-queue units not written early: %s",
+            self._warn.log(logging.ERROR, "consume-queue units not flushed at the tail bound: %s",
                            _why(exc))
 
     def _put_units(self, chunk: list, arrived: dict) -> bool:

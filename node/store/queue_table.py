@@ -13,13 +13,14 @@ Rules:
    the number of queues.
 3. put_units() appends a whole dispatch slice's units to the queues' tails, without a
    database call (the append hot path); ConsumeQueue.put() stays the one-by-one path for
-   everything else. Past `tail_bytes` held, dispatch writes the tails into the open
-   transaction early (spill): memory stays bounded, and nothing is committed before the
-   maintenance thread's flush, so a crash still rolls back to the checkpoint.
+   everything else. Past `tail_bytes` held, dispatch flushes (writes and commits) the tails
+   itself, so memory stays bounded. It never writes them into the open transaction without
+   committing: a failed COMMIT would roll those units back after their tails were dropped,
+   and a later successful flush would let the checkpoint pass units the database lacks.
 4. A queue's tail extends the last run its previous flush committed while that run has room
    (a queue taking one message a second keeps one row per RUN_UNITS units, not one per
    flush); the extension keeps the run's known length first, so writing it twice (a failed
-   flush written again) is harmless. Any cut, a spill or a restart forgets that run: the
+   flush written again) is harmless. Any cut or a restart forgets that run: the
    next flush starts a new one.
 4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
@@ -104,16 +105,11 @@ class ConsumeQueueTable:
                 cq.took_run(first, first_phys, end, phys_end, blobs[cq.qkey])
 
     def bound_tails(self) -> None:
-        """Past `tail_bytes` held, write the tails into the open transaction (rule 3)."""
+        """Past `tail_bytes` held, flush now (rule 3); a failed flush keeps the tails."""
         if self.tails.nbytes > self.tail_bytes:
-            with self.db.lock:
-                inserts, _, _ = self._tail_rows(extend=False)
-                self.db.put_runs(inserts)
-                for cq in self.tails.dirty.values():
-                    cq.run = None  # not committed: never extended (rule 4)
-                self._drop_tails()
+            self.flush()
 
-    def _tail_rows(self, extend: bool = True):
+    def _tail_rows(self):
         """Every tail as rows, in key order (the caller holds the database lock): new runs,
         extensions of the queue's last committed run (rule 4), and each queue's last run
         once they are committed."""
@@ -125,7 +121,7 @@ class ConsumeQueueTable:
             cq = dirty[qkey]
             tail, run = cq.tail, cq.run
             n = len(tail) // UNIT_BYTES
-            if extend and run is not None and run[0] + run[1] == cq.tail_from \
+            if run is not None and run[0] + run[1] == cq.tail_from \
                     and run[1] + n <= unit_db.RUN_UNITS:
                 appends.append((run[1] * UNIT_BYTES, bytes(tail), last_phys(tail), qkey, run[0]))
                 runs.append((cq, (run[0], run[1] + n)))
@@ -192,11 +188,15 @@ class ConsumeQueueTable:
             if db._conn is None:
                 return False
             runs: list = []
-            if self.tails.dirty:
-                inserts, appends, runs = self._tail_rows()
-                db.put_runs(inserts)
-                db.append_runs(appends)
-            ended = db.end_transaction()  # raises when the commit failed: tails stay
+            try:
+                if self.tails.dirty:
+                    inserts, appends, runs = self._tail_rows()
+                    db.put_runs(inserts)
+                    db.append_runs(appends)
+                ended = db.end_transaction()
+            except BaseException:  # all or nothing: the tails stay for the next flush
+                db.rollback()
+                raise
             for cq, run in runs:
                 cq.run = run
             self._drop_tails()

@@ -15,9 +15,12 @@ A queue's runs are contiguous and never overlap.
 
 Rules:
 1. One connection serves every thread, under one re-entrant lock (callers that read or cut
-   a queue's in-memory tail and its runs hold it across both); writes go into one open
-   transaction that commit() ends (the maintenance thread, before the checkpoint names the
-   dispatched offset). Until then a crash rolls them back and recovery re-dispatches them.
+   a queue's in-memory tail and its runs hold it across both). A flush writes its runs and
+   commits them in one locked call, all or nothing: a failure rolls the whole transaction
+   back (rollback()) and the tails it was writing stay in memory. A new queue's row and a cut
+   (delete_from, delete_below, drop_queues) commit on their own at once, so no flush failure
+   can roll them back behind the caller's in-memory state (a queue row lost that way would
+   orphan every unit a later flush writes for it).
 2. commit() ends the transaction under the lock without an fsync (synchronous=NORMAL), then,
    outside the lock, fsyncs the WAL file itself and copies the WAL into the database on a
    second connection (a passive checkpoint): readers and dispatch do not wait for a disk.
@@ -33,6 +36,7 @@ Rules:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -189,7 +193,32 @@ class UnitDb:
             except FileNotFoundError:
                 pass
 
-    # -- writes (inside the open transaction, rule 1) -----------------------------------
+    # -- writes (rule 1) ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _own_transaction(self):
+        """Run the block's writes as one transaction of their own, committed at its end
+        (inside a flush's open transaction, which never happens today, they join it)."""
+        with self.lock:
+            if self._conn.in_transaction:
+                yield
+                return
+            self._conn.execute("BEGIN")
+            try:
+                yield
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self.rollback()
+                raise
+            self.rows_written += self._rows_open
+            self._rows_open = 0
+
+    def rollback(self) -> None:
+        """End the open transaction, discarding its writes (a failed flush, rule 1)."""
+        with self.lock:
+            if self._conn is not None and self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            self._rows_open = 0
+
     def _write(self, sql: str, args=()) -> sqlite3.Cursor:
         if not self._conn.in_transaction:
             self._conn.execute("BEGIN")
@@ -202,8 +231,9 @@ class UnitDb:
                                      (topic, qid)).fetchone()
             if row is not None:
                 return row[0]
-            return self._write("INSERT INTO queues(topic, qid) VALUES (?, ?)",
-                               (topic, qid)).lastrowid
+            with self._own_transaction():
+                return self._write("INSERT INTO queues(topic, qid) VALUES (?, ?)",
+                                   (topic, qid)).lastrowid
 
     def put_runs(self, rows: list) -> None:
         """Write run rows (qkey, qoff, last_phys, units) in one call."""
@@ -232,7 +262,7 @@ class UnitDb:
     def delete_from(self, qkey: int, qoff: int) -> None:
         """Drop the queue's units at or after `qoff`: whole runs, and the end of the run
         that holds `qoff`."""
-        with self.lock:
+        with self._own_transaction():
             self._read_cache.pop(qkey, None)
             self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff >= ?",
                                            (qkey, qoff)).rowcount
@@ -243,7 +273,7 @@ class UnitDb:
     def delete_below(self, qkey: int, qoff: int) -> None:
         """Drop the queue's units below `qoff`: whole runs, and the head of the run that
         holds `qoff` (rewritten to start there)."""
-        with self.lock:
+        with self._own_transaction():
             self._read_cache.pop(qkey, None)
             row = self._conn.execute(_AT, (qkey, qoff)).fetchone()
             self._rows_open += self._write("DELETE FROM units WHERE qkey = ? AND qoff < ?",
@@ -252,7 +282,7 @@ class UnitDb:
                 self.put_runs(run_rows(qkey, qoff, row[1][(qoff - row[0]) * UNIT_BYTES:]))
 
     def drop_queues(self, qkeys) -> None:
-        with self.lock:
+        with self._own_transaction():
             for qkey in qkeys:
                 self._read_cache.pop(qkey, None)
                 self._write("DELETE FROM units WHERE qkey = ?", (qkey,))

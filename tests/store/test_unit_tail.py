@@ -50,18 +50,50 @@ def test_units_still_in_the_tail_at_a_crash_are_dispatched_again(tmp_path):
         store.close()
 
 
-def test_a_tail_bound_writes_units_early_without_committing(tmp_path):
+def test_a_tail_bound_flushes_and_commits(tmp_path):
+    """Past the bound, dispatch writes and commits the tails itself: nothing is left written
+    but uncommitted, where a failed commit could lose units whose tails were dropped."""
     store = MessageStore(_quiet_config(tmp_path, consume_queue_tail_bytes=4096)).open()
     for s in range(0, 1200, 4):
         store.put([message(i, 50, queues=4) for i in range(s, s + 4)])
     _dispatched(store)
+    db = store.queues.db
     assert store.queues.tails.nbytes <= 4096 + 4 * unit_db.UNIT_BYTES  # one put past it
-    assert store.queues.db._rows_open > 0  # written, not committed
+    assert db.commits > 0 and db._rows_open == 0 and not db._conn.in_transaction
     before = _snapshot(store, ["k5"])
     crash(store)
     store = MessageStore(_quiet_config(tmp_path)).open()
     try:
         assert _snapshot(store, ["k5"]) == before
+    finally:
+        store.close()
+
+
+def test_a_failed_flush_at_the_tail_bound_keeps_the_tails_for_the_next_one(tmp_path):
+    """The database may not grow (SQLITE_FULL) while dispatch passes the tail bound: the
+    tails stay in memory, reads find every unit, and once the database can grow again a
+    checkpoint commits them all; a crash after it loses nothing."""
+    store = MessageStore(_quiet_config(tmp_path, consume_queue_tail_bytes=4096)).open()
+    store.put([message(i, 60, queues=4) for i in range(8)])
+    _dispatched(store)
+    store.save_checkpoint()
+    conn = store.queues.db._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count={pages}")
+    for s in range(8, 2000, 8):
+        store.put([message(i, 60, topic=f"T{i % 40}", queues=4) for i in range(s, s + 8)])
+    _dispatched(store)
+    assert store.queues.tails.nbytes > 4096  # the bound's flushes failed: tails kept
+    before = _snapshot(store, ["k9", "k1999"])
+    assert sum(len(q[2]) for q in before[0].values()) == 2000
+    conn.execute("PRAGMA max_page_count=1073741823")
+    store.save_checkpoint()
+    assert store.checkpoint.dispatched_offset == store.max_offset
+    crash(store)
+    store = MessageStore(_quiet_config(tmp_path)).open()
+    try:
+        assert store.recovery_report.redispatched == 0  # all of it was committed
+        assert _snapshot(store, ["k9", "k1999"]) == before
     finally:
         store.close()
 
@@ -169,7 +201,7 @@ def _check(cq, model):
 
 @pytest.mark.parametrize("seed", range(12))
 def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, monkeypatch, seed):
-    """Random puts, flushes (which extend a queue's last run), early writes, truncations,
+    """Random puts, flushes (which extend a queue's last run), tail-bound flushes, truncations,
     head deletions (retention) and reopenings over runs of at most 3 units: every lookup
     answers as the list of units would."""
     monkeypatch.setattr(unit_db, "RUN_UNITS", 3)
@@ -187,7 +219,7 @@ def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, m
             model.put(qoff, unit)
         elif op < 0.66:
             table.flush()
-        elif op < 0.7:  # the tail bound reached: written early, uncommitted
+        elif op < 0.7:  # the tail bound reached: dispatch flushes
             table.tail_bytes = 0
             table.bound_tails()
             table.tail_bytes = 64 << 20
