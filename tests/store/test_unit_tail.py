@@ -27,6 +27,21 @@ def _quiet_config(tmp_path, **extra):
     return small_config(tmp_path, derived_flush_interval_ms=3_600_000, **extra)
 
 
+def _fill_with_the_database_full(store, count):
+    """Put 8 messages and checkpoint them, then cap units.db at its size (SQLITE_FULL on any
+    growth) and put up to `count` messages over 40 new topics; returns the connection."""
+    store.put([message(i, 60, queues=4) for i in range(8)])
+    _dispatched(store)
+    store.save_checkpoint()
+    conn = store.queues.db._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    conn.execute(f"PRAGMA max_page_count={pages}")
+    for s in range(8, count, 8):
+        store.put([message(i, 60, topic=f"T{i % 40}", queues=4) for i in range(s, s + 8)])
+    _dispatched(store)
+    return conn
+
+
 def test_units_still_in_the_tail_at_a_crash_are_dispatched_again(tmp_path):
     rng = random.Random(11)
     store = MessageStore(_quiet_config(tmp_path)).open()
@@ -74,15 +89,7 @@ def test_a_failed_flush_at_the_tail_bound_keeps_the_tails_for_the_next_one(tmp_p
     tails stay in memory, reads find every unit, and once the database can grow again a
     checkpoint commits them all; a crash after it loses nothing."""
     store = MessageStore(_quiet_config(tmp_path, consume_queue_tail_bytes=4096)).open()
-    store.put([message(i, 60, queues=4) for i in range(8)])
-    _dispatched(store)
-    store.save_checkpoint()
-    conn = store.queues.db._conn
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    conn.execute(f"PRAGMA max_page_count={pages}")
-    for s in range(8, 2000, 8):
-        store.put([message(i, 60, topic=f"T{i % 40}", queues=4) for i in range(s, s + 8)])
-    _dispatched(store)
+    conn = _fill_with_the_database_full(store, 2000)
     assert store.queues.tails.nbytes > 4096  # the bound's flushes failed: tails kept
     before = _snapshot(store, ["k9", "k1999"])
     assert sum(len(q[2]) for q in before[0].values()) == 2000
@@ -133,16 +140,8 @@ def test_a_failed_flush_keeps_the_checkpoint_and_loses_nothing(tmp_path):
     flush: the checkpoint stays below the units not written, reads still find them, and a
     restart re-dispatches them."""
     store = MessageStore(_quiet_config(tmp_path)).open()
-    store.put([message(i, 60, queues=4) for i in range(8)])
-    _dispatched(store)
-    store.save_checkpoint()
+    _fill_with_the_database_full(store, 3000)
     saved = store.checkpoint.dispatched_offset
-    conn = store.queues.db._conn
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    conn.execute(f"PRAGMA max_page_count={pages}")
-    for s in range(8, 3000, 8):
-        store.put([message(i, 60, topic=f"T{i % 40}", queues=4) for i in range(s, s + 8)])
-    _dispatched(store)
     with pytest.raises(sqlite3.OperationalError, match="full"):
         store.save_checkpoint()
     assert store.checkpoint.dispatched_offset == saved
