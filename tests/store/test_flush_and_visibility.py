@@ -67,6 +67,31 @@ def test_sync_flush_acks_after_fsync_and_only_then_is_visible(gated):
     assert store.get_messages("T", 0, 0, 8).status == GetStatus.FOUND
 
 
+def test_async_flush_acks_on_the_writer_thread_without_the_flusher(gated):
+    """ASYNC_FLUSH: with every fsync stalled, a put is acknowledged inline on the writer's
+    thread (no gather window, no hand-off to the flusher) and is visible at once."""
+    fs, open_store = gated
+    store = open_store(flush_mode="ASYNC_FLUSH", flush_interval_ms=10, flush_least_pages=0)
+    fs.gate.clear()
+    time.sleep(0.05)  # the flusher's interval pass is now stuck in the stalled fsync
+    syncs = fs.syncs
+    box, called = [], []
+
+    def writer():
+        result, status = store.put_and_wait([message(0), message(1)])
+        box.append(status)
+        store.on_durable(result.end_offset, lambda st: called.append((threading.get_ident(), st)))
+        box.append(result)
+    t = threading.Thread(daemon=True, target=writer)
+    t.start()
+    t.join(5)
+    assert not t.is_alive() and box[0] == PutStatus.PUT_OK
+    assert called == [(t.ident, PutStatus.PUT_OK)]
+    result = box[1]
+    assert store.flushed_offset < result.end_offset and fs.syncs == syncs  # nothing fsynced
+    assert store.get_messages("T", 0, 0, 8).status == GetStatus.FOUND
+
+
 def test_group_commit_one_fsync_acknowledges_many_writers(gated):
     fs, open_store = gated
     store = open_store(flush_mode="SYNC_FLUSH")
