@@ -385,11 +385,12 @@ class SendProcessor:
 
     def _reply_stored(self, pending: list[_Pending], requests) -> list:
         """Answer now what need not wait for durability; returns what must (rule 3). Requests
-        are the put's dispatch requests (node/store/message.py DR_* fields), in order."""
+        are the put's dispatch requests (node/store/message.py DR_* fields), in order. The
+        replies are handed to each connection in one call and written at once (rule 9)."""
         host = self.store_host
-        latency = self.metrics.put_latency
         self._count(pending)
-        waiting = []
+        waiting: list = []
+        now: list = []  # (conn, cmd, reply, t0, latency key) answered at once
         i = 0
         for conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn in pending:
             n = len(msgs)
@@ -399,13 +400,10 @@ class SendProcessor:
                 reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), queue_id,
                          requests[i][DR_QUEUE_OFFSET])
             i += n
-            if wait:  # last field: the latency key (node/ops/counters.py put_latency)
-                waiting.append((conn, cmd, reply, t0, (topic, batch)))
-            elif reply_fn is not None:
-                conn.complete(cmd, reply(0))
-            else:
-                latency[(topic, batch)].observe(time.perf_counter() - t0)
-                conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
+            # last field: the latency key (node/ops/counters.py put_latency)
+            (waiting if wait else now).append((conn, cmd, reply, t0, (topic, batch)))
+        if now:
+            self._answer(now, PutStatus.PUT_OK)
         return waiting
 
     def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
@@ -433,8 +431,8 @@ class SendProcessor:
         self._answer(waiting, status)
 
     def _answer(self, waiting, status) -> None:
-        """Release one durability wait's replies (rule 9): each connection's frames are handed
-        over in one call, and the latency histogram is looked up once per run of one key."""
+        """Release replies (rule 9): each connection's frames are handed over in one call and
+        written at once, and the latency histogram is looked up once per run of one key."""
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
@@ -448,17 +446,23 @@ class SendProcessor:
         for conn, cmd, reply, t0, key in waiting:
             if reply.__class__ is not tuple:
                 conn.complete(cmd, reply(code))
+                conn.write_now()
                 continue
             if key != last_key:
                 last_key, hist = key, latency[key]
             hist.observe(now - t0)
+            if cmd.flag & FLAG_ONEWAY:  # no reply, only its in-flight slot back
+                conn.complete_frame(cmd, b"")
+                continue
             if conn is not last_conn:
                 if frames:
                     last_conn.complete_frames(frames)
+                    last_conn.write_now()
                 last_conn, frames = conn, []
             frames.append(frame(cmd, code, reply))
         if frames:
             last_conn.complete_frames(frames)
+            last_conn.write_now()
 
     def _reply_frame(self, cmd, code: int, reply) -> bytes:
         """The reply frame. JSON (every cpp and Go client, most Java ones) comes from a

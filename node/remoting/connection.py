@@ -7,8 +7,9 @@ Rules:
 1. Bad bytes (ProtocolError from the decoder, an oversized frame) close THIS connection only,
    with one log line; nothing was handed to a processor, so nothing was written to the log.
 2. Replies are never awaited: they are appended to `_out` and written with one
-   transport.write per loop turn (or at the end of data_received), so a burst of requests
-   costs one send() syscall, not one per reply.
+   transport.write per loop turn (or at the end of data_received, or by write_now() once a
+   group of deferred replies is complete), so a burst of requests costs one send() syscall,
+   not one per reply.
 3. Bounded memory: above write_buffer_high_bytes of unsent replies the connection stops
    handling and reading requests (asyncio flow control: pause_writing -> pause_reading); the
    requests of the last read wait in `_backlog` until the peer reads again. A peer stalled
@@ -243,6 +244,13 @@ class Connection(asyncio.Protocol):
             if not self._in_receive and not self._flush_scheduled:
                 self._flush_scheduled = True
                 self.loop.call_soon(self._flush)
+
+    def write_now(self) -> None:
+        """Write the queued replies at once instead of at the scheduled flush: a group put's
+        replies then leave before the loop decodes the next read (rule 2: still one write
+        for all of them). Inside data_received the end of the read writes them anyway."""
+        if self._out and not self._in_receive:
+            self._flush()
 
     def send_request(self, code: int, ext: dict, oneway: bool = True) -> None:
         """A server-initiated request (e.g. NOTIFY_CONSUMER_IDS_CHANGED), in the serialize type

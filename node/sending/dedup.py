@@ -44,6 +44,8 @@ Rules:
 7. The usual send (one ordinary topic, every key set and not held) is checked and remembered
    in bulk, walking the messages at C speed; anything else takes the message-by-message path,
    with the same result.
+8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
+   short strings, no body): remembering a message builds no tuple of its own.
 """
 from __future__ import annotations
 
@@ -98,11 +100,12 @@ def _stand_in_topic(topic: str, props) -> str | None:
     return real if real and not is_system_topic(real) else None
 
 
-# entry fields
-E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = 0, 1, 2, 3, 4
+# An entry is the stored record's dispatch request itself (node/store/message.py DR_*), kept
+# as the put returned it: no tuple built per remembered message (rule 8). Its fields:
+E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID,
+                                                          DR_QUEUE_OFFSET, DR_STORE_TS)
 # The bulk paths (rule 7) walk a request's messages at C speed with these.
 _R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
-_R_ENTRY = itemgetter(DR_PHYS, DR_SIZE, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_STORE_TS)  # E_* order
 _M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")
 _drain = deque(maxlen=0).extend  # runs an iterator for its side effects
 
@@ -155,7 +158,7 @@ class DedupWindow:
         keys = list(zip(repeat(topic), uniqs))
         if any(map(entries.__contains__, keys)):
             return False
-        entries.update(zip(keys, map(_R_ENTRY, requests)))
+        entries.update(zip(keys, requests))
         return True
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
@@ -173,7 +176,7 @@ class DedupWindow:
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
                     continue
-            key, entry = (topic, uniq), _R_ENTRY(r)
+            key, entry = (topic, uniq), r
             if setdefault(key, entry) is not entry:  # held already (one lookup for a new key)
                 if keep_first:
                     continue
