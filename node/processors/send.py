@@ -231,7 +231,7 @@ class SendProcessor:
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(rec.PROP_WAIT) != "false")
         if self.dedup.enabled:
-            msgs, dups = self.dedup.split(msgs)
+            msgs, dups = self.dedup.split(msgs, req.topic if batch else None)
             if dups:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:

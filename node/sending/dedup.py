@@ -41,9 +41,9 @@ Rules:
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
-7. The usual send (one ordinary topic, every key set and not held) is checked and remembered
-   in bulk, walking the messages at C speed; anything else takes the message-by-message path,
-   with the same result.
+7. The usual send (one ordinary topic, every key set) is checked and remembered in bulk,
+   walking the messages at C speed; anything else takes the message-by-message path, with the
+   same result (same entries, same order).
 8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
    short strings, no body): remembering a message builds no tuple of its own.
 """
@@ -141,24 +141,33 @@ class DedupWindow:
             return
         if requests.__class__ is not list:
             requests = list(requests)  # walked twice when the bulk path declines
-        if len(requests) == 1 or not self._remember_new(requests):  # one: no bulk to gain
+        if len(requests) == 1 or not self._remember_new(requests, keep_first):  # one: no bulk
             self._remember_each(requests, msgs, keep_first)
         self._evict(int(self.clock() * 1000))
 
-    def _remember_new(self, requests) -> bool:
-        """Rule 7: a put of one ordinary topic whose keys are all set, distinct and new is
-        added in one update; False (nothing changed) for anything else."""
+    def _remember_new(self, requests, keep_first: bool = False) -> bool:
+        """Rule 7: a put of one ordinary topic whose keys are all set is added in one update;
+        False (nothing changed) for anything else. A key held already, or twice in the put,
+        ends where the message-by-message path leaves it: its latest record, young again
+        (moved to the end in put order, only when the update shows such a key). keep_first
+        (the rebuild): only keys distinct and new."""
         entries = self._entries
         topic = _one_ordinary_topic(map(_R_TOPIC, requests))
         if topic is None:
             return False
         uniqs = list(map(_R_UNIQ, requests))
-        if not all(uniqs) or len(set(uniqs)) != len(uniqs):
+        if not all(uniqs):
             return False
-        keys = list(zip(repeat(topic), uniqs))
-        if any(map(entries.__contains__, keys)):
-            return False
-        entries.update(zip(keys, requests))
+        if keep_first:
+            keys = list(zip(repeat(topic), uniqs))
+            if len(set(uniqs)) != len(uniqs) or not entries.keys().isdisjoint(keys):
+                return False
+            entries.update(zip(keys, requests))
+            return True
+        held = len(entries)
+        entries.update(zip(zip(repeat(topic), uniqs), requests))
+        if len(entries) - held != len(uniqs):
+            _drain(map(entries.move_to_end, zip(repeat(topic), uniqs)))
         return True
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
@@ -183,8 +192,9 @@ class DedupWindow:
                 entries.move_to_end(key)  # a key re-stored (past the window) is young again
                 entries[key] = entry
 
-    def split(self, msgs) -> tuple[list, list]:
-        """(new messages, window entries of the duplicates) for one request's messages."""
+    def split(self, msgs, topic: str | None = None) -> tuple[list, list]:
+        """(new messages, window entries of the duplicates) for one request's messages.
+        `topic`: the one topic of all `msgs` when the caller knows it (a batch)."""
         entries = self._entries
         if not entries:
             return msgs, []
@@ -194,8 +204,11 @@ class DedupWindow:
                                   and not is_system_topic(m.topic)):
                 return msgs, []
             return self._split_each(msgs)
-        topic = _one_ordinary_topic(map(_M_TOPIC, msgs))
-        if topic is not None and not any(map(entries.get, zip(repeat(topic), map(_M_UNIQ, msgs)))):
+        if topic is None:
+            topic = _one_ordinary_topic(map(_M_TOPIC, msgs))
+        elif is_system_topic(topic):
+            topic = None
+        if topic is not None and entries.keys().isdisjoint(zip(repeat(topic), map(_M_UNIQ, msgs))):
             return msgs, []  # rule 7: none held (the usual send)
         return self._split_each(msgs)
 

@@ -40,8 +40,9 @@ def _step():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_step(), max_size=25), st.sampled_from([(300_000, 100), (200, 100), (300_000, 3)]))
-def test_bulk_paths_match_the_message_by_message_paths(steps, bounds):
+@given(st.lists(_step(), max_size=25), st.sampled_from([(300_000, 100), (200, 100), (300_000, 3)]),
+       st.booleans())
+def test_bulk_paths_match_the_message_by_message_paths(steps, bounds, keep_first):
     clock_a, clock_b = Clock(), Clock()
     bulk, each = DedupWindow(*bounds, clock=clock_a), DedupWindow(*bounds, clock=clock_b)
     phys = 0
@@ -55,20 +56,46 @@ def test_bulk_paths_match_the_message_by_message_paths(steps, bounds):
             for t, u in pairs:
                 phys += 1
                 reqs.append(_request(t, u, phys, now_ms))
-            bulk.remember(reqs, msgs)
-            each._remember_each(reqs, msgs, False)
+            bulk.remember(reqs, msgs, keep_first)
+            each._remember_each(reqs, msgs, keep_first)
             each._evict(now_ms)
         else:
-            assert bulk.split(msgs) == (each._split_each(msgs) if each._entries else (msgs, []))
+            expected = each._split_each(msgs) if each._entries else (msgs, [])
+            assert bulk.split(msgs) == expected
+            if len({t for t, _ in pairs}) == 1:  # a batch: the caller names its one topic
+                assert bulk.split(msgs, pairs[0][0]) == expected
         assert list(bulk._entries.items()) == list(each._entries.items())
 
 
-def test_bulk_remember_declines_a_held_key():
+def test_bulk_remember_makes_a_held_key_young_again():
     window = DedupWindow(300_000, 100, clock=Clock())
     now_ms = 1_000_000
     window.remember([_request("T", "a", 1, now_ms), _request("T", "b", 2, now_ms)])
     again = [_request("T", "c", 3, now_ms), _request("T", "a", 4, now_ms)]
-    assert not window._remember_new(again)
-    assert list(window._entries) == [("T", "a"), ("T", "b")]  # declining changed nothing
-    window.remember(again)
+    assert window._remember_new(again)
     assert list(window._entries) == [("T", "b"), ("T", "c"), ("T", "a")]  # "a" is young again
+    assert window._entries[("T", "a")] is again[1]  # and names the latest record
+
+
+def test_the_rebuild_bulk_path_declines_a_held_key():
+    window = DedupWindow(300_000, 100, clock=Clock())
+    now_ms = 1_000_000
+    window.remember([_request("T", "a", 1, now_ms), _request("T", "b", 2, now_ms)])
+    again = [_request("T", "c", 3, now_ms), _request("T", "a", 4, now_ms)]
+    assert not window._remember_new(again, keep_first=True)
+    assert list(window._entries) == [("T", "a"), ("T", "b")]  # declining changed nothing
+    window.remember(again, keep_first=True)
+    assert list(window._entries) == [("T", "a"), ("T", "b"), ("T", "c")]
+    assert window._entries[("T", "a")][2] == 1  # the first record kept
+
+
+def test_an_entry_is_the_put_dispatch_request():
+    """The window holds the put's own request tuples (no copy per message), and a retry's
+    reply reads them."""
+    window = DedupWindow(300_000, 100, clock=Clock())
+    reqs = [_request("T", "a", 7, 1_000_000), _request("T", "b", 8, 1_000_000)]
+    window.remember(reqs)
+    assert [window._entries[("T", u)] for u in "ab"] == reqs
+    assert all(window._entries[("T", u)] is r for u, r in zip("ab", reqs))
+    fresh, dups = window.split([_message("T", "b"), _message("T", "c")], "T")
+    assert [m.uniq_key for m in fresh] == ["c"] and dups == [reqs[1]]
