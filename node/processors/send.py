@@ -45,8 +45,9 @@ Rules:
 9. Per group put, not per message: the put counters are bumped once per run of one topic,
    and a put's or a durability wait's replies are handed to each connection in one call (one
    in-flight update, one output append) and written at once (Connection.write_now: not behind
-   the next read's decoding), with one histogram lookup per run of one latency key. The request's own checks skip the calls that cannot refuse it (a standalone
-   writable broker, a plain single send).
+   the next read's decoding), with one histogram lookup per run of one latency key. The
+   request's own checks skip the calls that cannot refuse it (a standalone writable broker,
+   a plain single send).
 """
 from __future__ import annotations
 
