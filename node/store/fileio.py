@@ -27,7 +27,6 @@ _WARM_PAUSE_S = 0.005         # about 200 MB/s at most for big files
 _ZERO_SYNC_BYTES = 32 << 20   # a zero-fill writes back as it goes: no burst of dirty pages
 ZEROS = bytes(_WARM_CHUNK)    # one chunk of zeros, shared with MappedFile's cut and scan
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux's value; 3.11 lacks the name
 
 
 class WarmCancelled(Exception):
@@ -45,23 +44,6 @@ def _preallocate(fd: int, size: int) -> None:
         if exc.errno in NO_SPACE_ERRNOS:
             raise
         os.ftruncate(fd, size)  # file systems without fallocate: sparse, still full length
-
-
-def _madvise_populate(buf: mmap.mmap, off: int, length: int) -> None:
-    buf.madvise(MADV_POPULATE_READ, off, length)
-
-
-def _populate(buf: mmap.mmap, off: int, length: int) -> bool:
-    """Fault [off, off + length) of a shared mapping in for reading: the pages enter the page
-    cache (zeroed, for unwritten extents) and the page table, without the copy a pread makes.
-    False when the kernel lacks MADV_POPULATE_READ (before Linux 5.14): the caller preads."""
-    try:
-        _madvise_populate(buf, off, length)
-    except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.ENOSYS):
-            return False
-        raise
-    return True
 
 
 class OsMapping:
@@ -90,12 +72,9 @@ class OsMapping:
         self._fd = fd
 
     def warm(self, paced: bool = True, zero_fill: bool = False, cancel=None) -> None:
-        """Bring the file into the page cache and this mapping, so the writer's first touch of
-        each page is a minor fault: 183k -> 270k appends/s of 1 KiB here. One chunk at a time
-        with madvise(MADV_POPULATE_READ) (_populate): about 0.1 s of CPU per GiB here, where
-        reading it with pread cost 1.4 s (the zeroed pages copied out to a buffer thrown
-        away), which on a 2-core machine came straight out of the writer's share. Each call
-        holds the GIL for one chunk only; MAP_POPULATE would hold it for seconds per GiB.
+        """Bring the file into the page cache with pread (which releases the GIL), so the
+        writer's first touch of each page is a minor fault: 183k -> 270k appends/s of 1 KiB
+        here. MAP_POPULATE would hold the GIL for seconds per GiB.
 
         zero_fill (a fresh file nobody writes yet) writes zeros and fdatasyncs them instead:
         fallocate leaves unwritten extents, and every fdatasync after writing into one must
@@ -106,7 +85,6 @@ class OsMapping:
         `cancel` (a threading.Event): once set, the next chunk raises WarmCancelled instead,
         so a closing store never waits for seconds of warm-up."""
         zero_fill = zero_fill and self.fresh
-        populate = True  # until the kernel refuses MADV_POPULATE_READ: pread then
         for off in range(0, self.size, _WARM_CHUNK):
             if cancel is not None and cancel.is_set():
                 raise WarmCancelled(self.path)
@@ -118,9 +96,7 @@ class OsMapping:
                 if zero_fill and (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
                     os.fdatasync(self._fd)
             if not zero_fill:
-                populate = populate and _populate(self.buf, off, min(_WARM_CHUNK, self.size - off))
-                if not populate:
-                    os.pread(self._fd, _WARM_CHUNK, off)
+                os.pread(self._fd, _WARM_CHUNK, off)
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
         if zero_fill:
