@@ -399,6 +399,28 @@ def test_index_entries(case):
 
 
 @needs_compiled
+def test_index_entries_over_a_large_slot_table():
+    """Many names spread over 65536 slots (the compiled path prefetches each name's slot in
+    its checking pass), then a read-only buffer: the same bytes, counters and error."""
+    _register_fallbacks()
+    slots, cap = 65536, 3000
+    base = index_file.HEADER_BYTES + slots * 4
+    reqs = [("T", i % 8, i, i * 1212, 1212, 0, 5000 + i, f"order-{i} k{i % 97}",
+             f"7F00000100002A9F{i:016X}", 0) for i in range(1200)]
+    bufs = []
+    for fn in (accel.PURE["index_entries"], _mod.index_entries):
+        buf = bytearray(base + cap * 20)
+        bufs.append((fn(buf, slots, base, cap, 1, 0, 0, 0, reqs, 0, 0, 0, {}), buf))
+    assert bufs[0] == bufs[1]
+    assert bufs[0][0][:3] == (999, 2, 3000)  # full: request 999 stopped before its UNIQ_KEY
+    frozen = bytes(base + cap * 20)
+    args = (slots, base, cap, 1, 0, 0, 0, reqs, 0, 0, 0)
+    want = _outcome(accel.PURE["index_entries"], frozen, *args, {})
+    assert want[0] is TypeError
+    assert _outcome(_mod.index_entries, frozen, *args, {}) == want
+
+
+@needs_compiled
 def test_index_entries_resume_across_a_full_file():
     """Two names, room for one: the walk stops at the second name and resumes there."""
     reqs = [("T", 0, 0, 7, 100, 0, 5000, "a b", None, 0)]
