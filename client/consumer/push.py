@@ -378,6 +378,8 @@ class PushConsumer(AsyncLifecycle):
             self._progress_fetch = None
             try:
                 await self._rebalance_all(list(self._filters))
+            except errors.TideMQError as exc:  # the next round tries again
+                log.warning("%s: rebalance failed: %s", self._inst().client_id, exc)
             finally:
                 self._progress = {}
                 self._progress_fetch = None
