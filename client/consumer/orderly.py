@@ -76,6 +76,10 @@ class OrderlyPushConsumer(PushConsumer):
         return self
 
     # ------------------------------------------------------------------ locks (rules 1-3)
+    async def _rebalance_all(self, topics: list[str]) -> None:
+        """Topic by topic: a queue starts only once its lock is held."""
+        await self._rebalance_each(topics)
+
     async def _rebalance_topic(self, topic: str) -> None:
         mine: set[MessageQueue] | None = await self._allocated(topic)
         if mine is None:

@@ -52,6 +52,12 @@ Rules:
    the garbage collector's full scans and ends with gc.freeze(), and every that many
    queues taken later freeze again (client/consumer/gc_freeze.py), so the collector does
    not walk the long-lived state again and again while messages flow.
+6. A rebalance round fetches the group's member ids from every broker together, then
+   allocates every topic whose route is known in one pass, with no task per topic: it drops
+   the queues it lost together and starts the new ones `START_STEP_QUEUES` at a time (their
+   pulls leave between steps), so 100,000 queues are all pulled soon after the round starts.
+   A topic without a route, or whose member ids could not be read, is rebalanced on its own.
+   A round that changes more than `LOGGED_TOPICS_MAX` topics logs one summary line.
 """
 
 from __future__ import annotations
@@ -91,10 +97,12 @@ from tidemq.protocol.codes import RequestCode
 from tidemq.protocol.remoting import RemotingCommand
 from tidemq.protocol.route_json import ConsumerData, HeartbeatData
 from tidemq.remoting_client import RemotingConnection
-from tidemq.topic_routes import MessageQueue
+from tidemq.topic_routes import MessageQueue, subscribe_queues
 
 log = logging.getLogger(__name__)
 E = TypeVar("E", bound=enum.Enum)
+# a topic's rebalance: (topic, this member's share, queues to drop, queues to start)
+_Plan = tuple[str, set[MessageQueue], set[MessageQueue], list[MessageQueue]]
 
 
 class ConsumeResult(enum.Enum):
@@ -104,6 +112,9 @@ class ConsumeResult(enum.Enum):
 
 _SUCCESS = ConsumeResult.SUCCESS
 REBALANCE_CONCURRENCY = 32  # topics rebalanced at once (each starts its new queues together)
+START_STEP_QUEUES = 4096  # queues started between yields to the loop (one batched pull's worth)
+ASKED_MAX = 256  # start-offset requests in flight in one rebalance pass
+LOGGED_TOPICS_MAX = 16  # a round changing more topics logs one summary line
 ROUTE_LOOKUPS_MAX = 128  # route lookups in flight at start (12,500 topics: round trips overlap)
 
 
@@ -361,19 +372,50 @@ class PushConsumer(AsyncLifecycle):
         async with self._rebalance_lock:
             if self._closing:
                 return
-            sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
             # this round reads the member ids afresh: a change notified before it is covered
             self._rebalance_event.clear()
             self._member_ids = {}
             self._progress_fetch = None
             try:
-                # topics (and below, queues) concurrently: with thousands of queues, one round
-                # trip after another would keep most of them unpulled for seconds
-                await asyncio.gather(*[self._rebalance_guarded(sem, topic)
-                                       for topic in list(self._filters)])
+                await self._rebalance_all(list(self._filters))
+            except errors.TideMQError as exc:  # the next round tries again
+                log.warning("%s: rebalance failed: %s", self._inst().client_id, exc)
             finally:
                 self._progress = {}
                 self._progress_fetch = None
+
+    async def _rebalance_all(self, topics: list[str]) -> None:
+        """Rule 6: the topics whose route and member ids are at hand in one pass, their drops
+        together and their new queues started in steps of START_STEP_QUEUES; the rest (no
+        route yet, member ids unavailable) one topic at a time."""
+        plans, slow = await self._plan(topics)
+        removed = [self._pqs[mq] for _, _, gone, _ in plans for mq in gone]
+        if removed:
+            await self._drop_all(removed)
+        if any(added for _, _, _, added in plans):
+            await self._round_progress()
+        asked: list[MessageQueue] = []
+        started = 0
+        for _, _, _, added in plans:
+            for mq in added:
+                start = self._known_start(mq)
+                if start is None:
+                    asked.append(mq)
+                    continue
+                self._add(mq, start)
+                started += 1
+                if started % START_STEP_QUEUES == 0:
+                    await asyncio.sleep(0)  # this step's pulls leave while the next is made
+        await self._start_asked(asked)
+        self._log_changes(plans)
+        await self._rebalance_each(slow)
+
+    async def _rebalance_each(self, topics: list[str]) -> None:
+        """Topics one by one, REBALANCE_CONCURRENCY at a time."""
+        sem = asyncio.Semaphore(REBALANCE_CONCURRENCY)
+        # topics (and below, queues) concurrently: with thousands of queues, one round
+        # trip after another would keep most of them unpulled for seconds
+        await asyncio.gather(*[self._rebalance_guarded(sem, topic) for topic in topics])
 
     async def _rebalance_guarded(self, sem: asyncio.Semaphore, topic: str) -> None:
         async with sem:
@@ -382,6 +424,54 @@ class PushConsumer(AsyncLifecycle):
             except errors.TideMQError as exc:
                 log.warning("%s: rebalance of %r failed: %s", self._instance.client_id, topic,
                             exc)
+
+    async def _plan(self, topics: list[str]) -> tuple[list[_Plan], list[str]]:
+        """([(topic, its share, queues to drop, queues to start)] for the topics that can be
+        allocated without a request, [the other topics]). The member ids of every broker
+        are fetched first, together."""
+        routes = self._inst().routes
+        if self.clustering:
+            addrs = {brokers[0] for topic in topics if topic in routes.routes
+                     for brokers in (routes.brokers_of(topic),) if brokers}
+            await asyncio.gather(*[asyncio.shield(self._group_ids(addr)) for addr in addrs],
+                                 return_exceptions=True)  # a failed fetch: its topics go slow
+        plans: list[_Plan] = []
+        slow: list[str] = []
+        for topic in topics:
+            mine = self._allocated_now(topic)
+            if mine is None:
+                slow.append(topic)
+                continue
+            current = set(self.owned(topic))
+            plans.append((topic, mine, current - mine, sorted(mine - current)))
+        return plans, slow
+
+    def _allocated_now(self, topic: str) -> set[MessageQueue] | None:
+        """This member's share of the topic's queues from what is at hand; None when that
+        takes a request (route or member ids missing) or no broker serves the topic."""
+        inst = self._inst()
+        route = inst.routes.routes.get(topic)
+        if route is None:
+            return None
+        mqs = subscribe_queues(topic, route)
+        if not self.clustering:
+            return set(mqs)
+        brokers = inst.routes.brokers_of(topic)
+        ids = self._member_ids.get(brokers[0]) if brokers else None
+        if ids is None or not ids.done() or ids.cancelled() or ids.exception() is not None:
+            return None
+        return set(self._allocate(inst.client_id, mqs, ids.result()))
+
+    def _log_changes(self, plans: list[_Plan]) -> None:
+        changed = [(topic, mine) for topic, mine, gone, added in plans if gone or added]
+        client_id, group = self._inst().client_id, self.config.group
+        if len(changed) > LOGGED_TOPICS_MAX:  # one line, not one per topic of thousands
+            log.info("%s: %s now owns %d queue(s) of %d topic(s); %d topic(s) changed",
+                     client_id, group, sum(len(mine) for _, mine, _, _ in plans), len(plans),
+                     len(changed))
+            return
+        for topic, mine in changed:
+            log.info("%s: %s now owns %d queue(s) of %r", client_id, group, len(mine), topic)
 
     def _may_be_hot(self, mq: MessageQueue, known: QueueProgress) -> bool:
         """Whether only a per-queue query (14) can tell the start: the broker answers 0 for a
@@ -460,19 +550,28 @@ class PushConsumer(AsyncLifecycle):
         for mq, start in starts:  # no task per queue whose start the progress tells
             if start is not None:
                 self._add(mq, start)
-        asked = [mq for mq, start in starts if start is None]
-        offsets = await asyncio.gather(*[self._start_offset(mq) for mq in asked],
-                                       return_exceptions=True)
-        for mq, offset in zip(asked, offsets):
+        await self._start_asked([mq for mq, start in starts if start is None])
+        if removed or mine - current:
+            log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
+                     len(mine), topic)
+
+    async def _start_asked(self, mqs: list[MessageQueue]) -> None:
+        """Start the queues whose start offset takes a request, ASKED_MAX requests at once."""
+        if not mqs:
+            return
+        inst, sem = self._inst(), asyncio.Semaphore(ASKED_MAX)
+
+        async def one(mq: MessageQueue) -> int:
+            async with sem:
+                return await self._start_offset(mq)
+        offsets = await asyncio.gather(*[one(mq) for mq in mqs], return_exceptions=True)
+        for mq, offset in zip(mqs, offsets):
             if isinstance(offset, errors.TideMQError):
                 log.warning("%s: cannot start %s: %s", inst.client_id, mq, offset)
                 continue
             if isinstance(offset, BaseException):
                 raise offset
             self._add(mq, offset)
-        if removed or mine - current:
-            log.info("%s: %s now owns %d queue(s) of %r", inst.client_id, self.config.group,
-                     len(mine), topic)
 
     def owned(self, topic: str) -> Collection[MessageQueue]:
         """The queues of `topic` this member holds now."""

@@ -221,3 +221,25 @@ def test_full_queues_resume_and_async_answers_are_awaited(broker):
         await c.shutdown()
         assert set(seen) == set(bodies) and max(seen.values()) == 1
     run(main(), 90)
+
+
+def test_a_round_over_many_topics_starts_them_all_and_logs_one_line(broker, caplog):
+    """The start's round allocates 60 topics in one pass: every queue owned and pulled when
+    start() returns, and one summary line in the log instead of one per topic."""
+    topics = [f"Round{t}" for t in range(60)]
+    caplog.set_level("INFO", logger="tidemq.consumer.push")
+
+    async def main():
+        await create(broker.addr, topics)
+        c = PushConsumer("round-g", {t: "*" for t in topics}, lambda msgs: None,
+                         consume_from="FIRST", namesrv_or_broker=broker.addr, **SMALL)
+        await c.start()
+        try:
+            assert len(c.assigned_queues) == len(topics) * QUEUES
+            assert all(pq.pulling is not None for pq in c._pqs.values())
+        finally:
+            await c.shutdown()
+    run(main(), 60)
+    owns = [r.getMessage() for r in caplog.records if "now owns" in r.getMessage()]
+    assert len(owns) == 1, owns[:3]
+    assert f"now owns {len(topics) * QUEUES + 1} queue(s) of {len(topics) + 1} topic(s)" in owns[0]
