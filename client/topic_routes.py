@@ -107,6 +107,12 @@ class TopicPublishInfo:
         return queues[abs(value) % len(queues)]
 
 
+def _lacks_master(route: TopicRouteData) -> bool:
+    """Whether the route names a queue's broker group without a master (rule 5)."""
+    masters = {b.broker_name for b in route.broker_datas if b.broker_addrs.get(0)}
+    return any(q.broker_name not in masters for q in route.queue_datas)
+
+
 def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     masters_or_any = {b.broker_name for b in route.broker_datas if b.broker_addrs}
     out: list[MessageQueue] = []
@@ -134,6 +140,9 @@ class RouteTable:
         self._inflight: dict[str, asyncio.Future[None]] = {}  # topic -> a refresh under way
         # broker name -> {broker id: addr}, merged over all routes
         self.broker_addrs: dict[str, dict[int, str]] = {}
+        # topics whose route names a group without a master (rule 5), kept as routes are
+        # installed: the periodic check costs nothing per healthy topic
+        self._degraded: set[str] = set()
 
     # ------------------------------------------------------------------ queries
     async def query_route(self, topic: str) -> TopicRouteData | None:
@@ -178,8 +187,7 @@ class RouteTable:
         loop = asyncio.get_running_loop()
         self._fetched_at[topic] = loop.time()
         if route is None:
-            self.routes.pop(topic, None)
-            self._publish.pop(topic, None)
+            self.forget(topic)
             return
         self._install(topic, route)
 
@@ -188,19 +196,17 @@ class RouteTable:
         for b in route.broker_datas:
             self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
         self._publish[topic] = TopicPublishInfo(topic, route)
-
-    def _lacks_master(self, topic: str) -> bool:
-        route = self.routes.get(topic)
-        if route is None:
-            return False
-        masters = {b.broker_name for b in route.broker_datas if b.broker_addrs.get(0)}
-        return any(q.broker_name not in masters for q in route.queue_datas)
+        if _lacks_master(route):
+            self._degraded.add(topic)
+        else:
+            self._degraded.discard(topic)
 
     async def refresh_degraded(self) -> None:
         """Re-fetch routes that name a broker group without a master (an election is under
         way, rule 5): its queues come back as soon as the new master is published, not on
-        the 30 s timer."""
-        for topic in [t for t in list(self.routes) if self._lacks_master(t)]:
+        the 30 s timer. Only those routes are looked at: with thousands of topics a scan of
+        every route each tick would cost the event loop more than the sends."""
+        for topic in sorted(self._degraded):
             try:
                 await self.refresh(topic, force=True)
             except errors.TideMQError as exc:
@@ -305,3 +311,4 @@ class RouteTable:
     def forget(self, topic: str) -> None:
         self.routes.pop(topic, None)
         self._publish.pop(topic, None)
+        self._degraded.discard(topic)

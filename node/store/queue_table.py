@@ -21,8 +21,8 @@ Rules:
    within EXTEND_UNITS (a queue taking one message a second keeps one row per EXTEND_UNITS
    units, not one per flush; an extension rewrites the whole row, so a longer one would
    copy its overflow pages at every flush of every busy queue); the extension keeps the
-   run's known length first, so writing it twice (a failed flush written again) is harmless. Any cut or a restart forgets that run: the
-   next flush starts a new one.
+   run's known length first, so writing it twice (a failed flush written again) is harmless.
+   Any cut or a restart forgets that run: the next flush starts a new one.
 4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
 """
