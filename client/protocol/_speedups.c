@@ -1252,7 +1252,7 @@ append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
 
 /* ------------------------------------------------------------------ consume-queue units of a slice */
 
-#define QU_MAX_QUEUES 64  /* more distinct queues in one slice: the twin's dicts do better */
+#define QU_LINEAR 16  /* up to this many queues a slice's runs are searched in turn, past it by a dict */
 
 typedef struct {
     PyObject *topic, *key, *cq, *qkey;  /* borrowed topic; new references key, cq, qkey */
@@ -1261,35 +1261,68 @@ typedef struct {
 } qu_run;
 
 static void
-qu_clear(qu_run *runs, int n, PyObject *rows)
+qu_clear(qu_run *runs, Py_ssize_t n, PyObject *rows, PyObject *index)
 {
-    for (int k = 0; k < n; k++) {
+    for (Py_ssize_t k = 0; k < n; k++) {
         Py_XDECREF(runs[k].key); Py_XDECREF(runs[k].cq); Py_XDECREF(runs[k].qkey);
     }
+    PyMem_Free(runs);
     Py_XDECREF(rows);
+    Py_XDECREF(index);
+}
+
+/* Index run k by its key; once the runs outgrow QU_LINEAR, every run is indexed. */
+static int
+qu_index(qu_run *runs, Py_ssize_t n, PyObject *index)
+{
+    for (Py_ssize_t k = n == QU_LINEAR + 1 ? 0 : n - 1; k < n; k++) {
+        PyObject *at = PyLong_FromSsize_t(k);
+        int bad = at == NULL || PyDict_SetItem(index, runs[k].key, at) < 0;
+        Py_XDECREF(at);
+        if (bad)
+            return -1;
+    }
+    return 0;
 }
 
 /* The run of (topic, qid) among the n known, else a new one when `queues` has the queue, it
    is not blocked and qoff is its next unit; -1: the twin decides (or returns None). */
-static int
-qu_find(qu_run *runs, int *n, PyObject *topic, long long qid, PyObject *qid_obj, long long qoff,
-        PyObject *queues, PyObject *blocked)
+static Py_ssize_t
+qu_find(qu_run *runs, Py_ssize_t *n, PyObject *index, PyObject *topic, long long qid,
+        PyObject *qid_obj, long long qoff, PyObject *queues, PyObject *blocked)
 {
     qu_run *r;
-    PyObject *cq;
+    PyObject *cq, *key = NULL;
     long long next;
-    for (int k = 0; k < *n; k++)
-        if (runs[k].qid == qid && (runs[k].topic == topic || PyUnicode_Compare(runs[k].topic, topic) == 0))
-            return k;
-    if (PyErr_Occurred() || *n == QU_MAX_QUEUES)
+    if (*n <= QU_LINEAR) {
+        for (Py_ssize_t k = 0; k < *n; k++)
+            if (runs[k].qid == qid && (runs[k].topic == topic || PyUnicode_Compare(runs[k].topic, topic) == 0))
+                return k;
+        if (PyErr_Occurred())
+            return -1;
+    } else {
+        PyObject *hit;
+        if ((key = PyTuple_Pack(2, topic, qid_obj)) == NULL)
+            return -1;
+        if ((hit = PyDict_GetItemWithError(index, key)) != NULL) {  /* borrowed */
+            Py_DECREF(key);
+            return PyLong_AsSsize_t(hit);
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(key);
+            return -1;
+        }
+    }
+    if (key == NULL && (key = PyTuple_Pack(2, topic, qid_obj)) == NULL)
         return -1;
     r = &runs[*n];
     memset(r, 0, sizeof *r);
     r->topic = topic;
     r->qid = qid;
-    if ((r->key = PyTuple_Pack(2, topic, qid_obj)) == NULL)
-        return -1;
+    r->key = key;
     (*n)++;  /* from here qu_clear releases what it holds */
+    if (*n > QU_LINEAR && qu_index(runs, *n, index) < 0)
+        return -1;
     cq = PyDict_GetItemWithError(queues, r->key);  /* borrowed */
     if (cq == NULL || PyDict_Contains(blocked, r->key) != 0)
         return -1;
@@ -1306,10 +1339,10 @@ qu_find(qu_run *runs, int *n, PyObject *topic, long long qid, PyObject *qid_obj,
 }
 
 static PyObject *
-qu_result(qu_run *runs, int n, PyObject *rows)
+qu_result(qu_run *runs, Py_ssize_t n, PyObject *rows, PyObject *index)
 {
     PyObject *out = PyDict_New(), *result;
-    for (int k = 0; out != NULL && k < n; k++) {
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
         PyObject *v = Py_BuildValue("(OOOLL)", runs[k].cq, runs[k].first, runs[k].first_phys, runs[k].next,
                                     runs[k].end);
         if (v == NULL || PyDict_SetItem(out, runs[k].key, v) < 0)
@@ -1317,7 +1350,7 @@ qu_result(qu_run *runs, int n, PyObject *rows)
         Py_XDECREF(v);
     }
     result = out ? Py_BuildValue("(ON)", rows, out) : NULL;
-    qu_clear(runs, n, rows);
+    qu_clear(runs, n, rows, index);
     return result;
 }
 
@@ -1325,18 +1358,24 @@ static PyObject *
 queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     /* (requests, queues, blocked) -> (rows, runs) or None */
-    qu_run runs[QU_MAX_QUEUES];
-    int n = 0;
-    PyObject *rows;
-    Py_ssize_t count;
+    qu_run *runs;
+    Py_ssize_t n = 0, count;
+    PyObject *rows, *index;
     if (kwnames != NULL || nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
-            || !PyDict_CheckExact(args[2]) || (rows = PyList_New(0)) == NULL)
+            || !PyDict_CheckExact(args[2]))
         return fallback("queue_units", args, nargs, kwnames);
     count = PyList_GET_SIZE(args[0]);
+    /* a slice has at most one run per request */
+    if ((runs = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof(qu_run))) == NULL)
+        return PyErr_NoMemory();
+    if ((rows = PyList_New(0)) == NULL || (index = PyDict_New()) == NULL) {
+        qu_clear(runs, 0, rows, NULL);
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *r = PyList_GET_ITEM(args[0], i), *row, *topic, *qid_obj;
         long long qid, qoff, phys, size, sysflag;
-        int k;
+        Py_ssize_t k;
         if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
                 || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
             goto twin;
@@ -1349,7 +1388,7 @@ queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                 || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
                 || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, &phys) < 0
                 || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, &size) < 0
-                || (k = qu_find(runs, &n, topic, qid, qid_obj, qoff, args[1], args[2])) < 0
+                || (k = qu_find(runs, &n, index, topic, qid, qid_obj, qoff, args[1], args[2])) < 0
                 || runs[k].next != qoff)
             goto twin;
         if (runs[k].first == NULL) {
@@ -1362,15 +1401,15 @@ queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
                            PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
         if (row == NULL || PyList_Append(rows, row) < 0) {
             Py_XDECREF(row);
-            qu_clear(runs, n, rows);
+            qu_clear(runs, n, rows, index);
             return NULL;
         }
         Py_DECREF(row);
     }
-    return qu_result(runs, n, rows);
+    return qu_result(runs, n, rows, index);
 twin:
     PyErr_Clear();
-    qu_clear(runs, n, rows);
+    qu_clear(runs, n, rows, index);
     return fallback("queue_units", args, nargs, kwnames);
 }
 

@@ -92,10 +92,17 @@ class ConsumeQueue:
 
     def took_run(self, first: int, first_phys: int, end: int, phys_end: int, data) -> None:
         """Packed units [first, end) arrived in one go (queue_units); `first` was the next
-        offset, as put() would have found it. The caller holds the database lock."""
+        offset, as put() would have found it. `data` is a bytearray the caller hands over: an
+        empty tail becomes it, uncopied (with units spread over many queues, most slices
+        start a tail). The caller holds the database lock."""
         if first == self.min_queue_offset:
             self.head_phys = first_phys
-        self.append(data)
+        if self.tail or self.tails is None:
+            self.append(data)
+        else:
+            self.tail = data
+            self.tails.dirty[self.qkey] = self
+            self.tails.nbytes += len(data)
         self.max_queue_offset = end
         self.max_phys_end = phys_end
 

@@ -17,11 +17,12 @@ Rules:
    itself, so memory stays bounded. It never writes them into the open transaction without
    committing: a failed COMMIT would roll those units back after their tails were dropped,
    and a later successful flush would let the checkpoint pass units the database lacks.
-4. A queue's tail extends the last run its previous flush committed while that run has room
-   (a queue taking one message a second keeps one row per RUN_UNITS units, not one per
-   flush); the extension keeps the run's known length first, so writing it twice (a failed
-   flush written again) is harmless. Any cut or a restart forgets that run: the
-   next flush starts a new one.
+4. A queue's tail extends the last run its previous flush committed while that run stays
+   within EXTEND_UNITS (a queue taking one message a second keeps one row per EXTEND_UNITS
+   units, not one per flush; an extension rewrites the whole row, so a longer one would
+   copy its overflow pages at every flush of every busy queue); the extension keeps the
+   run's known length first, so writing it twice (a failed flush written again) is harmless.
+   Any cut or a restart forgets that run: the next flush starts a new one.
 4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
 """
@@ -117,13 +118,15 @@ class ConsumeQueueTable:
         appends: list = []
         runs: list = []
         dirty = self.tails.dirty
+        extend_max = min(unit_db.RUN_UNITS, unit_db.EXTEND_UNITS)
         for qkey in sorted(dirty):
             cq = dirty[qkey]
             tail, run = cq.tail, cq.run
             n = len(tail) // UNIT_BYTES
-            if run is not None and run[0] + run[1] == cq.tail_from \
-                    and run[1] + n <= unit_db.RUN_UNITS:
-                appends.append((run[1] * UNIT_BYTES, bytes(tail), last_phys(tail), qkey, run[0]))
+            if run is not None and run[1] + n <= extend_max \
+                    and run[0] + run[1] == cq.tail_from:
+                # the tail itself is bound: nothing changes it before the rows are written
+                appends.append((run[1] * UNIT_BYTES, tail, last_phys(tail), qkey, run[0]))
                 runs.append((cq, (run[0], run[1] + n)))
                 continue
             rows = run_rows(qkey, cq.tail_from, tail)

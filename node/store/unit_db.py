@@ -49,6 +49,10 @@ FORMAT_VERSION = 2  # 1 (user_version 0): one row per unit
 WAL_RESET_BYTES = 32 << 20
 READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 4)
 RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two pages
+# A flush extends a run in place only up to this many units: an extension rewrites the whole
+# row, and a row this small stays inside its B-tree page (no overflow pages to copy), so a
+# queue taking a few units per flush costs a small cell rewrite, not up to RUN_UNITS' bytes.
+EXTEND_UNITS = 40
 UNIT = struct.Struct(">qiq")
 UNIT_BYTES = 20
 PRE_BLANK_SIZE = 0x7FFFFFFF

@@ -241,3 +241,34 @@ def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, m
             model.hi = model.hi if model.units else 0
         _check(cq, model)
     table.close()
+
+
+def test_a_slow_queue_extends_its_run_only_while_it_stays_small(tmp_path):
+    """A queue taking a few units per flush extends its last run in place up to EXTEND_UNITS
+    (a bigger run would be rewritten whole, overflow pages and all, at every flush), then
+    starts a new one; a queue taking a whole run at once still writes RUN_UNITS per row.
+    Reads answer every unit either way."""
+    table = ConsumeQueueTable(None, str(tmp_path))
+    table.load()
+    slow, fast = table.get_or_create("Slow", 0), table.get_or_create("Fast", 0)
+    want_slow, want_fast, phys = [], [], 0
+    for _ in range(60):
+        for _ in range(3):
+            slow.put(len(want_slow), phys, 10, 7)
+            want_slow.append((phys, 10, 7))
+            phys += 10
+        table.flush()
+    for _ in range(unit_db.RUN_UNITS + 5):
+        fast.put(len(want_fast), phys, 10, 7)
+        want_fast.append((phys, 10, 7))
+        phys += 10
+    table.flush()
+    rows = dict(table.db._conn.execute(
+        "SELECT q.topic, group_concat(length(u.units) / 20) FROM units u JOIN queues q "
+        "USING (qkey) GROUP BY q.topic").fetchall())
+    slow_runs = [int(n) for n in rows["Slow"].split(",")]
+    assert max(slow_runs) <= unit_db.EXTEND_UNITS and sum(slow_runs) == len(want_slow)
+    assert sorted(int(n) for n in rows["Fast"].split(",")) == [5, unit_db.RUN_UNITS]
+    assert slow.units(0, 1000) == want_slow
+    assert fast.units(0, 1000) == want_fast
+    table.close()

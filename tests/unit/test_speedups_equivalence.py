@@ -595,8 +595,9 @@ def test_unit_blobs_usual_rows_in_c():
 
 @needs_compiled
 def test_queue_units_usual_slice_in_c_and_many_queues():
-    """A steady slice goes through C (a fallback call would fail); a slice over more queues
-    than the C code tracks gives the twin's answer."""
+    """A steady slice goes through C (a fallback call would fail), also over many queues
+    (single sends spread over thousands of queues make slices like that); past a handful
+    of queues the runs are found by key, with the twin's answer."""
     keys = [("T", q) for q in range(80)]
     queues = {key: ConsumeQueue(None, q + 7, key[0], key[1], 0, 9) for q, key in enumerate(keys)}
     requests = [("T", q % 8, 10 + q // 8, 100 * q, 100, q, 5, None, None, 0) for q in range(32)]
@@ -609,8 +610,39 @@ def test_queue_units_usual_slice_in_c_and_many_queues():
     assert rows[:2] == [(7, 10, 0, 100, 0), (8, 10, 100, 100, 1)] and len(rows) == 32
     assert runs[("T", 3)] == (queues[("T", 3)], 10, 300, 14, 2800)
     many = [("T", q, 10, 100 * q, 100, 0, 5, None, None, 0) for q in range(80)]
+    many += [("T", q, 11, 9000 + q, 100, 0, 5, None, None, 0) for q in range(30, 50)]  # again
+    _mod.set_fallback("queue_units", None)
+    try:
+        rows, runs = _mod.queue_units(many, queues, {})
+    finally:
+        _register_fallbacks()
+    assert len(rows) == 100 and len(runs) == 80
+    assert runs[("T", 40)] == (queues[("T", 40)], 10, 4000, 12, 9140)
     assert _both("queue_units", many, queues, {})[1] == accel.PURE["queue_units"](many, queues, {})
-    assert len(_mod.queue_units(many, queues, {})[1]) == 80
+
+
+@needs_compiled
+@pytest.mark.parametrize("odd", ["gap", "replay", "blocked", "missing", "prepared"])
+def test_queue_units_many_queues_match_the_twin(odd):
+    """Slices over more queues than the in-order search covers: a gap, a replay, a blocked or
+    unknown queue or a PREPARED record past that point gives the twin's answer."""
+    keys = [("T", q) for q in range(40)] + [("Ü", 0)]
+    queues = {key: ConsumeQueue(None, q + 1, key[0], key[1], 0, 4) for q, key in enumerate(keys)}
+    requests = [(t, q, 5, 100 * i, 100, i, 5, None, "u", 0) for i, (t, q) in enumerate(keys)]
+    requests += [("T", q, 6, 9000 + q, 50, 0, 5, None, "u", 0) for q in range(20, 35)]
+    blocked = {}
+    last = requests[-1]
+    if odd == "gap":
+        requests.append(last[:2] + (8,) + last[3:])
+    elif odd == "replay":
+        requests.append(last[:2] + (5,) + last[3:])
+    elif odd == "blocked":
+        blocked = {("T", 30): []}
+    elif odd == "missing":
+        requests.append(("Gone", 3, 0, 99999, 10, 0, 5, None, "u", 0))
+    else:
+        requests.append(("T", 36, 6, 99999, 10, 0, 5, None, "u", 4))
+    _both("queue_units", requests, queues, blocked)
 
 
 # ------------------------------------------------------------------------------ messages from the wire
