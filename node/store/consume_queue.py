@@ -48,10 +48,11 @@ class ConsumeQueue:
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
-    def append(self, data) -> None:
-        """Add packed units at the end of the tail (the caller holds the database lock)."""
+    def append(self, data, owned: bool = False) -> None:
+        """Add packed units at the end of the tail (the caller holds the database lock);
+        `owned`: data is a bytearray handed over, which an empty tail becomes uncopied."""
         if not self.tail:  # an idle queue holds the shared empty bytes, not a bytearray
-            self.tail = bytearray(data)
+            self.tail = data if owned else bytearray(data)
             if self.tails is not None:
                 self.tails.dirty[self.qkey] = self
         else:
@@ -97,12 +98,7 @@ class ConsumeQueue:
         start a tail). The caller holds the database lock."""
         if first == self.min_queue_offset:
             self.head_phys = first_phys
-        if self.tail or self.tails is None:
-            self.append(data)
-        else:
-            self.tail = data
-            self.tails.dirty[self.qkey] = self
-            self.tails.nbytes += len(data)
+        self.append(data, owned=True)
         self.max_queue_offset = end
         self.max_phys_end = phys_end
 

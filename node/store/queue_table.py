@@ -23,7 +23,7 @@ Rules:
    copy its overflow pages at every flush of every busy queue); the extension keeps the
    run's known length first, so writing it twice (a failed flush written again) is harmless.
    Any cut or a restart forgets that run: the next flush starts a new one.
-4. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
+5. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
 """
 from __future__ import annotations
@@ -77,7 +77,7 @@ class ConsumeQueueTable:
         self.tails = Tails()
         self.tail_bytes = tail_bytes  # rule 3
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._by_topic: dict[str, set[int]] = {}  # rule 3
+        self._by_topic: dict[str, set[int]] = {}  # rule 5
         self._lock = threading.Lock()
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -174,7 +174,7 @@ class ConsumeQueueTable:
         return {t: sorted(q) for t, q in list(self._by_topic.items())}
 
     def queue_ids(self, topic: str) -> list[int]:
-        """The ids of `topic`'s queues, ascending (rule 3)."""
+        """The ids of `topic`'s queues, ascending (rule 5)."""
         return sorted(self._by_topic.get(topic, ()))
 
     def remove_topic(self, topic: str) -> None:

@@ -27,10 +27,10 @@ Rules:
    Under steady writes the WAL never gets a quiet moment to start over, so once it passes
    WAL_RESET_BYTES one commit copies the rest and empties it under the lock (most of it was
    copied by earlier passive checkpoints: the pause is about two fsyncs).
-4. range() keeps the runs it last read per queue (READ_CACHE_QUEUES queues at most): a
+3. range() keeps the runs it last read per queue (READ_CACHE_QUEUES queues at most): a
    sequential reader fetches a run once. Units once written change only by cuts (deletes,
    drops), which forget the queue's cached runs; a flush only adds runs after them.
-5. The data is derived from the commit log: a database that cannot be opened or read, or
+4. The data is derived from the commit log: a database that cannot be opened or read, or
    holds another format version (an older layout), is removed and `discarded` is set: the
    caller rebuilds it from the log.
 """
@@ -47,7 +47,7 @@ log = logging.getLogger("tidemq.store")
 DB_NAME = "units.db"
 FORMAT_VERSION = 2  # 1 (user_version 0): one row per unit
 WAL_RESET_BYTES = 32 << 20
-READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 4)
+READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 3)
 RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two pages
 # A flush extends a run in place only up to this many units: an extension rewrites the whole
 # row, and a row this small stays inside its B-tree page (no overflow pages to copy), so a
@@ -84,7 +84,7 @@ _PHYS = ("SELECT qoff, units FROM units WHERE qkey = ? AND qoff < ? AND last_phy
 
 
 class FormatMismatch(sqlite3.DatabaseError):
-    """The file holds another layout of the units (rule 5)."""
+    """The file holds another layout of the units (rule 4)."""
 
 
 def last_phys(blob) -> int:
@@ -130,8 +130,8 @@ class UnitDb:
         self.lock = threading.RLock()
         self._conn = None
         self._ckpt = None
-        self.discarded = False     # open() removed an unreadable or older file (rule 5)
-        self._read_cache: dict = {}  # qkey -> (first offset, end offset, units): rule 4
+        self.discarded = False     # open() removed an unreadable or older file (rule 4)
+        self._read_cache: dict = {}  # qkey -> (first offset, end offset, units): rule 3
         self.commits = 0
         self.rows_written = 0      # run rows put or deleted, in total
         self.last_commit_rows = 0  # ... by the transaction the last commit() ended
@@ -142,7 +142,7 @@ class UnitDb:
         os.makedirs(self.directory, exist_ok=True)
         try:
             self._connect()
-        except sqlite3.DatabaseError as exc:  # rule 5
+        except sqlite3.DatabaseError as exc:  # rule 4
             if isinstance(exc, FormatMismatch):
                 log.warning("consume-queue database %s is in an older format; it is "
                             "rebuilt from the commit log", self.path)
@@ -369,7 +369,7 @@ class UnitDb:
         return UNIT.unpack_from(row[1], (qoff - row[0]) * UNIT_BYTES)
 
     def range(self, qkey: int, first: int, end: int) -> list:
-        """Units [first, end) as (phys, size, tags) tuples, stopping at a gap (rule 4)."""
+        """Units [first, end) as (phys, size, tags) tuples, stopping at a gap (rule 3)."""
         with self.lock:
             hit = self._read_cache.get(qkey)
             if hit is None or not hit[0] <= first < hit[1] or end > hit[1]:
