@@ -100,9 +100,7 @@ def batch_pull_body(body: bytes) -> BatchPullBody:
         raise RequestError(_BATCH_SHAPE)
     if not 0 < len(rows) <= MAX_BATCH_PULL_QUEUES:
         raise RequestError(f"bad batch pull body: 1 to {MAX_BATCH_PULL_QUEUES} queues")
-    queues = [_batch_row(row) for row in rows]
-    if len({(t, q) for t, q, _, _ in queues}) != len(queues):
-        raise RequestError("bad batch pull body: a queue is listed twice")
+    queues = _batch_rows(rows)
     if len(subs) > len(queues) or not all(
             _topic_ok(t) and isinstance(e, str) and len(e) <= _EXPRESSION_CHARS
             for t, e in subs.items()):
@@ -120,16 +118,29 @@ def _topic_ok(topic) -> bool:
         NAME_CHARS.fullmatch(topic) is not None
 
 
-def _batch_row(row) -> tuple[str, int, int, int]:
-    if not isinstance(row, list) or len(row) != 4 or not _topic_ok(row[0]) or \
-            not all(type(v) is int for v in row[1:]):
-        raise RequestError("bad batch pull body: each queue is [topic, queueId, offset, "
-                           "commitOffset] with a topic name and three integers")
-    topic, queue_id, offset, commit = row
-    if not 0 <= queue_id < _INT32 or not -_INT64 <= offset < _INT64 or \
-            not -_INT64 <= commit < _INT64:
+_ROW_SHAPE = ("bad batch pull body: each queue is [topic, queueId, offset, commitOffset] "
+              "with a topic name and three integers")
+
+
+def _batch_rows(rows: list) -> list[tuple[str, int, int, int]]:
+    """The rows as (topic, queue id, offset, commit) tuples. Checked a column at a time with
+    builtins (a 4096-row body costs no Python call per row) and each distinct topic once."""
+    try:
+        if set(map(type, rows)) != {list} or set(map(len, rows)) != {4}:
+            raise ValueError
+        topics, queue_ids, offsets, commits = zip(*rows)
+        names = set(topics)  # TypeError for an unhashable topic
+    except (TypeError, ValueError):
+        raise RequestError(_ROW_SHAPE) from None
+    if not all(map(_topic_ok, names)) or \
+            set(map(type, queue_ids + offsets + commits)) != {int}:
+        raise RequestError(_ROW_SHAPE)
+    if min(queue_ids) < 0 or max(queue_ids) >= _INT32 or \
+            min(offsets + commits) < -_INT64 or max(offsets + commits) >= _INT64:
         raise RequestError("bad batch pull body: queueId must be an int32 >= 0, offsets int64")
-    return topic, queue_id, offset, commit
+    if len(set(zip(topics, queue_ids))) != len(rows):
+        raise RequestError("bad batch pull body: a queue is listed twice")
+    return list(zip(topics, queue_ids, offsets, commits))
 
 
 _OFFSETS_SHAPE = ("bad offset batch body: it must be a JSON object with offsets [[topic, "
