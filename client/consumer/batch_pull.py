@@ -9,18 +9,25 @@ together and hands every queue its own PullResult, exactly what a PULL_MESSAGE w
 it (client/consumer/broker_calls.py rules 1 and 2).
 
 Rules:
-1. A request carries at most `queues_max` waiting queues, oldest first; at most
-   `inflight_max` requests per broker are outstanding. Queues gathered in one event-loop turn
-   go together (the flush runs on the next turn).
-2. A queue the reply has no row for (nothing new, or the reply was full) waits again at the
-   front of its broker's list with the same offset, so a full reply cannot starve it; its
-   commit offset is sent once only (a later one comes with its next pull).
+1. A request carries at most `queues_max` waiting queues (fewer by rule 6), from the front
+   of its broker's list; at most `inflight_max` requests per broker are outstanding. Queues
+   gathered in one event-loop turn go together (the flush runs on the next turn).
+2. A queue the reply has no row for waits again with the same offset: at the front of its
+   broker's list when the broker did not examine it (the reply was full), so a full reply
+   cannot starve it; at the back when it was examined and had nothing new. Its commit
+   offset is sent once only (a later one comes with its next pull).
 3. A broker that answers 3 REQUEST_CODE_NOT_SUPPORTED (an older TideMQ, or a RocketMQ broker)
    is remembered: its waiting queues get `BatchUnsupported` and pull one by one from then on.
 4. Any other failure of the request (connection, timeout, SYSTEM_BUSY) is every covered
    queue's failure: each loop backs off as after a failed pull.
 5. A cancelled waiter (its queue dropped by a rebalance) leaves the list at the next flush; a
    row that arrives for it is ignored, so its messages are pulled again by whoever owns it next.
+6. Request size follows the replies: after a full one (its "examined" count short of the
+   queues listed) the broker's next request lists half as many again as it examined (at
+   least SIZE_MIN), so neither side spends per-queue work on queues a reply cannot carry;
+   a reply that examined every queue doubles it back towards `queues_max`. A request cut
+   short while queues of its broker still wait in the list asks not to be held
+   (suspendTimeoutMillis 0): no queue waits in the client behind a held request.
 """
 from __future__ import annotations
 
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 QUEUES_MAX = 4096  # the broker's bound on queues in one request
+SIZE_MIN = 64  # the fewest queues a request lists after a full reply (rule 6)
 _INDEX_LEN = struct.Struct(">I")
 
 
@@ -77,6 +85,28 @@ class PullWaiter:
             log.exception("batched pull result of %s not taken", self.mq)
 
 
+class _WaitList:
+    """One broker's waiting queues: those a full reply left unexamined first (rule 2), then
+    the rest, oldest first."""
+    __slots__ = ("front", "rest")
+
+    def __init__(self) -> None:
+        self.front: dict[MessageQueue, PullWaiter] = {}
+        self.rest: dict[MessageQueue, PullWaiter] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.front or self.rest)
+
+    def take(self, count: int) -> list[PullWaiter]:
+        """Up to `count` waiters from the front, leaving cancelled ones out (rule 5)."""
+        out: list[PullWaiter] = []
+        for part in (self.front, self.rest):
+            if part and len(out) < count:
+                mqs = list(itertools.islice(part, count - len(out)))
+                out += [w for w in map(part.pop, mqs) if not w.done]
+        return out
+
+
 class PullBatcher:
     def __init__(self, instance: ClientInstance, group: str, filters: Mapping[str, SubscriptionFilter], *,
                  max_nums: int, suspend_ms: int, timeout_s: float, queues_max: int = QUEUES_MAX,
@@ -89,7 +119,8 @@ class PullBatcher:
         self._timeout_s = timeout_s
         self._queues_max = max(1, min(queues_max, QUEUES_MAX))
         self._inflight_max = inflight_max
-        self._waiting: dict[str, dict[MessageQueue, PullWaiter]] = {}  # addr -> oldest first
+        self._waiting: dict[str, _WaitList] = {}  # addr -> its waiting queues
+        self._size: dict[str, int] = {}  # addr -> queues its next request lists (rule 6)
         self._inflight: dict[str, int] = {}
         self._flush_scheduled = False
         self.unsupported: set[str] = set()
@@ -107,7 +138,7 @@ class PullBatcher:
         if addr in self.unsupported:
             waiter.finish(BatchUnsupported(f"{addr} serves no batched pulls"))
             return waiter
-        self._waiting.setdefault(addr, {})[mq] = waiter
+        self._waiting.setdefault(addr, _WaitList()).rest[mq] = waiter
         self._schedule()
         return waiter
 
@@ -138,18 +169,20 @@ class PullBatcher:
         self._flush_scheduled = False
         for addr, waiting in list(self._waiting.items()):
             while waiting and self._inflight.get(addr, 0) < self._inflight_max:
-                mqs = list(itertools.islice(waiting, self._queues_max))
-                batch = [w for w in map(waiting.pop, mqs) if not w.done]
+                size = self._size.get(addr, self._queues_max)
+                batch = waiting.take(size)
                 if batch:
+                    hold = size >= self._queues_max or not waiting  # rule 6
                     self._inflight[addr] = self._inflight.get(addr, 0) + 1
-                    self._instance.spawn(self._send(addr, batch), name=f"batch pull {addr}")
+                    self._instance.spawn(self._send(addr, batch, hold),
+                                         name=f"batch pull {addr}")
             if not waiting:
                 del self._waiting[addr]
 
-    async def _send(self, addr: str, batch: list[PullWaiter]) -> None:
+    async def _send(self, addr: str, batch: list[PullWaiter], hold: bool) -> None:
         try:
             self.requests += 1
-            rows = await self._request(addr, batch)
+            rows, examined = await self._request(addr, batch, self._suspend_ms if hold else 0)
         except errors.RequestCodeNotSupported:
             self.unsupported.add(addr)
             log.info("%s serves no batched pulls: pulling its queues one by one", addr)
@@ -161,22 +194,35 @@ class PullBatcher:
         finally:
             self._inflight[addr] -= 1
             self._schedule()
+        self._resize(addr, len(batch), examined)
         answered: set[int] = set()
         for i, outcome in rows:
             answered.add(i)
             batch[i].finish(outcome)  # a cancelled waiter ignores it (rule 5)
-        again = [w for i, w in enumerate(batch) if i not in answered and not w.done]
-        if again:  # rule 2: to the front, the commit already sent
-            waiting = self._waiting.get(addr, {})
-            front: dict[MessageQueue, PullWaiter] = {}
-            for w in again:
-                w.commit = -1
-                front[w.mq] = w
-            front.update(waiting)
-            self._waiting[addr] = front
+        waiting = self._waiting.setdefault(addr, _WaitList())
+        cut = len(batch) if examined is None else examined  # rule 2
+        for i, w in enumerate(batch):
+            if i not in answered and not w.done:
+                w.commit = -1  # sent already
+                (waiting.front if examined is None or i >= cut else waiting.rest)[w.mq] = w
+        if not waiting:
+            del self._waiting[addr]
 
-    async def _request(self, addr: str, batch: list[PullWaiter]) -> list[tuple[int, Any]]:
-        """Send one 9002; [(index in batch, PullResult or error)] for the rows it answered."""
+    def _resize(self, addr: str, listed: int, examined: int | None) -> None:
+        """Rule 6: a full reply sizes the next request to half as much again as it
+        examined; one that examined everything doubles it, up to queues_max."""
+        if examined is None:
+            return  # the broker does not say where it stopped
+        if examined < listed:
+            size = examined + examined // 2
+        else:
+            size = 2 * self._size.get(addr, self._queues_max)
+        self._size[addr] = min(self._queues_max, max(SIZE_MIN, size))
+
+    async def _request(self, addr: str, batch: list[PullWaiter],
+                       suspend_ms: int) -> tuple[list[tuple[int, Any]], int | None]:
+        """Send one 9002: [(index in batch, PullResult or error)] for the rows it answered,
+        and how many leading queues the broker examined (None: it does not say)."""
         topics = {w.mq.topic for w in batch}
         body = json.dumps({
             "queues": [[w.mq.topic, w.mq.queue_id, w.offset, w.commit] for w in batch],
@@ -185,17 +231,22 @@ class PullBatcher:
                                 if t in self._filters and self._filters[t].expression_type != "TAG"},
         }, separators=(",", ":")).encode()
         ext = {"consumerGroup": self._group, "maxMsgNums": str(self._max_nums),
-               "suspendTimeoutMillis": str(self._suspend_ms)}
+               "suspendTimeoutMillis": str(suspend_ms)}
         resp = await self._instance.call(addr, RequestCode.BATCH_PULL_MESSAGE, ext, body,
                                          timeout_s=self._timeout_s,
                                          what=f"batched pull of {len(batch)} queues")
         return self._rows(addr, batch, bytes(resp.body or b""))
 
-    def _rows(self, addr: str, batch: list[PullWaiter], body: bytes) -> list[tuple[int, Any]]:
+    def _rows(self, addr: str, batch: list[PullWaiter],
+              body: bytes) -> tuple[list[tuple[int, Any]], int | None]:
         try:
             (size,) = _INDEX_LEN.unpack_from(body, 0)
             index = json.loads(body[4:4 + size])
             rows, remarks = index["rows"], index.get("remarks") or {}
+            examined = index.get("examined")
+            if examined is not None and (type(examined) is not int or
+                                         not 0 <= examined <= len(batch)):
+                raise ValueError(f"examined {examined!r} does not fit the request")
             at = 4 + size
             out = []
             for i, code, nxt, lo, hi, suggest, nbytes in rows:
@@ -207,7 +258,7 @@ class PullBatcher:
                                              records, remarks.get(str(i)))))
         except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
             raise errors.ProtocolViolation(f"bad batched pull reply from {addr}: {exc}") from None
-        return out
+        return out, examined
 
     def _outcome(self, addr: str, mq: MessageQueue, code: int, nxt: int, lo: int, hi: int,
                  suggest: int, records: bytes, remark: str | None) -> PullResult | Exception:

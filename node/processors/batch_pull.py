@@ -7,8 +7,9 @@ Request: header consumerGroup, maxMsgNums (per queue), suspendTimeoutMillis; bod
 "expressionTypes": {topic: "TAG" or "SQL92"}} (node/requests/bodies.py: 1 to 4096 distinct
 queues; a topic without a type is TAG).
 Reply 0: body = 4-byte big-endian length + JSON index {"rows": [[i, code, nextBeginOffset,
-minOffset, maxOffset, suggestWhichBrokerId, recordBytes]], "remarks": {"i": text}} + the records
-of the FOUND rows, in row order. `i` is the queue's position in the request.
+minOffset, maxOffset, suggestWhichBrokerId, recordBytes]], "remarks": {"i": text},
+"examined": n} + the records of the FOUND rows, in row order. `i` is the queue's position in
+the request; the first n queues were examined (rule 6).
 
 Rules:
 1. Each queue gets what PULL_MESSAGE would answer (node/processors/pull.py rules 2-7: the same
@@ -30,7 +31,9 @@ Rules:
    max_write_buffer_bytes, where it would be cut off.
 6. Queues are examined one at a time as the reply fills; once it is full the rest are left
    unexamined (no row, offsets unchanged), so a request costs what its reply carries, not
-   what it lists. The piggybacked commits of all its pullable queues are stored first.
+   what it lists. "examined" tells where it stopped (every listed queue when the reply did
+   not fill), so the client can size its next request. The piggybacked commits of all its
+   pullable queues are stored first.
 """
 from __future__ import annotations
 
@@ -78,8 +81,9 @@ class BatchPullProcessor:
         admitted: list[tuple] = []
         self._commit(conn, group, req.body)
         offsets: dict = {}  # (topic, queue id) -> offset past filtered messages
-        self._collect(self._admit(conn, group, req.body, limit, rows, remarks, admitted),
-                      offsets, rows, chunks, self._budget(conn))
+        examined = self._collect(
+            self._admit(conn, group, req.body, limit, rows, remarks, admitted),
+            offsets, rows, chunks, self._budget(conn), len(req.body.queues))
         if not rows:  # every queue was admitted and read (rule 6): nothing to say yet
             timeout_s = self.pull.hold_s(req.suspend_ms) if req.suspend_ms > 0 else 0
             if timeout_s > 0:
@@ -92,7 +96,7 @@ class BatchPullProcessor:
                 return error(cmd, ResponseCode.SYSTEM_BUSY,
                              "[OVERLOAD]system busy, too many held pulls")
         _filtered_rows(admitted, offsets, rows)
-        return _reply(cmd, rows, chunks, remarks)
+        return _reply(cmd, rows, chunks, remarks, examined)
 
     def _commit(self, conn, group: str, body) -> None:
         """Every piggybacked commit of a queue that may be pulled (rule 1)."""
@@ -142,17 +146,19 @@ class BatchPullProcessor:
         room = self.unread_max - conn.unsent_bytes()
         return max(REPLY_BYTES_MIN, min(self.reply_bytes_max, room))
 
-    def _collect(self, wanted, offsets: dict, rows: list, chunks: list, bytes_max: int) -> None:
-        """Read the queues in order into rows and record chunks (rules 2 and 4). `offsets`
-        holds where a queue's next read starts when the filter rejected what it read before
-        (key -> offset); a queue that gets a row leaves it."""
+    def _collect(self, wanted, offsets: dict, rows: list, chunks: list, bytes_max: int,
+                 listed: int) -> int:
+        """Read the queues in order into rows and record chunks (rules 2 and 4); the number
+        of leading queues examined (`listed`, all of them, unless the reply filled: rule 6).
+        `offsets` holds where a queue's next read starts when the filter rejected what it
+        read before (key -> offset); a queue that gets a row leaves it."""
         pull, max_offset = self.pull, self.max_queue_offset
         msgs_left, bytes_left = self.reply_msgs_max, bytes_max
         for i, topic, queue_id, asked, args in wanted:
             key = (topic, queue_id)
             offset = offsets.get(key, asked)
             if msgs_left <= 0 or bytes_left <= 0:
-                break  # the reply is full
+                return i  # the reply is full: queues from i on were not looked at
             if max_offset(topic, queue_id) == offset:
                 continue  # caught up
             codes, limit, _, predicate = args
@@ -173,16 +179,19 @@ class BatchPullProcessor:
                 offsets.pop(key, None)
             elif code == _FILTERED and res.next_begin_offset > offset:
                 offsets[key] = res.next_begin_offset
+        return listed
 
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (long_polling rule 6): None keeps holding."""
         rows: list = []
         chunks: list = []
-        self._collect(held.args, held.offsets, rows, chunks, self._budget(held.conn))
+        # a held request had no refusal: every queue it lists was admitted
+        examined = self._collect(held.args, held.offsets, rows, chunks,
+                                 self._budget(held.conn), len(held.args))
         if not rows and not final:
             return None
         _filtered_rows(held.args, held.offsets, rows)
-        return _reply(held.request, rows, chunks, {})
+        return _reply(held.request, rows, chunks, {}, examined)
 
 
 def _filtered_rows(wanted, offsets: dict, rows: list) -> None:
@@ -193,7 +202,8 @@ def _filtered_rows(wanted, offsets: dict, rows: list) -> None:
             rows.append([i, int(_FILTERED), offset, -1, -1, 0, 0])
 
 
-def _reply(cmd, rows: list, chunks: list, remarks: dict) -> RemotingCommand:
-    index = json.dumps({"rows": rows, "remarks": remarks}, separators=(",", ":")).encode()
+def _reply(cmd, rows: list, chunks: list, remarks: dict, examined: int) -> RemotingCommand:
+    index = json.dumps({"rows": rows, "remarks": remarks, "examined": examined},
+                       separators=(",", ":")).encode()
     body = b"".join([_INDEX_LEN.pack(len(index)), index, *chunks])
     return RemotingCommand.make_response(cmd, 0, {"rows": str(len(rows))}, body)
