@@ -125,6 +125,12 @@ class PullBatcher:
         self._flush_scheduled = False
         self.unsupported: set[str] = set()
         self.requests = 0  # batched requests sent (diagnostics)
+        self.listed = 0  # queues those requests listed, all together (diagnostics)
+
+    @property
+    def waiting(self) -> int:
+        """Queues waiting in the client for a request (diagnostics; rule 6)."""
+        return sum(len(w.front) + len(w.rest) for w in self._waiting.values())
 
     def supports(self, addr: str) -> bool:
         return addr not in self.unsupported
@@ -182,6 +188,7 @@ class PullBatcher:
     async def _send(self, addr: str, batch: list[PullWaiter], hold: bool) -> None:
         try:
             self.requests += 1
+            self.listed += len(batch)
             rows, examined = await self._request(addr, batch, self._suspend_ms if hold else 0)
         except errors.RequestCodeNotSupported:
             self.unsupported.add(addr)

@@ -75,6 +75,37 @@ def test_rows_only_for_queues_with_messages_and_reply_bounds(broker_factory):
     run(go())
 
 
+def examined_of(reply):
+    body = bytes(reply.body)
+    (size,) = struct.unpack_from(">I", body)
+    return json.loads(body[4:4 + size])["examined"]
+
+
+def test_examined_tells_where_a_full_reply_stopped(broker_factory):
+    b = broker_factory("batch_pull_max_msgs=5").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 2)
+            for q in range(4):
+                for i in range(3):
+                    await send(c, "BP0", q, b"m%d" % i)
+            queues = [["BP1", 0, 0, -1]] + [["BP0", q, 0, -1] for q in range(4)]
+            reply = await c.request(*batch(queues))
+            # BP0/0 gives 3 and BP0/1 the 2 left: full before BP0/2, which is not looked at
+            assert set(rows_of(reply)) == {1, 2} and examined_of(reply) == 3
+            # a reply that does not fill examined every queue, the idle ones too
+            reply = await c.request(*batch([["BP0", 0, 3, -1], ["BP0", 1, 2, -1]]))
+            assert set(rows_of(reply)) == {1} and examined_of(reply) == 2
+            # a held request woken by an arrival examined all of its queues
+            held = c.start(*batch([["BP1", q, 0, -1] for q in range(4)], suspend_ms=20000))
+            await asyncio.sleep(0.3)
+            await send(c, "BP1", 2, b"wake")
+            reply = await asyncio.wait_for(held, 5)
+            assert set(rows_of(reply)) == {2} and examined_of(reply) == 4
+    run(go())
+
+
 def test_held_until_any_queue_gets_a_message(broker_factory):
     b = broker_factory().start()
 
