@@ -53,8 +53,8 @@ class ProcessQueue:
         # a per-queue pull loop (None while pulls are batched) and the consume task
         self.pull_task: asyncio.Task[Any] | None = None
         self.consume_task: asyncio.Task[Any] | None = None
-        # consumption scheduled as a plain callback (a quick listener needs no task)
-        self.consume_soon: asyncio.Handle | None = None
+        # consumption scheduled for the next loop turn (a quick listener needs no task)
+        self.consume_soon = False
         # the batched pull under way, or the timer of a back-off after a failed one
         self.pulling: PullWaiter | asyncio.TimerHandle | None = None
         self.consumed = 0

@@ -166,6 +166,8 @@ class PushConsumer(AsyncLifecycle):
         self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
         self._on_space = self._pull_next
+        self._ready: list[ProcessQueue] = []  # queues whose next batch the next turn consumes
+        self._ready_handle: asyncio.Handle | None = None
         self._gc = GcFreezer(self.config.gc_freeze_step_queues)  # rule 5
         self.consumed_count = 0
 
@@ -597,9 +599,7 @@ class PushConsumer(AsyncLifecycle):
         for pq in pqs:
             pq.dropped = True
             pq.wake()
-            if pq.consume_soon is not None:  # not consumed: committed as not consumed
-                pq.consume_soon.cancel()
-                pq.consume_soon = None
+            pq.consume_soon = False  # not consumed: committed as not consumed
             if pq.pulling is not None:
                 pq.pulling.cancel()
             if pq.pull_task is not None:
@@ -697,9 +697,9 @@ class PushConsumer(AsyncLifecycle):
             pq.add(result.messages, result.next_begin_offset)
             task = pq.consume_task
             if not self.CONSUME_LOOP_PER_QUEUE and (task is None or task.done()) and \
-                    pq.consume_soon is None:
+                    not pq.consume_soon:
                 pq.consume_task = None
-                pq.consume_soon = asyncio.get_running_loop().call_soon(self._consume_ready, pq)
+                self._consume_soon(pq)
         elif status is PullStatus.OFFSET_ILLEGAL:
             log.warning("%s: offset %d of %s is illegal; moving to %d", self._instance.client_id,
                         pq.next_offset, mq, result.next_begin_offset)
@@ -762,11 +762,29 @@ class PushConsumer(AsyncLifecycle):
         chunk = batch.msgs[batch.idx:batch.idx + self.config.consume_batch_max]
         return batch, chunk, self._call_listener(pq, chunk)
 
+    def _consume_soon(self, pq: ProcessQueue) -> None:
+        """Have the next loop turn consume pq's oldest pulled batch: one callback serves every
+        queue made ready in this turn (no handle per queue)."""
+        pq.consume_soon = True
+        self._ready.append(pq)
+        if self._ready_handle is None:
+            self._ready_handle = asyncio.get_running_loop().call_soon(self._consume_all_ready)
+
+    def _consume_all_ready(self) -> None:
+        self._ready_handle = None
+        ready, self._ready = self._ready, []
+        for pq in ready:
+            if pq.consume_soon:  # else dropped meanwhile
+                try:
+                    self._consume_ready(pq)
+                except Exception:  # a bug: the queue stops, the others go on
+                    log.exception("consuming %s failed", pq.mq)
+
     def _consume_ready(self, pq: ProcessQueue) -> None:
         """Consume pq's oldest pulled batch in this callback while the listener answers
-        SUCCESS at once (no task per queue); the next batch gets another callback. Any other
+        SUCCESS at once (no task per queue); the next batch waits for the next turn. Any other
         answer (an awaitable, RECONSUME_LATER, an exception) goes on in a consume task."""
-        pq.consume_soon = None
+        pq.consume_soon = False
         while pq.batches and not pq.dropped:
             batch, chunk, result = self._consume_next(pq)
             if result is not None and result is not _SUCCESS:
@@ -777,8 +795,7 @@ class PushConsumer(AsyncLifecycle):
             pq.consumed_through(batch, len(chunk))
             if batch.idx >= len(batch.msgs):  # one pulled batch at a time: others run between
                 if pq.batches and not pq.dropped:
-                    pq.consume_soon = asyncio.get_running_loop().call_soon(
-                        self._consume_ready, pq)
+                    self._consume_soon(pq)
                 return
 
     async def _consume_handed(self, pq: ProcessQueue, chunk: list[MessageExt],
