@@ -254,15 +254,16 @@ class PullBatcher:
             if examined is not None and (type(examined) is not int or
                                          not 0 <= examined <= len(batch)):
                 raise ValueError(f"examined {examined!r} does not fit the request")
-            at = 4 + size
+            at, listed, end = 4 + size, len(batch), len(body)
             out = []
             for i, code, nxt, lo, hi, suggest, nbytes in rows:
-                if not 0 <= i < len(batch) or not 0 <= nbytes <= len(body) - at:
+                if not 0 <= i < listed or not 0 <= nbytes <= end - at:
                     raise ValueError(f"row {i} with {nbytes} bytes does not fit the request")
                 records = body[at:at + nbytes]
                 at += nbytes
+                remark = remarks.get(str(i)) if remarks else None
                 out.append((i, self._outcome(addr, batch[i].mq, code, nxt, lo, hi, suggest,
-                                             records, remarks.get(str(i)))))
+                                             records, remark)))
         except (struct.error, ValueError, KeyError, TypeError, IndexError) as exc:
             raise errors.ProtocolViolation(f"bad batched pull reply from {addr}: {exc}") from None
         return out, examined

@@ -114,7 +114,7 @@ class BatchPullProcessor:
         filters: dict[str, tuple[Any, Any]] = {}  # topic -> (tag codes, SQL92 predicate)
         for i, (topic, queue_id, offset, _) in enumerate(body.queues):
             problem = pull.queue_problem(topic, queue_id, conn.peer)
-            if problem is None:
+            if problem is None and topic not in filters:
                 problem = self._filter(filters, group, topic, body.subscriptions.get(topic),
                                        body.expression_types.get(topic, "TAG"))
             if problem is not None:
@@ -129,9 +129,8 @@ class BatchPullProcessor:
             yield entry
 
     def _filter(self, filters: dict, group: str, topic: str, expression, expression_type):
-        """Build the topic's filter once per request; (code, remark) when it does not parse."""
-        if topic in filters:
-            return None
+        """Build the topic's filter into `filters` (the caller asks once per topic and
+        request); (code, remark) when it does not parse."""
         try:
             if expression is None and self.clients.subscription(group, topic) is None:
                 filters[topic] = message_filter.build("TAG", "*")
