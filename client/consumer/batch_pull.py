@@ -23,7 +23,7 @@ Rules:
 5. A cancelled waiter (its queue dropped by a rebalance) leaves the list at the next flush; a
    row that arrives for it is ignored, so its messages are pulled again by whoever owns it next.
 6. Request size follows the replies: after a full one (its "examined" count short of the
-   queues listed) the broker's next request lists half as many again as it examined (at
+   queues listed) that broker's next request lists half as many again as it examined (at
    least SIZE_MIN), so neither side spends per-queue work on queues a reply cannot carry;
    a reply that examined every queue doubles it back towards `queues_max`. A request cut
    short while queues of its broker still wait in the list asks not to be held
@@ -207,11 +207,11 @@ class PullBatcher:
             answered.add(i)
             batch[i].finish(outcome)  # a cancelled waiter ignores it (rule 5)
         waiting = self._waiting.setdefault(addr, _WaitList())
-        cut = len(batch) if examined is None else examined  # rule 2
+        cut = 0 if examined is None else examined  # rule 2: from here on not examined
         for i, w in enumerate(batch):
             if i not in answered and not w.done:
                 w.commit = -1  # sent already
-                (waiting.front if examined is None or i >= cut else waiting.rest)[w.mq] = w
+                (waiting.front if i >= cut else waiting.rest)[w.mq] = w
         if not waiting:
             del self._waiting[addr]
 

@@ -771,6 +771,7 @@ class PushConsumer(AsyncLifecycle):
             self._ready_handle = asyncio.get_running_loop().call_soon(self._consume_all_ready)
 
     def _consume_all_ready(self) -> None:
+        """The turn's callback: each ready queue's oldest batch, in the order they became ready."""
         self._ready_handle = None
         ready, self._ready = self._ready, []
         for pq in ready:
