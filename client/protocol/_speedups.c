@@ -901,6 +901,10 @@ typedef struct {
     /* The checking pass (buf NULL) prefetches each name's slot here when set: slots are read
        at random over megabytes, and a cache miss per entry was half the index's cost. */
     const unsigned char *prefetch;
+    /* The checking pass keeps the names' hashes here (up to hash_cap) for the writing pass,
+       which reads them back in the same order from hash_next on. */
+    uint32_t *hashes;
+    Py_ssize_t nhashes, hash_cap, hash_next;
 } idx_state;
 
 /* One request's fields: 0, or -1 when the twin skips it, -2 when only the twin may decide. */
@@ -967,9 +971,12 @@ idx_put_name(idx_state *st, unsigned char *buf, uint32_t seed, const char *name,
     if (buf == NULL && st->prefetch != NULL) {
         uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
         __builtin_prefetch(st->prefetch + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4, 1);
+        if (st->nhashes < st->hash_cap)
+            st->hashes[st->nhashes++] = h;
     }
     if (buf != NULL) {
-        uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
+        uint32_t h = st->hash_next < st->nhashes ? st->hashes[st->hash_next++]
+            : crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
         unsigned char *slot = buf + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4;
         unsigned char *e = buf + st->base + st->n * IDX_ENTRY_BYTES;
         int32_t prev = get32(slot);
@@ -1046,6 +1053,7 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     /* (buf, slots, base, cap, n, used, begin_ts, begin_phys, requests, at, at_key, index_from,
        seeds) -> (at, at_key, n, used, begin_ts, begin_phys, last) */
     idx_state st, check;
+    uint32_t hashes[512];  /* a batch's names, hashed once */
     long long at, at_key;
     Py_buffer view;
     PyObject *last;
@@ -1071,10 +1079,14 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     }
     check = st;
     check.prefetch = view.buf;
+    check.hashes = hashes;
+    check.hash_cap = sizeof hashes / sizeof hashes[0];
     if (idx_walk(args[8], &check, args[12], NULL) < 0) {
         PyBuffer_Release(&view);
         return fallback("index_entries", args, nargs, kwnames);  /* the twin would raise: let it */
     }
+    st.hashes = hashes;
+    st.nhashes = check.nhashes;
     idx_walk(args[8], &st, args[12], view.buf);  /* cannot fail: the same walk just passed */
     PyBuffer_Release(&view);
     last = st.wrote_any ? Py_BuildValue("(LL)", st.last_ts, st.last_phys) : Py_NewRef(Py_None);

@@ -403,7 +403,8 @@ def test_index_entries(case):
 @needs_compiled
 def test_index_entries_over_a_large_slot_table():
     """Many names spread over 65536 slots (the compiled path prefetches each name's slot in
-    its checking pass), then a read-only buffer: the same bytes, counters and error."""
+    its checking pass and keeps the first 512 names' hashes for the writing pass: these 3000
+    go past that), then a read-only buffer: the same bytes, counters and error."""
     _register_fallbacks()
     slots, cap = 65536, 3000
     base = index_file.HEADER_BYTES + slots * 4
