@@ -1236,14 +1236,15 @@ qt_find(qt_cache *c, PyObject *queue_table, PyObject *topic, PyObject *qid_obj, 
 {
     PyObject *key, *cur;
     long long qoff = 0;
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj))
+        return NULL;  /* (an exact str and int compare in C as they do in the dict) */
     for (int k = 0; k < c->n; k++) {
         qt_entry *e = &c->e[k];
-        if (e->qid == qid && (e->topic == topic || (PyUnicode_CheckExact(topic)
-                && PyUnicode_CheckExact(e->topic) && PyUnicode_Compare(e->topic, topic) == 0)))
+        if (e->qid == qid && (e->topic == topic || PyUnicode_Compare(e->topic, topic) == 0))
             return e;
     }
-    if (c->n == QT_MAX || !PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj))
-        return NULL;  /* (an exact str and int compare in C as they do in the dict) */
+    if (c->n == QT_MAX)
+        return NULL;
     key = PyTuple_Pack(2, topic, qid_obj);
     cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
     if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
