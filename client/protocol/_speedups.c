@@ -225,6 +225,54 @@ crc32_update(uint32_t crc, const unsigned char *p, size_t n)
     return ~crc32_table_run(crc, p, n);
 }
 
+/* CRC-32 of a concatenation from the parts' CRCs (zlib's crc32_combine): the store checksums
+   a record's body and then the whole record, so the body's bytes are read once, not twice. */
+static uint32_t x2n_table[32];  /* x^(2^k) modulo the polynomial */
+
+static uint32_t
+multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0)
+                break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ 0xEDB88320u : b >> 1;
+    }
+    return p;
+}
+
+static void
+x2n_init(void)
+{
+    uint32_t p = 1u << 30;  /* x^1 */
+    x2n_table[0] = p;
+    for (int n = 1; n < 32; n++)
+        x2n_table[n] = p = multmodp(p, p);
+}
+
+/* crc32(A + B) from crc1 = crc32(A), crc2 = crc32(B) and len(B). The factor for the last length
+   is kept: records of one producer mostly share a body length (the GIL guards the pair). */
+static uint32_t
+crc32_combine_len(uint32_t crc1, uint32_t crc2, unsigned long long len2)
+{
+    static unsigned long long last_len = 0;
+    static uint32_t last_factor = 1u << 31;  /* x^0: for len2 == 0 */
+    if (len2 != last_len) {
+        uint32_t p = 1u << 31;
+        unsigned long long n = len2;
+        for (unsigned k = 3; n; n >>= 1, k++)  /* x^(8 * len2) */
+            if (n & 1)
+                p = multmodp(x2n_table[k & 31], p);
+        last_len = len2;
+        last_factor = p;
+    }
+    return multmodp(last_factor, crc1) ^ crc2;
+}
+
 static PyObject *
 crc32_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -303,12 +351,11 @@ write_record(unsigned char *out, const enc_args *a, const unsigned char *topic, 
 {
     int v2 = topic_len > 127;
     uint32_t sysflag = ((uint32_t)a->sysflag & ~0x30u) | (born_len == 20 ? 0x10u : 0) | (store_len == 20 ? 0x20u : 0);
-    unsigned char *p = out;
-    char digits[11];
-    uint32_t whole;
+    unsigned char *p = out, *body_at;
+    uint32_t whole, bcrc = crc32_update(0, body, (size_t)body_len);
     put32(p, (uint32_t)total);
     put32(p + 4, v2 ? 0xDAA320ABu : 0xDAA320A7u);
-    put32(p + 8, crc32_update(0, body, (size_t)body_len) & 0x7FFFFFFFu);
+    put32(p + 8, bcrc & 0x7FFFFFFFu);
     put32(p + 12, (uint32_t)a->qid);
     put32(p + 16, (uint32_t)a->flag);
     put64(p + 20, (uint64_t)a->qoff);
@@ -325,6 +372,7 @@ write_record(unsigned char *out, const enc_args *a, const unsigned char *topic, 
     put64(p + 4, (uint64_t)a->prep);
     put32(p + 12, (uint32_t)body_len);
     p += 16;
+    body_at = p;
     memcpy(p, body, (size_t)body_len);
     p += body_len;
     if (v2) {
@@ -340,11 +388,14 @@ write_record(unsigned char *out, const enc_args *a, const unsigned char *topic, 
     memcpy(p, props, (size_t)props_len);
     p += props_len;
     if (a->with_crc) {
+        unsigned char *tail = body_at + body_len;
         memcpy(p, "__CRC32#\x01", 9);
-        whole = crc32_update(0, out, (size_t)(p - out)) & 0x7FFFFFFFu;  /* up to the trailer */
-        snprintf(digits, sizeof digits, "%010u", whole);
-        for (int i = 0; i < 10; i++)  /* least-significant digit first */
-            p[9 + i] = (unsigned char)digits[9 - i];
+        /* up to the trailer: the head, the body (its CRC is known), then the rest */
+        whole = crc32_combine_len(crc32_update(0, out, (size_t)(body_at - out)), bcrc,
+                                  (unsigned long long)body_len);
+        whole = crc32_update(whole, tail, (size_t)(p - tail)) & 0x7FFFFFFFu;
+        for (int i = 0; i < 10; i++, whole /= 10)  /* "%010u", least-significant digit first */
+            p[9 + i] = (unsigned char)('0' + whole % 10);
         p[19] = 2;
         p += 20;
     }
@@ -850,6 +901,10 @@ typedef struct {
     /* The checking pass (buf NULL) prefetches each name's slot here when set: slots are read
        at random over megabytes, and a cache miss per entry was half the index's cost. */
     const unsigned char *prefetch;
+    /* The checking pass keeps the names' hashes here (up to hash_cap) for the writing pass,
+       which reads them back in the same order from hash_next on. */
+    uint32_t *hashes;
+    Py_ssize_t nhashes, hash_cap, hash_next;
 } idx_state;
 
 /* One request's fields: 0, or -1 when the twin skips it, -2 when only the twin may decide. */
@@ -916,9 +971,12 @@ idx_put_name(idx_state *st, unsigned char *buf, uint32_t seed, const char *name,
     if (buf == NULL && st->prefetch != NULL) {
         uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
         __builtin_prefetch(st->prefetch + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4, 1);
+        if (st->nhashes < st->hash_cap)
+            st->hashes[st->nhashes++] = h;
     }
     if (buf != NULL) {
-        uint32_t h = crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
+        uint32_t h = st->hash_next < st->nhashes ? st->hashes[st->hash_next++]
+            : crc32_update(seed, (const unsigned char *)name, (size_t)len) & 0x7FFFFFFFu;
         unsigned char *slot = buf + IDX_HEADER_BYTES + (h % (uint64_t)st->slots) * 4;
         unsigned char *e = buf + st->base + st->n * IDX_ENTRY_BYTES;
         int32_t prev = get32(slot);
@@ -995,6 +1053,7 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     /* (buf, slots, base, cap, n, used, begin_ts, begin_phys, requests, at, at_key, index_from,
        seeds) -> (at, at_key, n, used, begin_ts, begin_phys, last) */
     idx_state st, check;
+    uint32_t hashes[512];  /* a batch's names, hashed once */
     long long at, at_key;
     Py_buffer view;
     PyObject *last;
@@ -1020,10 +1079,14 @@ index_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject 
     }
     check = st;
     check.prefetch = view.buf;
+    check.hashes = hashes;
+    check.hash_cap = sizeof hashes / sizeof hashes[0];
     if (idx_walk(args[8], &check, args[12], NULL) < 0) {
         PyBuffer_Release(&view);
         return fallback("index_entries", args, nargs, kwnames);  /* the twin would raise: let it */
     }
+    st.hashes = hashes;
+    st.nhashes = check.nhashes;
     idx_walk(args[8], &st, args[12], view.buf);  /* cannot fail: the same walk just passed */
     PyBuffer_Release(&view);
     last = st.wrote_any ? Py_BuildValue("(LL)", st.last_ts, st.last_phys) : Py_NewRef(Py_None);
@@ -1115,12 +1178,12 @@ append_fallback(PyObject *const *args, Py_ssize_t i, long long wrote, long long 
 /* The dispatch request (message.py DR_* order) of a message just written; built directly, not
    through Py_BuildValue's format parsing (once per message). */
 static PyObject *
-request_tuple(msg_attrs *a, long long qoff, long long phys, long long size, long long store_ts)
+request_tuple(msg_attrs *a, long long qoff, long long phys, long long size, PyObject *store_ts)
 {
     PyObject *req = PyTuple_New(10);
     PyObject *q = PyLong_FromLongLong(qoff), *p = PyLong_FromLongLong(phys);
-    PyObject *n = PyLong_FromLongLong(size), *t = PyLong_FromLongLong(store_ts);
-    if (req == NULL || q == NULL || p == NULL || n == NULL || t == NULL) {
+    PyObject *n = PyLong_FromLongLong(size), *t = Py_NewRef(store_ts);  /* the batch's one int */
+    if (req == NULL || q == NULL || p == NULL || n == NULL) {
         Py_XDECREF(req); Py_XDECREF(q); Py_XDECREF(p); Py_XDECREF(n); Py_XDECREF(t);
         return NULL;
     }
@@ -1137,18 +1200,74 @@ request_tuple(msg_attrs *a, long long qoff, long long phys, long long size, long
     return req;
 }
 
+/* The next queue offsets of the queues one append_records call writes to, kept in C and
+   written back into queue_table (qt_flush) before the call returns or runs any Python code:
+   one dict look-up per queue and call, not two per message. */
+#define QT_MAX 16
+typedef struct {
+    PyObject *topic;  /* borrowed from a message of the batch (the list holds it) */
+    PyObject *key;    /* new reference: the key as the twin would store it */
+    long long qid, next;
+} qt_entry;
+typedef struct {
+    qt_entry e[QT_MAX];
+    int n;
+} qt_cache;
+
+static int
+qt_flush(qt_cache *c, PyObject *queue_table)
+{
+    int rc = 0;
+    for (int k = 0; k < c->n; k++) {
+        PyObject *v = rc == 0 ? PyLong_FromLongLong(c->e[k].next) : NULL;
+        if (v == NULL || PyDict_SetItem(queue_table, c->e[k].key, v) < 0)
+            rc = -1;
+        Py_XDECREF(v);
+        Py_DECREF(c->e[k].key);
+    }
+    c->n = 0;
+    return rc;
+}
+
+/* The entry of (topic, qid), read from queue_table on first use; NULL (no error set) when the
+   twin must decide, NULL with an error set on failure. */
+static qt_entry *
+qt_find(qt_cache *c, PyObject *queue_table, PyObject *topic, PyObject *qid_obj, long long qid)
+{
+    PyObject *key, *cur;
+    long long qoff = 0;
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj))
+        return NULL;  /* (an exact str and int compare in C as they do in the dict) */
+    for (int k = 0; k < c->n; k++) {
+        qt_entry *e = &c->e[k];
+        if (e->qid == qid && (e->topic == topic || PyUnicode_Compare(e->topic, topic) == 0))
+            return e;
+    }
+    if (c->n == QT_MAX)
+        return NULL;
+    key = PyTuple_Pack(2, topic, qid_obj);
+    cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
+    if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
+        Py_XDECREF(key);
+        return NULL;
+    }
+    c->e[c->n] = (qt_entry){topic, key, qid, qoff};
+    return &c->e[c->n++];
+}
+
 /* Encodes one message (fields already fetched) at out+pos; -1 when the twin must take over
-   (nothing of this message written, queue_table untouched), 0 when done, 1 when it needs a roll. */
+   (nothing of this message written, its queue offset untouched), 0 when done, 1 when it needs
+   a roll. */
 static int
 append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long long fsize,
-           long long start, long long extra, PyObject *queue_table, long long store_ts, int crc,
-           int check_room, PyObject *requests)
+           long long start, long long extra, qt_cache *qt, PyObject *queue_table, PyObject *store_ts_obj,
+           long long store_ts, int crc, int check_room, PyObject *requests)
 {
     enc_args e;
     Py_buffer body;
     long long size, qoff = 0, phys, tags_code;
     Py_ssize_t topic_len, props_len, born_len, store_len, real;
-    PyObject *key = NULL, *req;
+    PyObject *req;
     int disp;
     if (as_i64(a->v[M_SIZE], 0, I32_MAX, &size) < 0 || (size += extra) > I32_MAX || size <= 0)
         return -1;
@@ -1176,21 +1295,13 @@ append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long 
         return -1;
     }
     if (disp) {  /* queue_table[(topic, queue_id)] += 1, from 0 */
-        PyObject *cur, *next;
-        key = PyTuple_Pack(2, a->v[M_TOPIC], a->v[M_QID]);
-        cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
-        if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
-            Py_XDECREF(key);
+        qt_entry *q = qt_find(qt, queue_table, a->v[M_TOPIC], a->v[M_QID], e.qid);
+        if (q == NULL || q->next == I64_MAX) {
+            PyErr_Clear();
             PyBuffer_Release(&body);
             return -1;
         }
-        next = PyLong_FromLongLong(qoff + 1);
-        if (next == NULL || PyDict_SetItem(queue_table, key, next) < 0) {
-            Py_XDECREF(next); Py_DECREF(key); PyBuffer_Release(&body);
-            return -2;
-        }
-        Py_DECREF(next);
-        Py_DECREF(key);
+        qoff = q->next++;
     }
     phys = start + *wrote;
     e.qoff = qoff; e.phys = phys; e.store_ts = store_ts;
@@ -1201,7 +1312,7 @@ append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long 
     PyBuffer_Release(&body);
     *wrote += size;
     *pos += size;
-    req = request_tuple(a, qoff, phys, size, store_ts);
+    req = request_tuple(a, qoff, phys, size, store_ts_obj);
     if (req == NULL || PyList_Append(requests, req) < 0) {
         Py_XDECREF(req);
         return -2;
@@ -1227,26 +1338,37 @@ append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             || PyObject_GetBuffer(args[0], &out, PyBUF_WRITABLE) < 0)
         return fallback("append_records", args, nargs, kwnames);
     count = PyList_GET_SIZE(args[2]);
+    qt_cache qt;
+    qt.n = 0;
     for (Py_ssize_t k = (Py_ssize_t)i; k < count; k++) {
+        PyObject *m = PyList_GET_ITEM(args[2], k);
         msg_attrs a;
         int rc;
-        if (attrs_get(PyList_GET_ITEM(args[2], k), &a) < 0) {
-            PyBuffer_Release(&out);
-            return append_fallback(args, k, wrote, pos);
+        if (attrs_from_slots(m, a.v) < 0) {  /* getattr may run Python code: queue_table first */
+            if (qt_flush(&qt, args[8]) < 0) {
+                PyBuffer_Release(&out);
+                return NULL;
+            }
+            if (attrs_get(m, &a) < 0) {
+                PyBuffer_Release(&out);
+                return append_fallback(args, k, wrote, pos);
+            }
         }
-        rc = append_one(&a, &out, &wrote, &pos, fsize, start, extra, args[8], store_ts,
+        rc = append_one(&a, &out, &wrote, &pos, fsize, start, extra, &qt, args[8], args[9], store_ts,
                         args[10] == Py_True, !(k == i && args[12] == Py_True), args[11]);
         attrs_clear(&a);
-        if (rc == 1) {
+        if (rc != 0) {
             PyBuffer_Release(&out);
-            return Py_BuildValue("(nLL)", k, wrote, pos);
-        }
-        if (rc < 0) {
-            PyBuffer_Release(&out);
+            if (qt_flush(&qt, args[8]) < 0)
+                return NULL;
+            if (rc == 1)
+                return Py_BuildValue("(nLL)", k, wrote, pos);
             return rc == -1 ? append_fallback(args, k, wrote, pos) : NULL;
         }
     }
     PyBuffer_Release(&out);
+    if (qt_flush(&qt, args[8]) < 0)
+        return NULL;
     return Py_BuildValue("(nLL)", count, wrote, pos);
 }
 
@@ -1567,6 +1689,132 @@ slot_put(const slot_cache *cache, PyObject *m, int k, PyObject *value)  /* steal
 }
 
 #define slot_set(m, k, value) slot_put(&store_message_slots, m, k, value)
+
+/* ------------------------------------------------------------------ put-path checks of a batch */
+
+/* Whether m's attributes can be read straight from its slots (StoreMessage's layout, plain
+   attribute lookup); then SLOT(m, k) is attribute k, NULL when unset (the twin raises). */
+static int
+plain_message(PyObject *m)
+{
+    if (Py_TYPE(m)->tp_getattro == PyObject_GenericGetAttr
+            && (Py_TYPE(m) == store_message_slots.type || store_message_offsets(Py_TYPE(m)) == 0))
+        return 1;
+    PyErr_Clear();
+    return 0;
+}
+
+#define SLOT(m, k) (*(PyObject **)((char *)(m) + store_message_slots.offset[k]))
+
+static int
+host_len_ok(PyObject *h)
+{
+    return PyBytes_GET_SIZE(h) == 8 || PyBytes_GET_SIZE(h) == 20;
+}
+
+/* 1: message m passes the put path's combined test, 0: it does not, -1: the twin decides. */
+static int
+message_passes(PyObject *m, PyObject *topics, long long max_body, long long max_props, long long max_queues)
+{
+    PyObject *body, *topic, *props, *qid, *born, *store;
+    long long q;
+    int in;
+    if (!plain_message(m))
+        return -1;
+    body = SLOT(m, W_BODY); topic = SLOT(m, W_TOPIC); props = SLOT(m, W_PROPS_RAW);
+    qid = SLOT(m, W_QID); born = SLOT(m, W_BORN_HOST); store = SLOT(m, W_STORE_HOST);
+    if (body == NULL || topic == NULL || props == NULL || qid == NULL || born == NULL || store == NULL
+            || !PyBytes_CheckExact(body) || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(props)
+            || !PyLong_CheckExact(qid) || !PyBytes_CheckExact(born) || !PyBytes_CheckExact(store)
+            || as_i64(qid, I64_MIN, I64_MAX, &q) < 0)
+        return -1;
+    if (PyBytes_GET_SIZE(body) > max_body)
+        return 0;
+    if ((in = PySet_Contains(topics, topic)) < 0) {
+        PyErr_Clear();
+        return -1;
+    }
+    return in && PyBytes_GET_SIZE(props) <= max_props && q >= 0 && q < max_queues
+        && host_len_ok(born) && host_len_ok(store);
+}
+
+static PyObject *
+first_unchecked(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs, start, topics, max_body, max_props, max_queues) -> index */
+    long long start, max_body, max_props, max_queues;
+    Py_ssize_t count;
+    if (kwnames != NULL || nargs != 6 || !PyList_CheckExact(args[0]) || !PyAnySet_CheckExact(args[2])
+            || as_i64(args[1], 0, PY_SSIZE_T_MAX, &start) < 0 || as_i64(args[3], I64_MIN, I64_MAX, &max_body) < 0
+            || as_i64(args[4], I64_MIN, I64_MAX, &max_props) < 0
+            || as_i64(args[5], I64_MIN, I64_MAX, &max_queues) < 0)
+        return fallback("first_unchecked", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[0]);
+    for (Py_ssize_t k = (Py_ssize_t)start; k < count; k++) {
+        int rc = message_passes(PyList_GET_ITEM(args[0], k), args[2], max_body, max_props, max_queues);
+        if (rc == 0)
+            return PyLong_FromSsize_t(k);
+        if (rc < 0) {  /* the twin from here (it returns this index or a later one) */
+            PyObject *call[6] = {args[0], NULL, args[2], args[3], args[4], args[5]}, *result;
+            if ((call[1] = PyLong_FromSsize_t(k)) == NULL)
+                return NULL;
+            result = fallback("first_unchecked", call, 6, NULL);
+            Py_DECREF(call[1]);
+            return result;
+        }
+    }
+    return PyLong_FromSsize_t(count);
+}
+
+#define BQ_MAX 64  /* distinct queues of one batch kept here; more: the twin */
+
+static PyObject *
+batch_queues(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs) -> [(topic, queue_id)] of the dispatchable messages, distinct, first seen first */
+    PyObject *topic[BQ_MAX], *qobj[BQ_MAX], *out;
+    long long qid[BQ_MAX];
+    Py_ssize_t n = 0, count;
+    if (kwnames != NULL || nargs != 1 || !PyList_CheckExact(args[0]))
+        return fallback("batch_queues", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[0]);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *m = PyList_GET_ITEM(args[0], k);
+        PyObject *disp, *t, *q;
+        long long v;
+        Py_ssize_t j;
+        if (!plain_message(m))
+            return fallback("batch_queues", args, nargs, kwnames);
+        disp = SLOT(m, W_DISP);
+        if (disp == Py_False)
+            continue;
+        t = SLOT(m, W_TOPIC);
+        q = SLOT(m, W_QID);
+        if (disp != Py_True || t == NULL || q == NULL || !PyUnicode_CheckExact(t) || !PyLong_CheckExact(q) || as_i64(q, I64_MIN, I64_MAX, &v) < 0)
+            return fallback("batch_queues", args, nargs, kwnames);
+        for (j = 0; j < n; j++) {
+            if (qid[j] == v && (topic[j] == t || PyUnicode_Compare(topic[j], t) == 0))
+                break;
+        }
+        if (j < n)
+            continue;
+        if (n == BQ_MAX)
+            return fallback("batch_queues", args, nargs, kwnames);
+        topic[n] = t; qobj[n] = q; qid[n] = v;
+        n++;
+    }
+    if ((out = PyList_New(n)) == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyTuple_Pack(2, topic[j], qobj[j]);
+        if (key == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, j, key);
+    }
+    return out;
+}
 
 /* One message; NULL with an error set, or NULL without one when the twin must decide. */
 static PyObject *
@@ -2304,6 +2552,8 @@ static PyMethodDef methods[] = {
     TWIN(decode_frames, "tidemq.protocol.remoting"),
     TWIN(index_entries, "tidemq.node.store.index_file"),
     TWIN(append_records, "tidemq.node.store.commit_log"),
+    TWIN(first_unchecked, "tidemq.node.store.message_store"),
+    TWIN(batch_queues, "tidemq.node.store.message_store"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(unit_blobs, "tidemq.node.store.queue_table"),
     TWIN(wire_messages, "tidemq.node.store.message"),
@@ -2325,6 +2575,7 @@ PyInit__speedups(void)
     PyObject *m;
     crc_init();
     crc_detect();
+    x2n_init();
     if (intern_names() < 0)
         return NULL;
     fallbacks = PyDict_New();

@@ -134,8 +134,9 @@ class Dispatcher:
         arrived: dict = {}
         if self.blocked and time.monotonic() >= self._retry_at:
             self._retry_blocked(arrived)
+        whole = len(requests) <= SLICE_REQUESTS  # a put's batch: one slice, no copy
         for start in range(0, len(requests), SLICE_REQUESTS):
-            chunk = requests[start:start + SLICE_REQUESTS]
+            chunk = requests if whole else requests[start:start + SLICE_REQUESTS]
             if not self._put_units(chunk, arrived):
                 self._put_each(chunk, arrived)
             if self.index is not None and chunk[-1][DR_PHYS] >= self.index_from:

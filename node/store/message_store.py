@@ -24,6 +24,7 @@ import re
 import threading
 import time
 
+from tidemq.protocol import accel
 from tidemq.protocol import record as rec
 
 from .checkpoint import Checkpoint
@@ -50,6 +51,31 @@ STORE_FORMAT = "tidemq-store 1"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")  # TopicValidator.VALID_PATTERN_STR
 INLINE_DISPATCH_BYTES = 4 * 1024 * 1024   # set_confirmed_offset dispatches this much inline
 DISPATCH_SLICE = 2048                     # requests per catch-up slice (a few ms of work)
+
+
+def first_unchecked(msgs: list, start: int, topics: set, max_body: int, max_props: int,
+                    max_queues: int) -> int:
+    """Index of the first message from `start` on that the put path's combined test does not
+    pass (its topic not among the names already checked, or a field out of bounds), else
+    len(msgs): validate() judges that one. A compiled twin when built
+    (client/protocol/accel.py)."""
+    for i in range(start, len(msgs)):
+        m = msgs[i]
+        if len(m.body) > max_body or m.topic not in topics or len(m.properties_raw) > max_props \
+                or not 0 <= m.queue_id < max_queues or len(m.born_host) not in (8, 20) \
+                or len(m.store_host) not in (8, 20):
+            return i
+    return len(msgs)
+
+
+def batch_queues(msgs: list) -> list:
+    """The (topic, queue_id) of the batch's dispatchable messages, each once, first seen
+    first. A compiled twin when built."""
+    return list({(m.topic, m.queue_id): None for m in msgs if m.dispatchable})
+
+
+first_unchecked = accel.pick(first_unchecked)
+batch_queues = accel.pick(batch_queues)
 
 
 class AppendResult:
@@ -229,18 +255,18 @@ class MessageStore(StoreReader):
         if len(m.born_host) not in (8, 20) or len(m.store_host) not in (8, 20):
             raise MessageIllegal("born and store hosts must be 8 (IPv4) or 20 (IPv6) bytes")
 
-    def _validate_all(self, msgs) -> None:
-        """validate() for every message: one combined test each on the put path, validate()
-        itself (and its precise error) for any message that test does not pass."""
+    def _validate_all(self, msgs: list) -> None:
+        """validate() for every message: one combined test each on the put path (one
+        first_unchecked call for a batch of known topics), validate() itself (and its
+        precise error) for any message that test does not pass."""
         cfg = self.config
         max_body, max_queues = cfg.max_message_bytes, cfg.max_queues_per_topic
         max_props = rec.PROPERTIES_MAX_BYTES - (rec.CRC_RESERVED_BYTES if cfg.whole_record_crc else 0)
-        topics, hosts = self._valid_topics, (8, 20)
-        for m in msgs:
-            if len(m.body) > max_body or m.topic not in topics \
-                    or len(m.properties_raw) > max_props or not 0 <= m.queue_id < max_queues \
-                    or len(m.born_host) not in hosts or len(m.store_host) not in hosts:
-                self.validate(m)
+        topics = self._valid_topics
+        i = first_unchecked(msgs, 0, topics, max_body, max_props, max_queues)
+        while i < len(msgs):
+            self.validate(msgs[i])  # raises, or the topic joins `topics`
+            i = first_unchecked(msgs, i + 1, topics, max_body, max_props, max_queues)
 
     def _topic_ok(self, m) -> bool:
         if not m.topic_bytes or len(m.topic_bytes) > rec.TOPIC_MAX_BYTES_V1 \
@@ -255,6 +281,8 @@ class MessageStore(StoreReader):
         anything if any message is bad, DiskFull / StoreClosed when writes are refused."""
         if not msgs:
             raise MessageIllegal("empty batch")
+        if msgs.__class__ is not list:
+            msgs = list(msgs)  # the compiled checks and append_records take a list
         self._validate_all(msgs)
         if self.disk_guard.full:
             raise self.disk_guard.refuse(len(msgs))
@@ -295,10 +323,10 @@ class MessageStore(StoreReader):
             if m.dispatchable:
                 self._reserve_units((m.topic, m.queue_id), 1)
             return
-        queues = self.queues.queues
-        for key in {(m.topic, m.queue_id): None for m in msgs if m.dispatchable}:  # in order
+        queues, table = self.queues.queues, self.queue_table
+        for key in batch_queues(msgs):
             cq = queues.get(key)
-            if cq is None or not cq.covers(self.queue_table.get(key, 0) + len(msgs) - 1):
+            if cq is None or not cq.covers(table.get(key, 0) + len(msgs) - 1):
                 n = sum(1 for m in msgs if m.dispatchable and (m.topic, m.queue_id) == key)
                 self._reserve_units(key, n)
 

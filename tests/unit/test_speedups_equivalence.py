@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tidemq import message as client_message
 from tidemq.node.processors import send
-from tidemq.node.store import commit_log, dispatch, index_file, queue_table
+from tidemq.node.store import commit_log, dispatch, index_file, message_store, queue_table
 from tidemq.node.store import message as store_message_mod
 from tidemq.node.store.consume_queue import ConsumeQueue
 from tidemq.node.store.message import StoreMessage
@@ -48,6 +48,8 @@ def test_extension_built():
     assert remoting.decode_frames is _mod.decode_frames
     assert index_file.index_entries is _mod.index_entries
     assert commit_log.append_records is _mod.append_records
+    assert message_store.first_unchecked is _mod.first_unchecked
+    assert message_store.batch_queues is _mod.batch_queues
     assert dispatch.queue_units is _mod.queue_units
     assert queue_table.unit_blobs is _mod.unit_blobs
     assert store_message_mod.wire_messages is _mod.wire_messages
@@ -401,7 +403,8 @@ def test_index_entries(case):
 @needs_compiled
 def test_index_entries_over_a_large_slot_table():
     """Many names spread over 65536 slots (the compiled path prefetches each name's slot in
-    its checking pass), then a read-only buffer: the same bytes, counters and error."""
+    its checking pass and keeps the first 512 names' hashes for the writing pass: these 3000
+    go past that), then a read-only buffer: the same bytes, counters and error."""
     _register_fallbacks()
     slots, cap = 65536, 3000
     base = index_file.HEADER_BYTES + slots * 4
@@ -923,3 +926,98 @@ _REQUEST = st.tuples(st.text(max_size=3), I32, I64, rarely(st.integers(0, 2**63 
 def test_offset_msg_ids(requests, host, start, count, field):
     """A send reply's msgId from the put's dispatch requests: the same text or the same error."""
     _both("offset_msg_ids", host, requests, start, count, field)
+
+
+@needs_compiled
+@SETTINGS
+@given(st.lists(st.one_of(st.integers(0, 300), st.integers(1000, 70000)), min_size=1, max_size=4),
+       st.binary(max_size=40))
+def test_encode_into_whole_crc_for_any_body_length(lengths, props):
+    """The compiled encoder derives the whole-record CRC from the body's (not reading the body
+    twice); records of changing body lengths in a row still match the twin byte for byte."""
+    _register_fallbacks()
+    host = record.encode_host("10.0.0.1", 9)
+    for n in lengths:
+        body = bytes(range(256)) * (n // 256) + bytes(n % 256)
+        args = (0, b"T", 1, 0, 5, 3, 0, 7, host, 8, host, 0, 0, body, props, True)
+        pure_buf, fast_buf = bytearray(n + 300), bytearray(n + 300)
+        assert _mod.encode_into(fast_buf, *args) == accel.PURE["encode_into"](pure_buf, *args)
+        assert fast_buf == pure_buf
+
+
+# ------------------------------------------------------------------------------ put-path batch checks
+
+@st.composite
+def checked_batch(draw):
+    """A batch as put() checks it: mostly usual messages, sometimes a field out of bounds, an
+    unknown topic, or a value only the twin judges (a memoryview body, a bool or huge queue id,
+    a truthy non-bool `dispatchable`, a subclass reading attributes through Python)."""
+    msgs = []
+    for _ in range(draw(st.integers(0, 8))):
+        m = StoreMessage(draw(st.sampled_from(["T", "U", "Topic-é"])), draw(st.integers(0, 9)),
+                         draw(st.binary(max_size=40)), {"KEYS": "k"},
+                         sys_flag=draw(st.sampled_from([0, 0, 0, 4, 12])),
+                         born_host=draw(st.sampled_from([bytes(8), bytes(20), bytes(9)])))
+        odd = draw(st.integers(0, 14))
+        if odd == 0:
+            m.body = memoryview(m.body)
+        elif odd == 1:
+            m.queue_id = draw(st.sampled_from([True, -1, 2**70, 1.0]))
+        elif odd == 2:
+            m.dispatchable = 1
+        elif odd == 3:
+            m.__class__ = _LoudMessage
+        elif odd == 4:
+            m.properties_raw = b"p" * 50
+        msgs.append(m)
+    topics = draw(st.sampled_from([set(), {"T"}, {"T", "U", "Topic-é"}, frozenset({"U"})]))
+    return msgs, draw(st.integers(0, 9)), topics, draw(st.integers(0, 40)), 30, draw(st.integers(0, 10))
+
+
+@needs_compiled
+@SETTINGS
+@given(checked_batch())
+def test_first_unchecked(case):
+    _both("first_unchecked", *case)
+
+
+@needs_compiled
+@SETTINGS
+@given(checked_batch())
+def test_batch_queues(case):
+    _both("batch_queues", case[0])
+
+
+@needs_compiled
+def test_batch_queues_many_queues_and_equal_topics():
+    """Past the compiled path's 64 queues the twin answers; equal topics that are distinct
+    objects are one queue, kept as first seen."""
+    _register_fallbacks()
+    t1, t2 = "".join(["To", "pic"]), "".join(["Top", "ic"])
+    msgs = [StoreMessage(t1, 1, b""), StoreMessage(t2, 1, b""), StoreMessage(t2, 2, b"")]
+    assert _mod.batch_queues(msgs) == [("Topic", 1), ("Topic", 2)]
+    assert _mod.batch_queues(msgs)[0][0] is msgs[0].topic
+    many = [StoreMessage("T", i % 70, b"") for i in range(140)]
+    assert _mod.batch_queues(many) == accel.PURE["batch_queues"](many) == [("T", i) for i in range(70)]
+
+
+@needs_compiled
+@pytest.mark.parametrize("queues", [3, 16, 17, 40])
+def test_append_records_many_queues_and_mixed_classes(queues):
+    """The compiled append keeps each queue's next offset in C during a call: past its 16
+    queues, with a message whose attributes Python reads mid-batch, with equal topics that are
+    distinct objects, and with offsets already in the table, it leaves the same table, bytes
+    and requests as the twin."""
+    _register_fallbacks()
+    msgs = [StoreMessage("".join(["To", "pic"]) if i % 3 else "U", i % queues, b"b" * (i % 7),
+                         {"KEYS": f"k{i}"}) for i in range(60)]
+    assert msgs[1].topic is not msgs[2].topic
+    msgs[25].__class__ = _BodyProperty
+    msgs[40].__class__ = _LoudMessage
+    results = []
+    for fn in (accel.PURE["append_records"], _mod.append_records):
+        out, qt, requests = bytearray(20000), {("Topic", 1): 5, ("U", 0): 2**40}, []
+        got = _outcome(fn, out, 0, msgs, 0, 0, 19000, 0, 20, qt, 5, True, requests, False)
+        results.append((got, bytes(out), qt, requests))
+    assert results[1] == results[0]
+    assert results[0][2][("Topic", 1)] > 5
