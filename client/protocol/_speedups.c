@@ -1230,9 +1230,10 @@ qt_flush(qt_cache *c, PyObject *queue_table)
 }
 
 /* The entry of (topic, qid), read from queue_table on first use; NULL (no error set) when the
-   twin must decide, NULL with an error set on failure. */
+   twin must decide, NULL with *failed set when writing a full cache back failed. A full cache
+   is written back and reused, so a put over any number of queues stays compiled. */
 static qt_entry *
-qt_find(qt_cache *c, PyObject *queue_table, PyObject *topic, PyObject *qid_obj, long long qid)
+qt_find(qt_cache *c, PyObject *queue_table, PyObject *topic, PyObject *qid_obj, long long qid, int *failed)
 {
     PyObject *key, *cur;
     long long qoff = 0;
@@ -1243,8 +1244,10 @@ qt_find(qt_cache *c, PyObject *queue_table, PyObject *topic, PyObject *qid_obj, 
         if (e->qid == qid && (e->topic == topic || PyUnicode_Compare(e->topic, topic) == 0))
             return e;
     }
-    if (c->n == QT_MAX)
+    if (c->n == QT_MAX && qt_flush(c, queue_table) < 0) {
+        *failed = 1;
         return NULL;
+    }
     key = PyTuple_Pack(2, topic, qid_obj);
     cur = key ? PyDict_GetItemWithError(queue_table, key) : NULL;
     if (key == NULL || (cur == NULL && PyErr_Occurred()) || (cur != NULL && as_i64(cur, I64_MIN, I64_MAX - 1, &qoff) < 0)) {
@@ -1295,7 +1298,12 @@ append_one(msg_attrs *a, Py_buffer *out, long long *wrote, long long *pos, long 
         return -1;
     }
     if (disp) {  /* queue_table[(topic, queue_id)] += 1, from 0 */
-        qt_entry *q = qt_find(qt, queue_table, a->v[M_TOPIC], a->v[M_QID], e.qid);
+        int failed = 0;
+        qt_entry *q = qt_find(qt, queue_table, a->v[M_TOPIC], a->v[M_QID], e.qid, &failed);
+        if (failed) {
+            PyBuffer_Release(&body);
+            return -2;
+        }
         if (q == NULL || q->next == I64_MAX) {
             PyErr_Clear();
             PyBuffer_Release(&body);

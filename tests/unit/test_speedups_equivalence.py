@@ -1021,3 +1021,29 @@ def test_append_records_many_queues_and_mixed_classes(queues):
         results.append((got, bytes(out), qt, requests))
     assert results[1] == results[0]
     assert results[0][2][("Topic", 1)] > 5
+
+
+@needs_compiled
+def test_append_records_stays_compiled_over_many_queues():
+    """A group put spreads its messages over many queues: the compiled append writes its
+    per-call queue cache back when full and goes on, never handing the rest to the twin."""
+    _register_fallbacks()
+    handed = []
+
+    def counting_twin(*args):
+        handed.append(args[3])
+        return accel.PURE["append_records"](*args)
+
+    msgs = [StoreMessage(f"T{i % 300}", i % 5, b"b" * 10, {"KEYS": f"k{i}"}) for i in range(600)]
+    results = []
+    try:
+        _mod.set_fallback("append_records", counting_twin)
+        for fn in (accel.PURE["append_records"], _mod.append_records):
+            out, qt, requests = bytearray(200_000), {("T7", 2): 9}, []
+            got = _outcome(fn, out, 0, msgs, 0, 0, 190_000, 0, 20, qt, 5, True, requests, False)
+            results.append((got, bytes(out), qt, requests))
+    finally:
+        _register_fallbacks()
+    assert handed == []
+    assert results[1] == results[0]
+    assert results[0][2][("T7", 2)] == 9 + 2 and len(results[0][2]) == 300
