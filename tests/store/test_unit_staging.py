@@ -26,6 +26,14 @@ def _reopened(table, path) -> ConsumeQueueTable:
     return again
 
 
+def _reloaded_alike(table, path) -> ConsumeQueueTable:
+    """Kill and load again; the loaded table must answer as `table` did."""
+    before = _answers(table)
+    table = _reopened(table, path)
+    assert _answers(table) == before
+    return table
+
+
 def _answers(table) -> dict:
     return {key: (cq.min_queue_offset, cq.max_queue_offset, cq.max_phys_end,
                   cq.units(cq.min_queue_offset, 10_000))
@@ -56,9 +64,7 @@ def test_a_flush_over_many_small_tails_writes_one_row_and_a_load_replays_it(tmp_
     assert _count(table, "SELECT count(*) FROM units") == 0
     assert _count(table, "SELECT count(*) FROM staged") == 2
     assert before != _answers(table)
-    before = _answers(table)
-    table = _reopened(table, tmp_path)
-    assert _answers(table) == before
+    table = _reloaded_alike(table, tmp_path)
     assert table.tails.staged_bytes > 0 and not table.tails.dirty
     table.close()
 
@@ -79,10 +85,7 @@ def test_a_tail_that_grows_becomes_runs_and_its_staged_entries_are_skipped(tmp_p
     table.flush()
     assert _count(table, "SELECT count(*) FROM units") >= 2  # busy's tail became runs
     assert idle.tail and idle.staged == len(idle.tail)        # idle's stays staged
-    before = _answers(table)
-    table = _reopened(table, tmp_path)
-    assert _answers(table) == before
-    table.close()
+    _reloaded_alike(table, tmp_path).close()
 
 
 def test_staging_past_its_bound_compacts_into_runs(tmp_path, monkeypatch):
@@ -97,9 +100,7 @@ def test_staging_past_its_bound_compacts_into_runs(tmp_path, monkeypatch):
     assert _count(table, "SELECT count(*) FROM units") == QUEUES
     after = _answers(table)
     assert all(after[k][3][:3] == before[k][3] for k in before)
-    table = _reopened(table, tmp_path)
-    assert _answers(table) == after
-    table.close()
+    _reloaded_alike(table, tmp_path).close()
 
 
 def test_a_cut_compacts_first_so_a_load_never_brings_cut_units_back(tmp_path):
@@ -110,9 +111,7 @@ def test_a_cut_compacts_first_so_a_load_never_brings_cut_units_back(tmp_path):
     assert _count(table, "SELECT count(*) FROM staged") == 0  # compacted before the cut
     _spread(table, 1, phys=10**7)  # staged again, after the cut
     assert cut.max_queue_offset == 2 and _count(table, "SELECT count(*) FROM staged") == 1
-    before = _answers(table)
-    table = _reopened(table, tmp_path)
-    assert _answers(table) == before
+    table = _reloaded_alike(table, tmp_path)
     assert table.get("T3", 5).max_queue_offset == 2
     table.remove_topic("T2")  # a dropped queue's key may be reused: nothing staged names it
     assert _count(table, "SELECT count(*) FROM staged") == 0
@@ -138,11 +137,8 @@ def test_a_failed_staging_flush_moves_no_mark_and_the_next_one_writes_it_all(tmp
     assert len(table.tails.dirty) == QUEUES
     conn.execute("PRAGMA max_page_count=1073741823")
     assert table.flush()
-    before = _answers(table)
-    assert all(len(a[3]) == 2 for a in before.values())
-    table = _reopened(table, tmp_path)
-    assert _answers(table) == before
-    table.close()
+    assert all(len(a[3]) == 2 for a in _answers(table).values())
+    _reloaded_alike(table, tmp_path).close()
 
 
 def test_a_staged_entry_that_leaves_a_gap_has_the_database_rebuilt(tmp_path):
