@@ -60,6 +60,10 @@ class ClientConfig:
     timeout_sweep_interval_s: float = 0.05  # how late a timed-out request may be failed
     # client.security.ClientSecurity (ACL signing, TLS); None = the process default (the CLI's).
     security: ClientSecurity | None = None
+    # gc.freeze() once per this many queues learned (a producer's routes) or owned (a
+    # consumer's), so the garbage collector's full scans skip the long-lived per-queue state
+    # (client/consumer/gc_freeze.py); 0 = never
+    gc_freeze_step_queues: int = 10000
 
     def problems(self) -> list[str]:
         out = []
@@ -75,6 +79,8 @@ class ClientConfig:
                      "degraded_route_refresh_s", "stalled_send_refresh_s"):
             if not getattr(self, name) > 0:
                 out.append(f"{name} must be > 0")
+        if self.gc_freeze_step_queues < 0:
+            out.append("gc_freeze_step_queues must be >= 0")
         return out
 
     def validate(self: _C) -> _C:
@@ -145,9 +151,6 @@ class ConsumerConfig(ClientConfig):
     local_retry_delay_s: float = 0.5
     drop_grace_s: float = 3.0  # how long a dropped queue waits for its running listener
     offset_store_dir: str = os.path.join("~", ".tidemq_offsets")  # broadcasting offsets
-    # gc.freeze() once per this many queues learned or owned, so the garbage collector's
-    # full scans skip the long-lived per-queue state (client/consumer/gc_freeze.py); 0 = never
-    gc_freeze_step_queues: int = 10000
 
     def problems(self) -> list[str]:
         out = ClientConfig.problems(self)
@@ -170,8 +173,6 @@ class ConsumerConfig(ClientConfig):
             out.append("cached_messages_per_queue_max must be >= pull_batch_size")
         if self.local_retries_max < 0:
             out.append("local_retries_max must be >= 0")
-        if self.gc_freeze_step_queues < 0:
-            out.append("gc_freeze_step_queues must be >= 0")
         for name in ("rebalance_interval_s", "offset_commit_interval_s", "pull_error_backoff_s"):
             if not getattr(self, name) > 0:
                 out.append(f"{name} must be > 0")

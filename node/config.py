@@ -52,8 +52,8 @@ STORE_DOCS = {
     "sync_flush_timeout_ms": "SYNC_FLUSH: past this a send is answered FLUSH_DISK_TIMEOUT (stored).",
     "derived_flush_interval_ms": "Consume queues, index and checkpoint flush period.",
     "consume_queue_tail_bytes": "Most bytes of dispatched consume-queue units held in memory "
-                                "until the next flush writes them (one row per queue); past it "
-                                "dispatch writes them early.",
+                                "(small tails stay there, staged, across flushes); past it "
+                                "dispatch writes every tail as runs early.",
     "max_recovery_scan_bytes": "Most commit log a crash recovery scans: the checkpoint is saved "
                                "early once the log grows a quarter of this past the last one.",
     "whole_record_crc": "Write the __CRC32# whole-record checksum (fixed at store creation).",

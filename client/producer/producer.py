@@ -51,6 +51,7 @@ from typing import Any
 
 from tidemq import errors
 from tidemq.config import DEFAULT_ADDR, ProducerConfig, make_config
+from tidemq.consumer.gc_freeze import GcFreezer
 from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
 from tidemq.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
@@ -367,6 +368,9 @@ class Producer(AsyncLifecycle):
         self._known_brokers: set[str] = set()
         # topic -> the TopicPublishInfo whose brokers were heartbeated
         self._noted: dict[str, TopicPublishInfo] = {}
+        # many topics: their routes' per-queue objects leave the collector's full scans
+        self._gc = GcFreezer(self.config.gc_freeze_step_queues)
+        self._queues_noted = 0  # queues of the topics in _noted, counted once per topic
         self._stalls: StallWatch = None  # type: ignore[assignment]  # from start()
         # stalled address -> the broker groups it mastered (rule 6)
         self._stalled_groups: dict[str, set[str]] = {}
@@ -525,9 +529,13 @@ class Producer(AsyncLifecycle):
     def _note_brokers(self, topic: str, info: TopicPublishInfo) -> None:
         """Heartbeat a broker the first time we publish to it: the broker then knows this
         producer group (check-backs of transactions need a live producer of it)."""
-        if info is self._noted.get(topic):
+        known = self._noted.get(topic)
+        if info is known:
             return
         self._noted[topic] = info
+        if known is None:
+            self._queues_noted += len(info.queues)
+            self._gc.grown(self._queues_noted)
         for addr in info.master_addrs.values():
             if addr not in self._known_brokers:
                 self._known_brokers.add(addr)

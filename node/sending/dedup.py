@@ -41,7 +41,7 @@ Rules:
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
-7. The usual send (one ordinary topic, every key set) is checked and remembered in bulk,
+7. The usual send (ordinary topics, every key set) is checked and remembered in bulk,
    walking the messages at C speed; anything else takes the message-by-message path, with the
    same result (same entries, same order).
 8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
@@ -146,28 +146,28 @@ class DedupWindow:
         self._evict(int(self.clock() * 1000))
 
     def _remember_new(self, requests, keep_first: bool = False) -> bool:
-        """Rule 7: a put of one ordinary topic whose keys are all set is added in one update;
-        False (nothing changed) for anything else. A key held already, or twice in the put,
-        ends where the message-by-message path leaves it: its latest record, young again
-        (moved to the end in put order, only when the update shows such a key). keep_first
-        (the rebuild): only keys distinct and new."""
+        """Rule 7: a put of ordinary topics only (sends spread over many topics included)
+        whose keys are all set is added in one update; False (nothing changed) for anything
+        else. A key held already, or twice in the put, ends where the message-by-message path
+        leaves it: its latest record, young again (moved to the end in put order, only when
+        the update shows such a key). keep_first (the rebuild): only keys distinct and new."""
         entries = self._entries
-        topic = _one_ordinary_topic(map(_R_TOPIC, requests))
-        if topic is None:
+        topics = list(map(_R_TOPIC, requests))
+        if any(map(is_system_topic, set(topics))):
             return False
         uniqs = list(map(_R_UNIQ, requests))
         if not all(uniqs):
             return False
+        keys = list(zip(topics, uniqs))
         if keep_first:
-            keys = list(zip(repeat(topic), uniqs))
-            if len(set(uniqs)) != len(uniqs) or not entries.keys().isdisjoint(keys):
+            if len(set(keys)) != len(keys) or not entries.keys().isdisjoint(keys):
                 return False
             entries.update(zip(keys, requests))
             return True
         held = len(entries)
-        entries.update(zip(zip(repeat(topic), uniqs), requests))
-        if len(entries) - held != len(uniqs):
-            _drain(map(entries.move_to_end, zip(repeat(topic), uniqs)))
+        entries.update(zip(keys, requests))
+        if len(entries) - held != len(keys):
+            _drain(map(entries.move_to_end, keys))
         return True
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:

@@ -14,10 +14,14 @@ Rules:
 3. Nothing is opened per queue: a queue's first message needs no file, so covers() is always
    true and reserve() never refuses.
 4. Retention keeps a queue's last unit, so its next offset survives a restart.
-5. Units [min_queue_offset, tail_from) are in the database, [tail_from, max_queue_offset)
-   packed in `tail` (dispatch appends there without a database call; the table's flush
-   writes tails as runs). Every read and cut holds the database lock across both parts, so
-   a flush moving a tail into the database is never seen half done.
+5. Units [min_queue_offset, tail_from) are in the database's runs, [tail_from,
+   max_queue_offset) packed in `tail` (dispatch appends there without a database call; the
+   table's flush writes tails as runs or stages them). Every read and cut holds the database
+   lock across both parts, so a flush moving a tail into the database is never seen half done.
+6. The tail's first `staged` bytes are durable in the database's staged rows (a small tail
+   stays in memory across flushes, its units recorded there). A cut first has the table write
+   every tail as runs and empty the staged rows (Tails.compact), so no staged entry can
+   bring back units a cut removed or name a queue key that was dropped and reused.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ _PRE_BLANK = UNIT.pack(0, PRE_BLANK_SIZE, 0)
 
 class ConsumeQueue:
     __slots__ = ("db", "head_phys", "max_phys_end", "max_queue_offset", "min_queue_offset",
-                 "qkey", "queue_id", "run", "tail", "tail_from", "tails", "topic")
+                 "qkey", "queue_id", "run", "staged", "tail", "tail_from", "tails", "topic")
 
     def __init__(self, db, qkey: int, topic: str, queue_id: int, first=None, last=None,
                  last_end: int = 0, tails=None):
@@ -43,6 +47,7 @@ class ConsumeQueue:
         self.head_phys = -1  # physical offset of the unit at min_queue_offset (-1: unknown)
         self.tail: bytes | bytearray = b""  # rule 5 (a bytearray once it holds units)
         self.tail_from = self.max_queue_offset
+        self.staged = 0  # rule 6: tail bytes already in a staged row
         self.tails = tails  # the table's Tails (dirty queues, bytes held), or None
         self.run: tuple[int, int] | None = None  # last committed run (qoff, units) it extends
 
@@ -51,23 +56,34 @@ class ConsumeQueue:
     def append(self, data, owned: bool = False) -> None:
         """Add packed units at the end of the tail (the caller holds the database lock);
         `owned`: data is a bytearray handed over, which an empty tail becomes uncopied."""
-        if not self.tail:  # an idle queue holds the shared empty bytes, not a bytearray
+        tail = self.tail
+        tails = self.tails
+        if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
             self.tail = data if owned else bytearray(data)
-            if self.tails is not None:
-                self.tails.dirty[self.qkey] = self
+            if tails is not None:
+                tails.held[self.qkey] = tails.dirty[self.qkey] = self
         else:
+            if tails is not None and len(tail) == self.staged:  # all staged: dirty again
+                tails.dirty[self.qkey] = self
             self.tail += data
-        if self.tails is not None:
-            self.tails.nbytes += len(data)
+        if tails is not None:
+            tails.nbytes += len(data)
 
     def _cut_tail(self, keep_from: int, keep_to: int) -> None:
-        """Keep tail bytes [keep_from, keep_to) only."""
+        """Keep tail bytes [keep_from, keep_to) only (nothing is staged: rule 6)."""
         before = len(self.tail)
         self.tail = self.tail[keep_from:keep_to] or b""
+        self.staged = 0
         if self.tails is not None:
             self.tails.nbytes -= before - len(self.tail)
             if not self.tail:
                 self.tails.dirty.pop(self.qkey, None)
+                self.tails.held.pop(self.qkey, None)
+
+    def _unstage(self) -> None:
+        """Before a cut: every tail becomes runs and the staged rows go (rule 6)."""
+        if self.tails is not None and self.tails.staged_bytes:
+            self.tails.compact()
 
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
         """Write unit `queue_offset`. Returns False when it was already there (replay)."""
@@ -77,6 +93,7 @@ class ConsumeQueue:
                 if queue_offset < nxt:
                     return False  # idempotent replay (rule 1)
                 if nxt == self.min_queue_offset:  # empty: the queue starts here (rule 2)
+                    self._unstage()
                     self._cut_tail(0, 0)
                     self.run = None
                     if nxt > 0:  # the unit retention kept goes: no gap before the start
@@ -172,6 +189,7 @@ class ConsumeQueue:
         with self.db.lock:
             if queue_offset >= self.max_queue_offset:
                 return
+            self._unstage()
             queue_offset = max(queue_offset, 0)
             if queue_offset >= self.tail_from:
                 self._cut_tail(0, (queue_offset - self.tail_from) * UNIT_BYTES)
@@ -206,6 +224,7 @@ class ConsumeQueue:
 
     def _delete_below(self, queue_offset: int) -> None:
         """Drop units below `queue_offset` from the database and the tail."""
+        self._unstage()
         self.run = None
         self.db.delete_below(self.qkey, min(queue_offset, self.tail_from))
         if queue_offset > self.tail_from:
@@ -214,6 +233,7 @@ class ConsumeQueue:
 
     def destroy(self) -> None:
         with self.db.lock:
+            self._unstage()
             self.db.drop_queues([self.qkey])
             self._cut_tail(0, 0)
             self.run = None

@@ -6,11 +6,13 @@ Rules:
 1. load() reads every queue's first and next offsets from the database (no unit is read);
    False means there was nothing to load (directory missing, or only the older layout of one
    directory of files per queue, which is removed): recovery then rebuilds from the log.
-2. flush() writes every queue's tail (the units dispatched since the last flush, held in
-   memory) as runs, one row per queue (RUN_UNITS units at most per row), in key order, then
-   commits; a tail leaves memory only once its commit succeeded (a failed one is written
-   again by the next flush). Its cost follows what was dispatched since the last flush, not
-   the number of queues.
+2. flush() writes what dispatch added since the last flush, then commits, all or nothing: a
+   tail of STAGE_UNITS units or more becomes runs, one row per queue (RUN_UNITS units at
+   most per row), in key order, and leaves memory; the new units of every smaller tail go
+   into ONE staged row (rule 6) and the tail stays. A tail, or its staged mark, moves only
+   once the commit succeeded (a failed flush is written again by the next one). Its cost
+   follows what was dispatched since the last flush, not the number of queues, and with
+   messages spread over many queues it is one row per flush, not one per queue.
 3. put_units() appends a whole dispatch slice's units to the queues' tails, without a
    database call (the append hot path); ConsumeQueue.put() stays the one-by-one path for
    everything else. Past `tail_bytes` held, dispatch flushes (writes and commits) the tails
@@ -25,6 +27,12 @@ Rules:
    Any cut or a restart forgets that run: the next flush starts a new one.
 5. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
    (periodic services ask every tick).
+6. Staging: once the staged rows pass STAGE_BYTES, the tail bytes held pass `tail_bytes`, or
+   a cut needs it (consume_queue.py rule 6), a flush compacts: every tail becomes runs and
+   the staged rows are deleted in the same transaction. load() replays the staged rows in
+   order into the tails (an entry below a queue's next offset is already in its runs and
+   skipped), so what a load answers is what was committed; an entry that does not continue
+   its queue means the database disagrees with itself: it is emptied and rebuilt from the log.
 """
 from __future__ import annotations
 
@@ -32,15 +40,39 @@ import logging
 import os
 import shutil
 import sqlite3
+import struct
 import threading
 
 from tidemq.protocol import accel
 
 from . import unit_db
 from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue
-from .unit_db import DB_NAME, UnitDb, last_phys, run_rows
+from .unit_db import DB_NAME, UnitDb, last_end, last_phys, run_rows, staged_entries
 
 log = logging.getLogger("tidemq.store")
+
+
+def _replay_entry(cq: ConsumeQueue, qoff: int, units) -> None:
+    """Append a staged entry's units that continue the queue (rule 6)."""
+    nxt = cq.max_queue_offset
+    end = qoff + len(units) // UNIT_BYTES
+    if end <= nxt:
+        return  # already in the queue's runs
+    if qoff > nxt:
+        if nxt != cq.min_queue_offset or cq.tail:
+            raise ValueError(f"a staged entry at {qoff} leaves a gap after {nxt}")
+        cq.min_queue_offset = cq.tail_from = nxt = qoff  # an empty queue starts here
+    units = units[(nxt - qoff) * UNIT_BYTES:]
+    if nxt == cq.min_queue_offset:
+        phys, size, _ = UNIT.unpack_from(units, 0)
+        cq.head_phys = -1 if size == unit_db.PRE_BLANK_SIZE else phys
+    cq.append(bytes(units))
+    cq.max_queue_offset = end
+    cq.max_phys_end = last_end(units) or cq.max_phys_end
+
+
+def _qkey(cq: ConsumeQueue) -> int:
+    return cq.qkey
 
 
 def unit_blobs(rows: list) -> dict:
@@ -60,12 +92,20 @@ unit_blobs = accel.pick(unit_blobs)
 
 
 class Tails:
-    """Queues whose tail holds units (by key) and the bytes held in all tails (rule 2)."""
-    __slots__ = ("dirty", "nbytes")
+    """Queues whose tail holds units (`held`), those holding units no flush wrote yet
+    (`dirty`), by key; the bytes held in all tails and in the staged rows (rules 2 and 6);
+    `compact`: the table's compacting flush, which a cut calls first."""
+    __slots__ = ("compact", "dirty", "held", "nbytes", "staged_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, compact) -> None:
+        self.compact = compact
         self.dirty: dict[int, ConsumeQueue] = {}
+        self.held: dict[int, ConsumeQueue] = {}
         self.nbytes = 0
+        self.staged_bytes = 0
+
+    def reset(self) -> None:
+        self.dirty, self.held, self.nbytes, self.staged_bytes = {}, {}, 0, 0
 
 
 class ConsumeQueueTable:
@@ -74,7 +114,7 @@ class ConsumeQueueTable:
         self.root_dir = root_dir
         self.directory = os.path.join(root_dir, "consumequeue")
         self.db = UnitDb(self.directory)
-        self.tails = Tails()
+        self.tails = Tails(self.compact)
         self.tail_bytes = tail_bytes  # rule 3
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._by_topic: dict[str, set[int]] = {}  # rule 5
@@ -110,18 +150,21 @@ class ConsumeQueueTable:
         if self.tails.nbytes > self.tail_bytes:
             self.flush()
 
-    def _tail_rows(self):
-        """Every tail as rows, in key order (the caller holds the database lock): new runs,
-        extensions of the queue's last committed run (rule 4), and each queue's last run
-        once they are committed."""
+    def compact(self) -> None:
+        """Write every tail as runs and empty the staged rows now (rule 6)."""
+        self.flush(compact=True)
+
+    @staticmethod
+    def _tail_rows(queues: list):
+        """`queues`' tails as rows (the caller holds the database lock and sorted them by
+        key): new runs, extensions of the queue's last committed run (rule 4), and each
+        queue's last run once they are committed."""
         inserts: list = []
         appends: list = []
         runs: list = []
-        dirty = self.tails.dirty
         extend_max = min(unit_db.RUN_UNITS, unit_db.EXTEND_UNITS)
-        for qkey in sorted(dirty):
-            cq = dirty[qkey]
-            tail, run = cq.tail, cq.run
+        for cq in queues:
+            qkey, tail, run = cq.qkey, cq.tail, cq.run
             n = len(tail) // UNIT_BYTES
             if run is not None and run[1] + n <= extend_max \
                     and run[0] + run[1] == cq.tail_from:
@@ -134,12 +177,28 @@ class ConsumeQueueTable:
             runs.append((cq, (rows[-1][1], len(rows[-1][3]) // UNIT_BYTES)))
         return inserts, appends, runs
 
-    def _drop_tails(self) -> None:
-        """Every tail is in the database now (the caller holds the database lock)."""
-        for cq in self.tails.dirty.values():
+    def _drop_tails(self, queues) -> None:
+        """These tails are runs in the database now (the caller holds the database lock)."""
+        tails = self.tails
+        for cq in queues:
+            tails.nbytes -= len(cq.tail)
+            tails.dirty.pop(cq.qkey, None)
+            tails.held.pop(cq.qkey, None)
             cq.tail_from = cq.max_queue_offset  # a tail always ends there
             cq.tail = b""
-        self.tails.dirty, self.tails.nbytes = {}, 0
+            cq.staged = 0
+
+    @staticmethod
+    def _stage_entries(queues: list) -> bytes:
+        """The new units of `queues`' tails as one staged row's entries (rule 6)."""
+        parts: list = []
+        head = unit_db.STAGE_HEAD.pack
+        for cq in queues:
+            tail, staged = cq.tail, cq.staged
+            parts.append(head(cq.qkey, cq.tail_from + staged // UNIT_BYTES,
+                              (len(tail) - staged) // UNIT_BYTES))
+            parts.append(tail[staged:])
+        return b"".join(parts)
 
     def load(self) -> bool:
         """Open the database and learn every queue's offsets (rule 1)."""
@@ -150,14 +209,39 @@ class ConsumeQueueTable:
         if not existed or self.db.discarded:  # unreadable or an older format: rebuilt
             return False
         topics: dict[str, str] = {}
-        for qkey, topic, qid, first, last, last_end, head_phys in self.db.load():
+        for qkey, topic, qid, first, last, end_phys, head_phys in self.db.load():
             topic = topics.setdefault(topic, topic)  # one string per topic
-            cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, last_end or 0,
+            cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, end_phys or 0,
                               tails=self.tails)
             cq.head_phys = -1 if head_phys is None else head_phys
             self.queues[(topic, qid)] = cq
             self._by_topic.setdefault(topic, set()).add(qid)
+        try:
+            self._replay_staged()
+        except (ValueError, struct.error) as exc:
+            log.error("consume-queue staged units do not continue their queues (%s); the "
+                      "database is rebuilt from the commit log", exc)
+            self.db.clear()
+            self.tails.reset()
+            self.queues, self._by_topic = {}, {}
+            return False
         return True
+
+    def _replay_staged(self) -> None:
+        """Staged rows back into the tails, oldest first (rule 6)."""
+        by_key = {cq.qkey: cq for cq in self.queues.values()}
+        tails = self.tails
+        with self.db.lock:
+            for blob in self.db.staged():
+                tails.staged_bytes += len(blob)
+                for qkey, qoff, units in staged_entries(blob):
+                    cq = by_key.get(qkey)
+                    if cq is None or len(units) % UNIT_BYTES or not units:
+                        raise ValueError(f"a staged entry for queue key {qkey} is malformed")
+                    _replay_entry(cq, qoff, units)
+            for cq in tails.held.values():
+                cq.staged = len(cq.tail)
+            tails.dirty = {}
 
     def _remove_old_layout(self) -> None:
         """One directory of files per queue (the earlier layout): derived data, rebuilt."""
@@ -184,28 +268,63 @@ class ConsumeQueueTable:
             for cq in gone:
                 cq.destroy()
 
-    def flush(self) -> bool:
-        """Write every tail and commit (rule 2); False when there was nothing to commit."""
-        db = self.db
+    def flush(self, compact: bool = False) -> bool:
+        """Write the tails (rule 2) or, when compacting, every tail as runs (rule 6), and
+        commit; False when there was nothing to commit."""
+        db, tails = self.db, self.tails
         with db.lock:
             if db._conn is None:
                 return False
+            compact = compact or tails.nbytes > self.tail_bytes or \
+                tails.staged_bytes > unit_db.STAGE_BYTES
             runs: list = []
+            to_runs, to_stage, entries = self._split(compact)
             try:
-                if self.tails.dirty:
-                    inserts, appends, runs = self._tail_rows()
+                if to_runs:
+                    inserts, appends, runs = self._tail_rows(to_runs)
                     db.put_runs(inserts)
                     db.append_runs(appends)
+                if entries:
+                    db.put_staged(entries)
+                if compact and tails.staged_bytes:
+                    db.clear_staged()
                 ended = db.end_transaction()
             except BaseException:  # all or nothing: the tails stay for the next flush
                 db.rollback()
                 raise
             for cq, run in runs:
                 cq.run = run
-            self._drop_tails()
+            self._drop_tails(to_runs)
+            self._mark_staged(to_stage, len(entries), compact)
         if ended:
             db.sync_wal()
         return ended
+
+    def _split(self, compact: bool):
+        """(queues whose tails become runs, by key; queues whose new units are staged; their
+        staged row's entries). Compacting: every held tail becomes runs."""
+        tails = self.tails
+        if compact:
+            return [tails.held[k] for k in sorted(tails.held)], [], b""
+        if not tails.dirty:
+            return [], [], b""
+        to_runs: list = []
+        to_stage: list = []
+        big = unit_db.STAGE_UNITS * UNIT_BYTES
+        for cq in tails.dirty.values():
+            (to_runs if len(cq.tail) >= big else to_stage).append(cq)
+        to_runs.sort(key=_qkey)
+        return to_runs, to_stage, self._stage_entries(to_stage)
+
+    def _mark_staged(self, queues: list, nbytes: int, compacted: bool) -> None:
+        """After the commit: `queues`' tails are staged up to their end (rule 6)."""
+        tails = self.tails
+        if compacted:
+            tails.staged_bytes = 0
+        for cq in queues:
+            cq.staged = len(cq.tail)
+        tails.dirty = {}  # every dirty tail was written or staged
+        tails.staged_bytes += nbytes
 
     def close(self) -> None:
         if self.db._conn is not None:
@@ -215,17 +334,18 @@ class ConsumeQueueTable:
                 log.error("consume-queue units not written at close (%s); a restart "
                           "re-dispatches them from the commit log", exc)
         self.db.close()
+        self.tails.reset()
         self.queues, self._by_topic = {}, {}
 
     def abandon(self) -> None:
         """Drop what was not flushed and close, as a killed process would (tests)."""
         self.db.abandon()
-        self.tails.dirty, self.tails.nbytes = {}, 0
+        self.tails.reset()
         self.queues, self._by_topic = {}, {}
 
     def destroy(self) -> None:
         if self.db._conn is None:
             self.db.open()
         self.db.clear()
-        self.tails.dirty, self.tails.nbytes = {}, 0
+        self.tails.reset()
         self.queues, self._by_topic = {}, {}

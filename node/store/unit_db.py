@@ -8,10 +8,14 @@ Why SQLite (the standard library's sqlite3): an ordered key-value store (a B-tre
 Tables (format FORMAT_VERSION, kept in PRAGMA user_version):
     queues(qkey INTEGER PRIMARY KEY, topic TEXT, qid INTEGER)           one row per queue
     units(qkey, qoff, last_phys, units, PRIMARY KEY(qkey, qoff))        one row per run
+    staged(seq INTEGER PRIMARY KEY, entries BLOB)                       one row per flush
 A run is up to RUN_UNITS consecutive units of one queue packed in a blob (20 bytes each,
 UNIT), the first at queue offset `qoff`; `last_phys` is the largest physical offset in it
 (units are in physical order, so a phys lookup finds its run by key without unpacking).
 A queue's runs are contiguous and never overlap.
+A staged row holds the units one flush took from small tails, for many queues at once: entries
+(qkey i64, qoff i64, count u32, count packed units), STAGE_HEAD then the units, back to back.
+Loading replays the rows in seq order into the queues' tails (queue_table.py, rule 6).
 
 Rules:
 1. One connection serves every thread, under one re-entrant lock (callers that read or cut
@@ -45,7 +49,7 @@ import threading
 
 log = logging.getLogger("tidemq.store")
 DB_NAME = "units.db"
-FORMAT_VERSION = 2  # 1 (user_version 0): one row per unit
+FORMAT_VERSION = 3  # 2: runs only (no staged table); 1 (user_version 0): one row per unit
 WAL_RESET_BYTES = 32 << 20
 READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 3)
 RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two pages
@@ -53,6 +57,13 @@ RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two p
 # row, and a row this small stays inside its B-tree page (no overflow pages to copy), so a
 # queue taking a few units per flush costs a small cell rewrite, not up to RUN_UNITS' bytes.
 EXTEND_UNITS = 40
+# A tail of fewer units than this is staged at a flush (one staged row for every such queue)
+# rather than written as a run row of its own; at or past it the tail becomes a run.
+STAGE_UNITS = 32
+# Staged bytes past which the next flush writes every tail as runs and empties `staged`: it
+# bounds the rows a load replays and the units held in memory for staging.
+STAGE_BYTES = 16 << 20
+STAGE_HEAD = struct.Struct(">qqI")  # a staged entry: qkey, first queue offset, unit count
 UNIT = struct.Struct(">qiq")
 UNIT_BYTES = 20
 PRE_BLANK_SIZE = 0x7FFFFFFF
@@ -61,6 +72,7 @@ _SCHEMA = (
      "qid INTEGER NOT NULL, UNIQUE(topic, qid))"),
     ("CREATE TABLE IF NOT EXISTS units(qkey INTEGER NOT NULL, qoff INTEGER NOT NULL, "
      "last_phys INTEGER NOT NULL, units BLOB NOT NULL, PRIMARY KEY(qkey, qoff)) WITHOUT ROWID"),
+    "CREATE TABLE IF NOT EXISTS staged(seq INTEGER PRIMARY KEY, entries BLOB NOT NULL)",
 )
 # Per queue: the first run's offset and first unit, the last unit's offset and the unit
 # itself, found by the (qkey, qoff) key in C (no scan of the runs).
@@ -95,6 +107,27 @@ def last_phys(blob) -> int:
         if size != PRE_BLANK_SIZE:
             return phys
     return 0
+
+
+def last_end(blob) -> int:
+    """The end (offset + size) of the last record packed units point at, 0 when every one is
+    a pre-blank."""
+    for i in range(len(blob) - UNIT_BYTES, -1, -UNIT_BYTES):
+        phys, size, _ = UNIT.unpack_from(blob, i)
+        if size != PRE_BLANK_SIZE:
+            return phys + size
+    return 0
+
+
+def staged_entries(blob):
+    """A staged row's entries: (qkey, first queue offset, packed units) in order."""
+    at, head = 0, STAGE_HEAD.size
+    view = memoryview(blob)
+    while at < len(blob):
+        qkey, qoff, n = STAGE_HEAD.unpack_from(blob, at)
+        at += head
+        yield qkey, qoff, view[at:at + n * UNIT_BYTES]
+        at += n * UNIT_BYTES
 
 
 def run_rows(qkey: int, qoff: int, blob) -> list:
@@ -263,6 +296,24 @@ class UnitDb:
                 if row is None:
                     self.put_runs(run_rows(qkey, qoff + keep // UNIT_BYTES, units))
 
+    def put_staged(self, entries: bytes) -> None:
+        """Add one staged row (a flush's entries for small tails) to the open transaction."""
+        with self.lock:
+            if not self._conn.in_transaction:
+                self._conn.execute("BEGIN")
+            self._conn.execute("INSERT INTO staged(entries) VALUES (?)", (entries,))
+            self._rows_open += 1
+
+    def clear_staged(self) -> None:
+        """Drop every staged row, in the open transaction (their units are runs now)."""
+        with self.lock:
+            self._rows_open += self._write("DELETE FROM staged").rowcount
+
+    def staged(self):
+        """Every staged row's entries, oldest first (see staged_entries)."""
+        with self.lock:
+            return [r[0] for r in self._conn.execute("SELECT entries FROM staged ORDER BY seq")]
+
     def delete_from(self, qkey: int, qoff: int) -> None:
         """Drop the queue's units at or after `qoff`: whole runs, and the end of the run
         that holds `qoff`."""
@@ -297,6 +348,7 @@ class UnitDb:
             self._read_cache.clear()
             self._write("DELETE FROM units")
             self._write("DELETE FROM queues")
+            self._write("DELETE FROM staged")
         self.commit()
 
     def commit(self) -> bool:

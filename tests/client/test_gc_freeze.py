@@ -1,9 +1,14 @@
 """The many-queue consumer's garbage-collector deferral (client/consumer/gc_freeze.py): starts
 that overlap in one process restore the old-generation threshold only when the last ends, a
-small consumer changes nothing, and a finished start has frozen what was alive."""
+small consumer changes nothing, and a finished start has frozen what was alive. A producer
+freezes as the routes it learned grow."""
 import gc
 
+from tests.client.conftest import run
+from tidemq.admin import Admin
 from tidemq.consumer.gc_freeze import GcFreezer
+from tidemq.message import Message
+from tidemq.producer.producer import Producer
 
 
 def test_overlapping_starts_restore_the_threshold_once_the_last_ends():
@@ -38,3 +43,22 @@ def test_few_queues_change_nothing():
         assert gc.get_threshold() == before
     off.grown(10**6)
     assert gc.get_freeze_count() == 0
+
+
+def test_a_producer_freezes_its_routes_as_the_queues_it_learned_grow(broker):
+    """Sends over 5 topics of 8 queues with a step of 16 queues: the routes learned freeze
+    twice (at 16 and 32 queues), so full collections stop walking them."""
+    async def main():
+        async with Admin(broker.addr) as admin:
+            for t in range(5):
+                await admin.create_topic(f"Freeze{t}", 8)
+        async with Producer("gcp", broker.addr, gc_freeze_step_queues=16) as p:
+            frozen = []
+            for t in range(5):
+                assert (await p.send(Message(f"Freeze{t}", b"x"))).ok
+                frozen.append(gc.get_freeze_count() > 0)
+            return frozen
+    try:
+        assert run(main()) == [False, True, True, True, True]
+    finally:
+        gc.unfreeze()

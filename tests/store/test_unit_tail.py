@@ -243,11 +243,12 @@ def test_runs_and_tail_split_by_cuts_answer_like_the_units_they_hold(tmp_path, m
     table.close()
 
 
-def test_a_slow_queue_extends_its_run_only_while_it_stays_small(tmp_path):
-    """A queue taking a few units per flush extends its last run in place up to EXTEND_UNITS
-    (a bigger run would be rewritten whole, overflow pages and all, at every flush), then
-    starts a new one; a queue taking a whole run at once still writes RUN_UNITS per row.
-    Reads answer every unit either way."""
+def test_a_slow_queue_writes_runs_only_while_they_stay_small(tmp_path):
+    """A queue taking a few units per flush is staged until its tail holds STAGE_UNITS, then
+    writes it as a run no longer than EXTEND_UNITS (a bigger run would be rewritten whole,
+    overflow pages and all, when extended); a queue taking a whole run at once still writes
+    RUN_UNITS per row. Reads answer every unit either way, and a compaction leaves every unit
+    in runs."""
     table = ConsumeQueueTable(None, str(tmp_path))
     table.load()
     slow, fast = table.get_or_create("Slow", 0), table.get_or_create("Fast", 0)
@@ -263,12 +264,21 @@ def test_a_slow_queue_extends_its_run_only_while_it_stays_small(tmp_path):
         want_fast.append((phys, 10, 7))
         phys += 10
     table.flush()
-    rows = dict(table.db._conn.execute(
-        "SELECT q.topic, group_concat(length(u.units) / 20) FROM units u JOIN queues q "
-        "USING (qkey) GROUP BY q.topic").fetchall())
-    slow_runs = [int(n) for n in rows["Slow"].split(",")]
-    assert max(slow_runs) <= unit_db.EXTEND_UNITS and sum(slow_runs) == len(want_slow)
-    assert sorted(int(n) for n in rows["Fast"].split(",")) == [5, unit_db.RUN_UNITS]
+
+    def runs():
+        rows = dict(table.db._conn.execute(
+            "SELECT q.topic, group_concat(length(u.units) / 20) FROM units u JOIN queues q "
+            "USING (qkey) GROUP BY q.topic").fetchall())
+        return [int(n) for n in rows["Slow"].split(",")], \
+            sorted(int(n) for n in rows["Fast"].split(","))
+    slow_runs, fast_runs = runs()
+    assert max(slow_runs) <= unit_db.EXTEND_UNITS
+    assert sum(slow_runs) + len(slow.tail) // unit_db.UNIT_BYTES == len(want_slow)
+    assert 0 < len(slow.tail) // unit_db.UNIT_BYTES < unit_db.STAGE_UNITS
+    assert fast_runs == [5, unit_db.RUN_UNITS]
     assert slow.units(0, 1000) == want_slow
     assert fast.units(0, 1000) == want_fast
+    table.compact()
+    assert sum(runs()[0]) == len(want_slow) and not slow.tail
+    assert slow.units(0, 1000) == want_slow
     table.close()
