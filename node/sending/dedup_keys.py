@@ -27,6 +27,7 @@ Rules:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterable
 from itertools import islice, repeat
 
 from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
@@ -35,7 +36,7 @@ _COMPACT_MIN = 1024   # stale positions tolerated whatever the live count (rule 
 # Every topic's dict also holds this one non-str key (rule 6): a dict of str keys only keeps no
 # hashes in its entries, so each probe of a cold table would also read the key object.
 _GENERAL = object()
-_drain = deque(maxlen=0).extend  # runs an iterator for its side effects
+_drain: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  # runs an iterator
 
 
 class KeyWindow:
