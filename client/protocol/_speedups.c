@@ -582,7 +582,7 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     while (pos < n) {
         int32_t total, flag, body_len, props_len;
         Py_ssize_t end, b_start, b_end, p_len, extra;
-        PyObject *body, *props, *item;
+        PyObject *body, *props, *item, *flag_obj;
         char *dst;
         if (PyList_GET_SIZE(out) == max_entries || n - pos < 22)
             goto slow;
@@ -622,12 +622,17 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
             memcpy(dst + p_len, PyBytes_AS_STRING(cluster), (size_t)cl_len);
         }
         body = PySequence_GetSlice(mv, b_start, b_end);
-        item = body ? Py_BuildValue("(iNN)", (int)flag, body, props) : NULL;
+        flag_obj = body ? PyLong_FromLong(flag) : NULL;
+        item = flag_obj ? PyTuple_New(3) : NULL;  /* not Py_BuildValue: no format to parse */
         if (item == NULL) {
-            if (body == NULL)
-                Py_DECREF(props);
+            Py_XDECREF(flag_obj);
+            Py_XDECREF(body);
+            Py_DECREF(props);
             goto fail;
         }
+        PyTuple_SET_ITEM(item, 0, flag_obj);
+        PyTuple_SET_ITEM(item, 1, body);
+        PyTuple_SET_ITEM(item, 2, props);
         if (PyList_Append(out, item) < 0) {
             Py_DECREF(item);
             goto fail;
