@@ -56,7 +56,7 @@ from tidemq.instance import ClientInstance
 from tidemq.lifecycle import AsyncLifecycle
 from tidemq.message import Message, check_topic, compress_body, encode_properties_str, uniq_keys
 from tidemq.producer.batch_split import split_batches
-from tidemq.producer.send_codec import SendHeaderTemplate, encode_batch_body
+from tidemq.producer.send_codec import SendHeaderTemplate, bare_batch_body, encode_batch_body
 from tidemq.protocol.codes import FLAG_ONEWAY
 from tidemq.protocol.record import PROP_UNIQ_KEY
 from tidemq.protocol.remoting import RemotingCommand
@@ -341,6 +341,30 @@ def _check_batch_member(msg: Message, topic: str, max_bytes: int) -> None:
         raise errors.IllegalArgument("a batch cannot carry delayed messages")
 
 
+def _batch_entries(msgs: list[Message], topic: str, max_bytes: int,
+                   made: list[str]) -> tuple[list[tuple[int, bytes, str]], list[str]]:
+    """Each batch member checked (IllegalArgument on the first failing) and turned into its
+    (flag, body, properties text) entry; made[i] is message i's UNIQ_KEY unless its properties
+    name one. Returns the entries and the keys."""
+    entries: list[tuple[int, bytes, str]] = []
+    keys: list[str] = []
+    for msg, made_key in zip(msgs, made):
+        body = msg.body
+        if (body.__class__ is not bytes or msg.topic != topic
+                or not 0 < len(body) <= max_bytes or msg.delay_level.__class__ is not int
+                or msg.delay_level):  # anything but the usual: the full checks decide
+            _check_batch_member(msg, topic, max_bytes)
+            body = bytes(body)
+        if msg.properties or msg.tags or msg.keys:
+            uniq = _given_uniq_key(msg) or made_key
+            text = _properties_text(msg, uniq)
+        else:
+            uniq, text = made_key, _BARE_TEXT % made_key
+        keys.append(uniq)
+        entries.append((msg.flag, body, text))
+    return entries, keys
+
+
 _UNIQ_PLACEHOLDER = "0" * 32  # a made UNIQ_KEY's length (message.uniq_keys)
 
 
@@ -586,28 +610,18 @@ class Producer(AsyncLifecycle):
         topic = msgs[0].topic
         max_bytes = self.config.max_message_bytes
         check_topic(topic)  # once: every message must have this one
-        entries: list[tuple[int, bytes, str]] = []
-        keys: list[str] = []
-        for msg, made in zip(msgs, uniq_keys.next_many(len(msgs))):
-            body = msg.body
-            if (body.__class__ is not bytes or msg.topic != topic
-                    or not 0 < len(body) <= max_bytes or msg.delay_level.__class__ is not int
-                    or msg.delay_level):  # anything but the usual: the full checks decide
-                _check_batch_member(msg, topic, max_bytes)
-                body = bytes(body)
-            if msg.properties or msg.tags or msg.keys:
-                uniq = _given_uniq_key(msg) or made
-                text = _properties_text(msg, uniq)
-            else:
-                uniq, text = made, _BARE_TEXT % made
-            keys.append(uniq)
-            entries.append((msg.flag, body, text))
-        if topic.startswith("%RETRY%"):
-            raise errors.IllegalArgument("a batch cannot go to a retry topic")
-        self._check_batch_count(len(entries))
-        body = encode_batch_body(entries)
-        if len(body) > self.config.max_message_bytes:
-            raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {self.config.max_message_bytes}")
+        keys = uniq_keys.next_many(len(msgs))
+        usual = len(msgs) <= self.config.max_batch_messages and not topic.startswith("%RETRY%")
+        # The usual batch (bare members) in one compiled pass; None: each message in Python.
+        body = bare_batch_body(msgs, topic, max_bytes, keys) if usual else None
+        if body is None:
+            entries, keys = _batch_entries(msgs, topic, max_bytes, keys)
+            if topic.startswith("%RETRY%"):
+                raise errors.IllegalArgument("a batch cannot go to a retry topic")
+            self._check_batch_count(len(entries))
+            body = encode_batch_body(entries)
+        if len(body) > max_bytes:
+            raise errors.IllegalArgument(f"batch of {len(body)} bytes exceeds {max_bytes}")
         tmpl = self._template(topic, True)
         return _SendOp(self, topic, body, 0, 0, tmpl.encode_props(""), ",".join(keys), tmpl)
 

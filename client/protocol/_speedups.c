@@ -633,7 +633,7 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     while (pos < n) {
         int32_t total, flag, body_len, props_len;
         Py_ssize_t end, b_start, b_end, p_len, extra;
-        PyObject *body, *props, *item;
+        PyObject *body, *props, *item, *flag_obj;
         char *dst;
         if (PyList_GET_SIZE(out) == max_entries || n - pos < 22)
             goto slow;
@@ -673,12 +673,17 @@ decode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
             memcpy(dst + p_len, PyBytes_AS_STRING(cluster), (size_t)cl_len);
         }
         body = PySequence_GetSlice(mv, b_start, b_end);
-        item = body ? Py_BuildValue("(iNN)", (int)flag, body, props) : NULL;
+        flag_obj = body ? PyLong_FromLong(flag) : NULL;
+        item = flag_obj ? PyTuple_New(3) : NULL;  /* not Py_BuildValue: no format to parse */
         if (item == NULL) {
-            if (body == NULL)
-                Py_DECREF(props);
+            Py_XDECREF(flag_obj);
+            Py_XDECREF(body);
+            Py_DECREF(props);
             goto fail;
         }
+        PyTuple_SET_ITEM(item, 0, flag_obj);
+        PyTuple_SET_ITEM(item, 1, body);
+        PyTuple_SET_ITEM(item, 2, props);
         if (PyList_Append(out, item) < 0) {
             Py_DECREF(item);
             goto fail;
@@ -747,6 +752,115 @@ encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
         dst += 22 + body_len + raw_len;
     }
     return out;
+}
+
+/* bare_batch_body(msgs, topic, max_bytes, keys): the twin of
+   tidemq.producer.send_codec.bare_batch_body for lists of messages that are all bare, usual
+   batch members (their attributes read once each, nothing built per message); anything else
+   (another type, a property, a tag, a limit) goes to the twin, which decides. */
+#define BARE_HEAD "WAIT\x01true\x02UNIQ_KEY\x01"
+#define BARE_HEAD_LEN 19
+
+static PyObject *bare_names[7];  /* body flag delay_level topic properties tags keys */
+
+static int
+bare_intern(void)
+{
+    static const char *text[7] = {"body", "flag", "delay_level", "topic", "properties", "tags",
+                                  "keys"};
+    for (int k = 0; k < 7; k++)
+        if ((bare_names[k] = PyUnicode_InternFromString(text[k])) == NULL)
+            return -1;
+    return 0;
+}
+
+static int
+bare_member(PyObject *m, PyObject *topic, long long max_bytes, PyObject **body, long long *flag)
+{
+    PyObject *v[7];
+    int ok = 1;
+    for (int k = 0; k < 7; k++)
+        v[k] = NULL;
+    for (int k = 0; k < 7 && ok; k++) {
+        v[k] = PyObject_GetAttr(m, bare_names[k]);
+        ok = v[k] != NULL;
+    }
+    if (ok) {
+        long long delay;
+        ok = PyBytes_CheckExact(v[0]) && PyBytes_GET_SIZE(v[0]) > 0
+            && PyBytes_GET_SIZE(v[0]) <= max_bytes
+            && PyLong_CheckExact(v[1]) && as_i64(v[1], I32_MIN, I32_MAX, flag) == 0
+            && PyLong_CheckExact(v[2]) && as_i64(v[2], 0, 0, &delay) == 0
+            && PyUnicode_CheckExact(v[3]) && PyUnicode_Compare(v[3], topic) == 0
+            && v[4] == Py_None && v[5] == Py_None && v[6] == Py_None;
+    }
+    *body = ok ? v[0] : NULL;  /* a borrowed view: the message keeps its body alive */
+    for (int k = 0; k < 7; k++)
+        Py_XDECREF(v[k]);
+    return ok;
+}
+
+static PyObject *
+bare_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *msgs, *keys, *out, **bodies;
+    long long max_bytes, *flags;
+    Py_ssize_t count, size = 0;
+    unsigned char *p;
+
+    if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0])
+            || !PyUnicode_CheckExact(args[1]) || !PyList_CheckExact(args[3])
+            || as_i64(args[2], I64_MIN, I64_MAX, &max_bytes) < 0
+            || PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[3]))
+        return fallback("bare_batch_body", args, nargs, kwnames);
+    msgs = args[0];
+    keys = args[3];
+    count = PyList_GET_SIZE(msgs);
+    bodies = PyMem_Malloc(sizeof(PyObject *) * (size_t)(count ? count : 1));
+    flags = PyMem_Malloc(sizeof(long long) * (size_t)(count ? count : 1));
+    if (bodies == NULL || flags == NULL)
+        goto twin;
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 1: check and size */
+        PyObject *key = PyList_GET_ITEM(keys, i);
+        Py_ssize_t key_len;
+        if (!bare_member(PyList_GET_ITEM(msgs, i), args[1], max_bytes, &bodies[i], &flags[i])
+                || !PyUnicode_CheckExact(key)
+                || PyUnicode_AsUTF8AndSize(key, &key_len) == NULL
+                || BARE_HEAD_LEN + key_len + 1 > 32767)
+            goto twin;
+        size += 22 + PyBytes_GET_SIZE(bodies[i]) + BARE_HEAD_LEN + key_len + 1;
+    }
+    out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) {
+        PyMem_Free(bodies);
+        PyMem_Free(flags);
+        return NULL;
+    }
+    p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* pass 2: write, as encode_batch_body */
+        Py_ssize_t key_len, body_len = PyBytes_GET_SIZE(bodies[i]), raw_len;
+        const char *key = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(keys, i), &key_len);
+        raw_len = BARE_HEAD_LEN + key_len + 1;
+        put32(p, (uint32_t)(22 + body_len + raw_len));
+        put32(p + 4, 0);
+        put32(p + 8, 0);
+        put32(p + 12, (uint32_t)flags[i]);
+        put32(p + 16, (uint32_t)body_len);
+        memcpy(p + 20, PyBytes_AS_STRING(bodies[i]), (size_t)body_len);
+        put16(p + 20 + body_len, (uint16_t)raw_len);
+        p += 22 + body_len;
+        memcpy(p, BARE_HEAD, BARE_HEAD_LEN);
+        memcpy(p + BARE_HEAD_LEN, key, (size_t)key_len);
+        p[BARE_HEAD_LEN + key_len] = 2;
+        p += raw_len;
+    }
+    PyMem_Free(bodies);
+    PyMem_Free(flags);
+    return out;
+twin:
+    PyMem_Free(bodies);
+    PyMem_Free(flags);
+    return fallback("bare_batch_body", args, nargs, kwnames);
 }
 
 /* ------------------------------------------------------------------ send frame heads */
@@ -2554,6 +2668,7 @@ static PyMethodDef methods[] = {
     TWIN(prop_fields, "tidemq.protocol.record"),
     TWIN(decode_batch, "tidemq.node.processors.send"),
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
+    TWIN(bare_batch_body, "tidemq.producer.send_codec"),
     TWIN(json_send_head, "tidemq.producer.send_codec"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
@@ -2584,7 +2699,7 @@ PyInit__speedups(void)
     crc_init();
     crc_detect();
     x2n_init();
-    if (intern_names() < 0)
+    if (intern_names() < 0 || bare_intern() < 0)
         return NULL;
     fallbacks = PyDict_New();
     if (fallbacks == NULL)

@@ -513,6 +513,18 @@ class FrameDecoder:
     def _feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         buf = self._buf
         src: bytes | bytearray | memoryview
+        if len(buf) >= 4:  # a frame is pending whose length passed: complete only that one
+            need = 4 + _LENGTH.unpack_from(buf)[0] - len(buf)
+            if need > len(data):
+                buf += data
+                return []
+            with memoryview(data) as view:
+                buf += view[:need]
+                commands, _ = decode_frames(buf, 0, self._max_frame_bytes)  # exactly one
+                self._buf = bytearray()
+                if need < len(view):  # the rest of the chunk is parsed in place
+                    commands += self._feed(view[need:])
+            return commands
         if buf:
             buf += data
             src = buf

@@ -41,11 +41,12 @@ Rules:
 5. A batch counts as a duplicate when every message in it that has a UNIQ_KEY is in the
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
-7. The usual send (ordinary topics, every key set) is checked and remembered in bulk,
+7. The usual send (one ordinary topic, every key set) is checked and remembered in bulk,
    walking the messages at C speed; anything else takes the message-by-message path, with the
    same result (same entries, same order).
 8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
-   short strings, no body): remembering a message builds no tuple of its own.
+   short strings, no body): remembering a message builds no tuple of its own. The keys live
+   in node/sending/dedup_keys.py: per topic, a plain dict by UNIQ_KEY, aged in put-sized runs.
 """
 from __future__ import annotations
 
@@ -53,11 +54,11 @@ import logging
 import struct
 import time
 import weakref
-from collections import OrderedDict, deque
-from itertools import repeat, starmap
+from collections import deque
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
+from tidemq.node.sending.dedup_keys import KeyWindow
 from tidemq.node.store import index_file
 from tidemq.node.store.message import (
     DR_PHYS,
@@ -107,7 +108,6 @@ E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = (DR_PHYS, DR_SIZE, DR_Q
 # The bulk paths (rule 7) walk a request's messages at C speed with these.
 _R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
 _M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")
-_drain = deque(maxlen=0).extend  # runs an iterator for its side effects
 
 
 def _one_ordinary_topic(topics) -> str | None:
@@ -125,11 +125,15 @@ class DedupWindow:
         self.max_keys = max_keys
         self.enabled = window_ms > 0 and max_keys > 0
         self.clock = clock
-        self._entries: OrderedDict = OrderedDict()  # (topic, uniq) -> entry, oldest first
+        self._keys = KeyWindow()  # (topic, uniq) -> entry, oldest first (dedup_keys.py)
         self.suppressed = 0  # messages answered from the window (metrics, tests)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._keys)
+
+    def items(self) -> list:
+        """[((topic, UNIQ_KEY), entry)] of every key held, oldest first."""
+        return list(self._keys.items())
 
     # -- the send path ------------------------------------------------------------------
     def remember(self, requests, msgs=None, keep_first: bool = False) -> None:
@@ -146,33 +150,20 @@ class DedupWindow:
         self._evict(int(self.clock() * 1000))
 
     def _remember_new(self, requests, keep_first: bool = False) -> bool:
-        """Rule 7: a put of ordinary topics only (sends spread over many topics included)
-        whose keys are all set is added in one update; False (nothing changed) for anything
-        else. A key held already, or twice in the put, ends where the message-by-message path
-        leaves it: its latest record, young again (moved to the end in put order, only when
-        the update shows such a key). keep_first (the rebuild): only keys distinct and new."""
-        entries = self._entries
-        topics = list(map(_R_TOPIC, requests))
-        if any(map(is_system_topic, set(topics))):
+        """Rule 7: a put of one ordinary topic whose keys are all set is added in one update;
+        False (nothing changed) for anything else. A key held already, or twice in the put,
+        ends where the message-by-message path leaves it: its latest record, young again.
+        keep_first (the rebuild): only keys distinct and new."""
+        topic = _one_ordinary_topic(map(_R_TOPIC, requests))
+        if topic is None:
             return False
         uniqs = list(map(_R_UNIQ, requests))
         if not all(uniqs):
             return False
-        keys = list(zip(topics, uniqs))
-        if keep_first:
-            if len(set(keys)) != len(keys) or not entries.keys().isdisjoint(keys):
-                return False
-            entries.update(zip(keys, requests))
-            return True
-        held = len(entries)
-        entries.update(zip(keys, requests))
-        if len(entries) - held != len(keys):
-            _drain(map(entries.move_to_end, keys))
-        return True
+        return self._keys.add_run(topic, uniqs, requests, keep_first)
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
-        entries = self._entries
-        setdefault = entries.setdefault
+        add = self._keys.add
         last_topic, last_system = None, False  # a put's requests mostly share one topic
         for i, r in enumerate(requests):
             uniq = r[DR_UNIQ_KEY]
@@ -185,22 +176,17 @@ class DedupWindow:
                 topic = _stand_in_topic(topic, msgs[i].properties if msgs is not None else None)
                 if topic is None:
                     continue
-            key, entry = (topic, uniq), r
-            if setdefault(key, entry) is not entry:  # held already (one lookup for a new key)
-                if keep_first:
-                    continue
-                entries.move_to_end(key)  # a key re-stored (past the window) is young again
-                entries[key] = entry
+            add(topic, uniq, r, keep_first)
 
     def split(self, msgs, topic: str | None = None) -> tuple[list, list]:
         """(new messages, window entries of the duplicates) for one request's messages.
         `topic`: the one topic of all `msgs` when the caller knows it (a batch)."""
-        entries = self._entries
-        if not entries:
+        keys = self._keys
+        if not len(keys):
             return msgs, []
         if len(msgs) == 1:  # a single send: one lookup, no bulk to gain
             m = msgs[0]
-            if not m.uniq_key or ((m.topic, m.uniq_key) not in entries
+            if not m.uniq_key or (keys.get(m.topic, m.uniq_key) is None
                                   and not is_system_topic(m.topic)):
                 return msgs, []
             return self._split_each(msgs)
@@ -208,14 +194,13 @@ class DedupWindow:
             topic = _one_ordinary_topic(map(_M_TOPIC, msgs))
         elif is_system_topic(topic):
             topic = None
-        if topic is not None and entries.keys().isdisjoint(zip(repeat(topic), map(_M_UNIQ, msgs))):
+        if topic is not None and keys.holds_none(topic, map(_M_UNIQ, msgs)):
             return msgs, []  # rule 7: none held (the usual send)
         return self._split_each(msgs)
 
     def _split_each(self, msgs) -> tuple[list, list]:
-        entries = self._entries
         cutoff = int(self.clock() * 1000) - self.window_ms
-        get = entries.get
+        get = self._keys.get
         fresh, dups = None, []  # fresh: built only once a duplicate is found
         last_topic, last_system = None, False  # a request's messages share one topic
         for i, m in enumerate(msgs):
@@ -226,7 +211,7 @@ class DedupWindow:
                     last_topic, last_system = t, is_system_topic(t)
                 if last_system:
                     t = _stand_in_topic(t, m.properties)
-                e = get((t, uniq)) if t is not None else None
+                e = get(t, uniq) if t is not None else None
             if e is not None and e[E_STORE_MS] >= cutoff:
                 if fresh is None:
                     fresh = list(msgs[:i])
@@ -239,26 +224,14 @@ class DedupWindow:
         return fresh, dups
 
     def _evict(self, now_ms: int) -> None:
-        entries = self._entries
-        pop = entries.popitem
-        excess = len(entries) - self.max_keys
-        if excess > 0:
-            _drain(starmap(pop, repeat((False,), excess)))  # oldest first, at C speed
-        cutoff = now_ms - self.window_ms
-        stale = 0
-        for e in entries.values():  # oldest first: count, then pop (no mutation mid-walk)
-            if e[E_STORE_MS] >= cutoff:
-                break
-            stale += 1
-        if stale:
-            _drain(starmap(pop, repeat((False,), stale)))
+        self._keys.evict(self.max_keys, now_ms - self.window_ms)
 
     # -- restart ------------------------------------------------------------------------
     def rebuild(self, store) -> int:
         """Refill the window from the store's key index (rule 4); returns the keys held.
         What the window held is dropped first: under HA the log may have been cut back since.
         A shadow prepared for this store (rule 6) is adopted instead of a full walk."""
-        self._entries.clear()
+        self._keys = KeyWindow()
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")
@@ -267,16 +240,16 @@ class DedupWindow:
         offered = _shadows.pop(store, None)
         above = -1
         if offered is not None and offered.bounds == (self.window_ms, self.max_keys):
-            self._entries, above = offered.window._entries, offered.top_phys
+            self._keys, above = offered.window._keys, offered.top_phys
             floor = offered.source.cut_floor_since(offered.cuts)   # cut since the offer
             if floor is not None:
-                above = min(above, _prune_from(self._entries, floor))
+                above = min(above, self._keys.prune_from(floor))
         found, props, _ = _walk(store, self.window_ms, self.max_keys, self.clock, above)
         self._remember_oldest_first(found, props)
         log.info("duplicate window rebuilt from the key index: %d keys (%s) in %.0f ms",
-                 len(self._entries), "shadow + %d newer" % len(found) if above >= 0 else "full",
+                 len(self._keys), "shadow + %d newer" % len(found) if above >= 0 else "full",
                  (time.monotonic() - t0) * 1000)
-        return len(self._entries)
+        return len(self._keys)
 
     def _remember_oldest_first(self, found: list, found_props: list) -> None:
         order = sorted(range(len(found)), key=lambda i: found[i][DR_PHYS])  # oldest first, as kept
@@ -333,17 +306,6 @@ def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, sto
     return found, found_props, top
 
 
-def _prune_from(entries: OrderedDict, floor: int) -> int:
-    """Drop the entries of records at or past `floor` (a cut of the log): a shadow's entries
-    are in log order, so from the newest back. Returns the highest offset below the cut."""
-    while entries:
-        key = next(reversed(entries))
-        if entries[key][E_PHYS] < floor:
-            break
-        entries.popitem(last=True)
-    return floor - 1
-
-
 class ShadowWindow:
     """A window a slave keeps current off the loop for the send path to adopt (rule 6).
 
@@ -395,7 +357,7 @@ class ShadowWindow:
         cuts = self.cuts
         floor = self.cut_floor_since(self._cuts_applied)
         if floor is not None:
-            self.top_phys = min(self.top_phys, _prune_from(self.window._entries, floor))
+            self.top_phys = min(self.top_phys, self.window._keys.prune_from(floor))
         self._cuts_applied = cuts
 
     def refresh(self, store) -> int:

@@ -66,7 +66,7 @@ def test_a_promoted_window_reads_back_only_what_the_shadow_has_not_seen(store):
     assert c.reads == 50, c.reads                # not 3,450 records on the loop
     full = DedupWindow(WINDOW_MS, KEYS)
     assert full.rebuild(store) == 3450           # nothing offered any more: full walk
-    assert dict(adopted._entries) == dict(full._entries)
+    assert dict(adopted.items()) == dict(full.items())
     assert_stored_once(adopted, kept=7, new=9999)
 
 

@@ -1,4 +1,5 @@
 """Messages: UNIQ_KEY format, compression, lazy decoding of pulled records."""
+import itertools
 import os
 import re
 import time
@@ -152,3 +153,13 @@ def test_uniq_key_head_follows_the_clock_and_the_month():
     later = gen.next(gen._next_month_ms + 5)  # the next month starts counting from 0
     assert parse_uniq_key(later)["ms_in_month"] == 5
     assert parse_uniq_key(gen.next_many(2)[0])["ip"] == "10.0.0.1"
+
+
+def test_uniq_keys_made_for_a_batch_wrap_their_counter_as_single_keys_do():
+    gen = UniqKeyGenerator(ip="127.0.0.1")
+    gen._counter = itertools.count(0xFFFE)
+    keys = gen.next_many(4)
+    assert [parse_uniq_key(k)["counter"] for k in keys] == [0xFFFE, 0xFFFF, 0, 1]
+    gen._counter = itertools.count(0x1FFFF)
+    assert gen.next()[28:] == "FFFF"
+    assert all(len(k) == 32 and k == k.upper() for k in keys)

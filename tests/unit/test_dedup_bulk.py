@@ -60,11 +60,12 @@ def test_bulk_paths_match_the_message_by_message_paths(steps, bounds, keep_first
             each._remember_each(reqs, msgs, keep_first)
             each._evict(now_ms)
         else:
-            expected = each._split_each(msgs) if each._entries else (msgs, [])
+            expected = each._split_each(msgs) if len(each) else (msgs, [])
             assert bulk.split(msgs) == expected
             if len({t for t, _ in pairs}) == 1:  # a batch: the caller names its one topic
                 assert bulk.split(msgs, pairs[0][0]) == expected
-        assert list(bulk._entries.items()) == list(each._entries.items())
+        assert bulk.items() == each.items()
+        assert len(bulk) == len(each) == len(each.items())
 
 
 def test_bulk_remember_makes_a_held_key_young_again():
@@ -73,8 +74,8 @@ def test_bulk_remember_makes_a_held_key_young_again():
     window.remember([_request("T", "a", 1, now_ms), _request("T", "b", 2, now_ms)])
     again = [_request("T", "c", 3, now_ms), _request("T", "a", 4, now_ms)]
     assert window._remember_new(again)
-    assert list(window._entries) == [("T", "b"), ("T", "c"), ("T", "a")]  # "a" is young again
-    assert window._entries[("T", "a")] is again[1]  # and names the latest record
+    assert [k for k, _ in window.items()] == [("T", "b"), ("T", "c"), ("T", "a")]  # "a" is young again
+    assert dict(window.items())[("T", "a")] is again[1]  # and names the latest record
 
 
 def test_the_rebuild_bulk_path_declines_a_held_key():
@@ -83,10 +84,10 @@ def test_the_rebuild_bulk_path_declines_a_held_key():
     window.remember([_request("T", "a", 1, now_ms), _request("T", "b", 2, now_ms)])
     again = [_request("T", "c", 3, now_ms), _request("T", "a", 4, now_ms)]
     assert not window._remember_new(again, keep_first=True)
-    assert list(window._entries) == [("T", "a"), ("T", "b")]  # declining changed nothing
+    assert [k for k, _ in window.items()] == [("T", "a"), ("T", "b")]  # declining changed nothing
     window.remember(again, keep_first=True)
-    assert list(window._entries) == [("T", "a"), ("T", "b"), ("T", "c")]
-    assert window._entries[("T", "a")][2] == 1  # the first record kept
+    assert [k for k, _ in window.items()] == [("T", "a"), ("T", "b"), ("T", "c")]
+    assert dict(window.items())[("T", "a")][2] == 1  # the first record kept
 
 
 def test_an_entry_is_the_put_dispatch_request():
@@ -95,7 +96,8 @@ def test_an_entry_is_the_put_dispatch_request():
     window = DedupWindow(300_000, 100, clock=Clock())
     reqs = [_request("T", "a", 7, 1_000_000), _request("T", "b", 8, 1_000_000)]
     window.remember(reqs)
-    assert [window._entries[("T", u)] for u in "ab"] == reqs
-    assert all(window._entries[("T", u)] is r for u, r in zip("ab", reqs))
+    held = dict(window.items())
+    assert [held[("T", u)] for u in "ab"] == reqs
+    assert all(held[("T", u)] is r for u, r in zip("ab", reqs))
     fresh, dups = window.split([_message("T", "b"), _message("T", "c")], "T")
     assert [m.uniq_key for m in fresh] == ["c"] and dups == [reqs[1]]

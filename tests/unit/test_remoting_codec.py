@@ -139,6 +139,29 @@ def test_frames_split_anywhere_decode_identically(cmds, data):
     assert decode_all(chunks) == cmds
 
 
+@settings(deadline=None, max_examples=100)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=5), st.data())
+def test_a_pending_frame_is_completed_then_the_rest_parsed_and_the_tail_counted(sizes, data):
+    """After every chunk the decoder holds exactly the bytes of the incomplete last frame, and
+    a bad frame right after a completed pending one still fails with ProtocolError."""
+    cmds = [RemotingCommand(code=34, opaque=i, body=b"b" * n) for i, n in enumerate(sizes)]
+    frames = [encode_frame(c) for c in cmds]
+    stream = b"".join(frames)
+    ends = [sum(map(len, frames[:i + 1])) for i in range(len(frames))]
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=6)))
+    decoder, got, fed = FrameDecoder(), [], 0
+    for a, b in zip([0] + cuts, cuts + [len(stream)]):
+        got += decoder.feed(memoryview(stream)[a:b])
+        fed = b
+        assert decoder.buffered_bytes == fed - max([0] + [e for e in ends if e <= fed])
+    assert got == cmds
+    half = len(frames[0]) // 2
+    bad = FrameDecoder()
+    bad.feed(frames[0][:max(half, 5)])
+    with pytest.raises(ProtocolError):
+        bad.feed(frames[0][max(half, 5):] + struct.pack(">i", 2) + b"xxxx")
+
+
 def test_every_single_split_position_and_byte_by_byte():
     cmds = [RemotingCommand.request(RequestCode.SEND_MESSAGE, ext={"topic": "T", "queueId": 2}, body=b"x" * 37),
             RemotingCommand(code=11, remark="héllo", ext={"k": "v"}, serialize_type=SerializeType.ROCKETMQ),

@@ -42,6 +42,7 @@ def test_extension_built():
     assert send.decode_batch is _mod.decode_batch
     assert send.offset_msg_ids is _mod.offset_msg_ids
     assert send_codec.encode_batch_body is _mod.encode_batch_body
+    assert send_codec.bare_batch_body is _mod.bare_batch_body
     assert send_codec.json_send_head is _mod.json_send_head
     assert remoting.decode_binary_ext is _mod.decode_binary_ext
     assert remoting.json_header_fields is _mod.json_header_fields
@@ -245,6 +246,49 @@ def test_encode_batch_body(entries, kind):
             _outcome(accel.PURE["encode_batch_body"], iter(entries))
     else:
         _both("encode_batch_body", entries)
+
+
+_ODD_MEMBER = {  # one attribute of a batch member made unusual (the twin decides)
+    "body": st.sampled_from([b"", bytearray(b"ab"), memoryview(b"ab"), "text", None, b"x" * 70]),
+    "topic": st.sampled_from(["U", b"T", None]),
+    "delay_level": st.sampled_from([1, True, -1, 0.0, None]),
+    "flag": st.sampled_from([2**31, -2**31 - 1, True, 1.0, None]),
+    "properties": st.sampled_from([{}, {"a": "b"}, {"UNIQ_KEY": "K"}]),
+    "tags": st.sampled_from(["", "t"]),
+    "keys": st.sampled_from(["", "k", ["a", "b"]]),
+}
+
+
+@st.composite
+def bare_member_st(draw):
+    msg = client_message.Message("T", draw(st.binary(min_size=1, max_size=60)),
+                                 flag=draw(rarely(st.just(0), I32)))
+    for name in draw(rarely(st.just([]), st.lists(st.sampled_from(sorted(_ODD_MEMBER)),
+                                                  max_size=2))):
+        setattr(msg, name, draw(_ODD_MEMBER[name]))
+    return msg
+
+
+_KEY = st.text(alphabet="0123456789ABCDEF", min_size=32, max_size=32)
+_ODD_KEY = st.one_of(st.none(), st.just(b"K"), st.text(max_size=8), st.just("K" * 40000))
+
+
+@needs_compiled
+@SETTINGS
+@given(st.lists(bare_member_st(), max_size=6), st.data())
+def test_bare_batch_body(msgs, data):
+    """Same bytes or None (or error) on both paths; a body is encode_batch_body's bytes for
+    the same members with their bare properties text."""
+    keys = [data.draw(rarely(_KEY, _ODD_KEY)) for _ in msgs]
+    if data.draw(rarely(st.just(False), st.just(True))):
+        keys = keys[:-1] if keys else ["K"]          # counts differ: None
+    args = (data.draw(rarely(st.just(msgs), st.just(tuple(msgs)))), "T",
+            data.draw(rarely(st.just(64), st.integers(-1, 70))), keys)
+    outcome = _both("bare_batch_body", *args)
+    if outcome[0] == "ok" and outcome[1] is not None:
+        entries = [(m.flag, m.body, "WAIT\x01true\x02UNIQ_KEY\x01%s\x02" % k)
+                   for m, k in zip(msgs, keys)]
+        assert outcome[1] == accel.PURE["encode_batch_body"](entries)
 
 
 def _norm_batch(entries):
