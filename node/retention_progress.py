@@ -35,8 +35,9 @@ BROKER_STATE_READER = "(broker state)"
 
 def build_progress(store, topic_manager, offsets, clients) -> ConsumerProgress:
     topics: dict[str, dict[str, dict[int, int]]] = {}
-    for (group, topic), queues in progress_table(topic_manager, offsets, clients).items():
-        topics.setdefault(topic, {})[group] = {q: o for q, o in queues.items() if o is not None}
+    for (group, topic), queues in progress_table(topic_manager, offsets, clients,
+                                                 uncommitted=False).items():
+        topics.setdefault(topic, {})[group] = queues  # a fresh copy: commits only
     members: set[tuple[str, str]] = set()
     for (key, topic), queues in offsets.table.items():
         group, client_id = split_member(key)

@@ -2658,6 +2658,76 @@ offset_msg_ids(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     return out;
 }
 
+/* ------------------------------------------------------------------ pull and query replies */
+
+/* join_records(records, host): the records concatenated, each with STOREHOST = host (the twin
+is tidemq.node.processors.store_host.join_records, rules there). A list of bytes records long
+enough to hold their STOREHOST and an 8- or 20-byte host here; anything else: the twin. Pass 1
+checks every record and sizes the reply, pass 2 copies. */
+#define SH_V4_AT 64       /* STOREHOST after an 8-byte born host; +12 for an IPv6 one */
+#define SH_POS_SYSFLAG 36
+#define SH_BORN_V6 0x10
+#define SH_STORE_V6 0x20
+
+static PyObject *
+join_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *recs, *out;
+    const unsigned char *host;
+    Py_ssize_t host_len, n, i, total = 0;
+    unsigned char *dst;
+    (void)self;
+    if (kwnames != NULL || nargs != 2 || !PyList_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]))
+        return fallback("join_records", args, nargs, kwnames);
+    recs = args[0];
+    host = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    host_len = PyBytes_GET_SIZE(args[1]);
+    if (host_len != 8 && host_len != 20)
+        return fallback("join_records", args, nargs, kwnames);
+    n = PyList_GET_SIZE(recs);
+    for (i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(recs, i);
+        const unsigned char *b;
+        int32_t sysflag;
+        Py_ssize_t at, old_len;
+        if (!PyBytes_CheckExact(r))
+            return fallback("join_records", args, nargs, kwnames);
+        b = (const unsigned char *)PyBytes_AS_STRING(r);
+        if (PyBytes_GET_SIZE(r) < SH_V4_AT)
+            return fallback("join_records", args, nargs, kwnames);
+        sysflag = get32(b + SH_POS_SYSFLAG);
+        at = SH_V4_AT + ((sysflag & SH_BORN_V6) ? 12 : 0);
+        old_len = (sysflag & SH_STORE_V6) ? 20 : 8;
+        if (PyBytes_GET_SIZE(r) < at + old_len  /* the twin's slices would cut short: its output */
+                || PyBytes_GET_SIZE(r) + host_len - old_len > I32_MAX)  /* its TOTALSIZE raises */
+            return fallback("join_records", args, nargs, kwnames);
+        total += PyBytes_GET_SIZE(r) + host_len - old_len;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        return NULL;
+    dst = (unsigned char *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {
+        PyObject *r = PyList_GET_ITEM(recs, i);
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(r);
+        Py_ssize_t len = PyBytes_GET_SIZE(r), at, old_len, size;
+        int32_t sysflag = get32(b + SH_POS_SYSFLAG);
+        at = SH_V4_AT + ((sysflag & SH_BORN_V6) ? 12 : 0);
+        old_len = (sysflag & SH_STORE_V6) ? 20 : 8;
+        size = len + host_len - old_len;
+        memcpy(dst, b, (size_t)at);
+        memcpy(dst + at, host, (size_t)host_len);
+        memcpy(dst + at + host_len, b + at + old_len, (size_t)(len - at - old_len));
+        if (old_len != host_len) {  /* IPv4 <-> IPv6: TOTALSIZE and SYSFLAG follow */
+            sysflag = host_len == 20 ? (sysflag | SH_STORE_V6) : (sysflag & ~SH_STORE_V6);
+            put32(dst, (uint32_t)size);
+            put32(dst + SH_POS_SYSFLAG, (uint32_t)sysflag);
+        }
+        dst += size;
+    }
+    return out;
+}
+
 #define TWIN(name, home) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL | METH_KEYWORDS, home "." #name}
 
 static PyMethodDef methods[] = {
@@ -2682,6 +2752,7 @@ static PyMethodDef methods[] = {
     TWIN(wire_messages, "tidemq.node.store.message"),
     TWIN(record_views, "tidemq.message"),
     TWIN(offset_msg_ids, "tidemq.node.processors.send"),
+    TWIN(join_records, "tidemq.node.processors.store_host"),
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,9 +24,10 @@ def _clustering(group) -> bool:
 
 
 def progress_table(topic_manager, offsets, clients, only_group: str | None = None,
-                   only_topic: str | None = None) -> dict:
+                   only_topic: str | None = None, uncommitted: bool = True) -> dict:
     """{(group, topic): {queue id: committed offset or None}} (module docstring), from the topic
-    table, the consumer offsets and the client registry."""
+    table, the consumer offsets and the client registry. uncommitted=False leaves out the
+    queues without a commit (their None entries): for callers that only want the commits."""
     topics = topic_manager.table
     table: dict = {}
     for (group, topic), queues in offsets.table.items():
@@ -41,6 +42,8 @@ def progress_table(topic_manager, offsets, clients, only_group: str | None = Non
         for topic in g.subscriptions:
             if topic in topics and not (only_topic and topic != only_topic):
                 table.setdefault((group, topic), {})
+    if not uncommitted:
+        return table
     for (_group, topic), queues in table.items():
         tc = topics.get(topic)
         for qid in range(tc.read_queue_nums if tc is not None else 0):

@@ -4,11 +4,15 @@ connection, per-queue refusals, tag filtering, the operator switch, and bad bodi
 with a clear remark, changing nothing)."""
 import asyncio
 import json
+import os
 import struct
+
+import pytest
 
 from tests.broker.conftest import run
 from tests.support.raw_client import RawClient, decode_records, properties, send_ext
 from tidemq.protocol.codes import RequestCode as R
+from tidemq.protocol.record import body_crc, decode_offset_msg_id
 
 GROUP = "BatchG"
 
@@ -192,3 +196,37 @@ def test_switched_off_it_is_not_supported(broker_factory):
             r = await c.request(*batch([["BP0", 0, 0, -1]]))
             assert r.code == 3, (r.code, r.remark)
     run(go())
+
+
+@pytest.mark.parametrize("pure", ["0", "1"])
+def test_records_carry_the_serving_address_after_a_restart_on_another_port(broker_factory, pure):
+    """Records written before a restart come back, in a batched pull and by offsetMsgId, under
+    the broker's new address, on the compiled path and the pure one; bodies are unchanged."""
+    b = broker_factory(env=dict(os.environ, TIDEMQ_PURE_PYTHON=pure)).start()
+    queues = [["BP0", q, 0, -1] for q in range(4)]
+
+    async def before():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 1)
+            for i in range(6):
+                await send(c, "BP0", i % 2, b"m%d" % i)
+            rows = rows_of(await c.request(*batch(queues)))
+            return {m.body: m.offset_msg_id for row in rows.values() for m in row[2]}
+    old_ids = run(before())
+    old_addr = b.addr
+    b.restart()
+    assert b.addr != old_addr
+
+    async def after():
+        async with await RawClient.connect(b.addr) as c:
+            rows = rows_of(await c.request(*batch(queues)))
+            got = [m for i in sorted(rows) for m in rows[i][2]]
+            assert sorted(m.body for m in got) == sorted(old_ids)
+            for m in got:
+                ip, port, phys = decode_offset_msg_id(m.offset_msg_id)
+                assert f"{ip}:{port}" == b.addr and m.body_crc == body_crc(m.body)
+                assert m.offset_msg_id[16:] == old_ids[m.body][16:]  # same place in the log
+                r = await c.request(R.VIEW_MESSAGE_BY_ID, {"offset": str(phys)})
+                viewed = decode_records(r.body)[0]
+                assert viewed.body == m.body and viewed.offset_msg_id == m.offset_msg_id
+    run(after())

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tidemq import message as client_message
-from tidemq.node.processors import send
+from tidemq.node.processors import send, store_host
 from tidemq.node.store import commit_log, dispatch, index_file, message_store, queue_table
 from tidemq.node.store import message as store_message_mod
 from tidemq.node.store.consume_queue import ConsumeQueue
@@ -55,6 +55,7 @@ def test_extension_built():
     assert queue_table.unit_blobs is _mod.unit_blobs
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
+    assert store_host.join_records is _mod.join_records
 
 
 def _outcome(fn, *args):
@@ -1018,6 +1019,31 @@ def checked_batch(draw):
     return msgs, draw(st.integers(0, 9)), topics, draw(st.integers(0, 40)), 30, draw(st.integers(0, 10))
 
 
+# ------------------------------------------------------------------------------ reply bodies
+
+_HOST_ADDR = st.sampled_from([("10.1.2.3", 10911), ("fe80::1", 20911), ("255.0.0.1", 1)])
+
+
+@st.composite
+def stored_record(draw):
+    """A record as the store holds it, under some born and store address (IPv4 or IPv6)."""
+    born, stored = (rec_host(draw(_HOST_ADDR)) for _ in range(2))
+    body = draw(st.binary(max_size=40))
+    buf = bytearray(300)
+    size = record.encode_into(buf, 0, b"T", draw(st.integers(0, 7)), draw(I32), 5, 1000,
+                              draw(st.integers(0, 9)), 1, born, 2, stored, 0, 0, body,
+                              b"TAGS\x01a\x02")
+    return bytes(buf[:size])
+
+
+def rec_host(addr):
+    return record.encode_host(*addr)
+
+
+_ODD_RECORD = st.one_of(st.binary(max_size=90), stored_record().map(bytearray),
+                        stored_record().map(lambda r: r[:70]))
+
+
 @needs_compiled
 @SETTINGS
 @given(checked_batch())
@@ -1091,3 +1117,33 @@ def test_append_records_stays_compiled_over_many_queues():
     assert handed == []
     assert results[1] == results[0]
     assert results[0][2][("T7", 2)] == 9 + 2 and len(results[0][2]) == 300
+
+
+@given(st.lists(rarely(stored_record(), _ODD_RECORD), max_size=6)
+       .flatmap(lambda rs: rarely(st.just(rs), st.just(tuple(rs)))),
+       rarely(_HOST_ADDR.map(rec_host), ODD_HOST))
+def test_join_records(records, host):
+    """A pull or query reply body: the same bytes (STOREHOST, TOTALSIZE, SYSFLAG) or the same error."""
+    _both("join_records", records, host)
+
+
+@needs_compiled
+def test_join_records_usual_reply_in_c():
+    """Records under another address (IPv4 and IPv6 both ways) are rewritten by the compiled
+    code itself, without calling the twin."""
+    hosts = [rec_host(("10.0.0.1", 1)), rec_host(("fe80::2", 2))]
+    buf = bytearray(300)
+    records = []
+    for born in hosts:
+        for stored in hosts:
+            size = record.encode_into(buf, 0, b"T", 1, 0, 5, 1000, 0, 1, born, 2, stored, 0, 0,
+                                      b"body", b"")
+            records.append(bytes(buf[:size]))
+    _mod.set_fallback("join_records", None)  # calling the twin would now raise TypeError
+    try:
+        for host in hosts:
+            patched = [store_host.patch_store_host(r, host) for r in records]
+            assert _mod.join_records(records, host) == b"".join(patched)
+            assert [record.decode_record(r).store_host for r in patched] == [host] * len(records)
+    finally:
+        _register_fallbacks()
