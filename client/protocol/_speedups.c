@@ -789,6 +789,124 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     return out;
 }
 
+/* ------------------------------------------------------------------ typed requests */
+
+/* typed_request(ext, plan, cls): the twin of tidemq.node.requests.parse.typed_request.
+   ext: a dict of str; plan: a tuple of (first, other or None, op, arg, required, default)
+   tuples; the answer cls(*values), or None where the twin answers None. A plan or argument
+   of another shape, or keywords: the twin. */
+#define TR_MAX_FIELDS 32
+enum { TR_TEXT = 0, TR_NAME = 1, TR_INT = 2, TR_BOOL = 3 };
+
+/* One field's value into *out (a new reference): 1 done, 0 the twin answers None, -1 the
+   twin must decide (an odd plan entry). */
+static int
+tr_field(PyObject *ext, PyObject *entry, PyObject **out)
+{
+    PyObject *first, *other, *arg, *v, *w;
+    long op;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 6)
+        return -1;
+    first = PyTuple_GET_ITEM(entry, 0);
+    other = PyTuple_GET_ITEM(entry, 1);
+    arg = PyTuple_GET_ITEM(entry, 3);
+    op = PyLong_CheckExact(PyTuple_GET_ITEM(entry, 2)) ? PyLong_AsLong(PyTuple_GET_ITEM(entry, 2)) : -1;
+    if (!PyUnicode_CheckExact(first) || (other != Py_None && !PyUnicode_CheckExact(other))
+            || op < TR_TEXT || op > TR_BOOL)
+        return -1;
+    v = PyDict_GetItemWithError(ext, first);
+    if (v == NULL && PyErr_Occurred())
+        return -1;
+    if (v == Py_None)
+        v = NULL;
+    if (other != Py_None) {
+        w = PyDict_GetItemWithError(ext, other);
+        if (w == NULL && PyErr_Occurred())
+            return -1;
+        if (w != NULL && w != Py_None) {
+            if (v != NULL)
+                return 0;
+            v = w;
+        }
+    }
+    if (v == NULL) {
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 4));
+        if (required != 0)
+            return required < 0 ? -1 : 0;
+        *out = Py_NewRef(PyTuple_GET_ITEM(entry, 5));
+        return 1;
+    }
+    if (!PyUnicode_CheckExact(v))
+        return 0;
+    if (op == TR_INT) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v), safe;
+        const unsigned char *d;
+        long long value = 0;
+        if (!PyLong_CheckExact(arg) || (safe = PyLong_AsSsize_t(arg)) < 0 || safe > 19)
+            return -1;
+        if (!PyUnicode_IS_ASCII(v) || n == 0 || n >= safe)
+            return 0;
+        d = PyUnicode_1BYTE_DATA(v);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (d[k] < '0' || d[k] > '9')
+                return 0;
+            value = value * 10 + (d[k] - '0');  /* under 19 digits: never overflows */
+        }
+        *out = PyLong_FromLongLong(value);
+        return *out == NULL ? -1 : 1;
+    }
+    if (op == TR_TEXT) {
+        Py_ssize_t max;
+        if (!PyLong_CheckExact(arg) || ((max = PyLong_AsSsize_t(arg)) == -1 && PyErr_Occurred()))
+            return -1;
+        if (PyUnicode_GET_LENGTH(v) > max)
+            return 0;
+    } else if (op == TR_NAME) {
+        int known;
+        if (!PySet_CheckExact(arg))
+            return -1;
+        known = PySet_Contains(arg, v);
+        if (known <= 0)
+            return known < 0 ? -1 : 0;
+    } else {
+        if (PyUnicode_CompareWithASCIIString(v, "true") == 0)
+            v = Py_True;
+        else if (PyUnicode_CompareWithASCIIString(v, "false") == 0)
+            v = Py_False;
+        else
+            return 0;
+    }
+    *out = Py_NewRef(v);
+    return 1;
+}
+
+static PyObject *
+typed_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[TR_MAX_FIELDS] = {NULL}, *plan, *out = NULL;
+    Py_ssize_t n, done = 0;
+    int r = 1;
+    if (kwnames != NULL || nargs != 3 || !PyTuple_CheckExact(args[1]))
+        return fallback("typed_request", args, nargs, kwnames);
+    if (!PyDict_CheckExact(args[0]))
+        Py_RETURN_NONE;  /* the twin's first test */
+    plan = args[1];
+    n = PyTuple_GET_SIZE(plan);
+    if (n > TR_MAX_FIELDS)
+        return fallback("typed_request", args, nargs, kwnames);
+    while (done < n && (r = tr_field(args[0], PyTuple_GET_ITEM(plan, done), &vals[done])) == 1)
+        done++;
+    if (r == 1)
+        out = PyObject_Vectorcall(args[2], vals, (size_t)n, NULL);
+    for (Py_ssize_t k = 0; k < done; k++)
+        Py_DECREF(vals[k]);
+    if (r == 0)
+        Py_RETURN_NONE;
+    if (r < 0)
+        return fallback("typed_request", args, nargs, kwnames);
+    return out;
+}
+
 /* ------------------------------------------------------------------ remoting headers */
 
 static PyObject *
@@ -2299,6 +2417,7 @@ static PyMethodDef methods[] = {
     TWIN(decode_batch, "tidemq.node.processors.send"),
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
     TWIN(json_send_head, "tidemq.producer.send_codec"),
+    TWIN(typed_request, "tidemq.node.requests.parse"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
     TWIN(decode_frames, "tidemq.protocol.remoting"),

@@ -52,6 +52,8 @@ def test_extension_built():
     assert queue_table.unit_blobs is _mod.unit_blobs
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
+    from tidemq.node.requests import parse
+    assert parse.typed_request is _mod.typed_request
 
 
 def _outcome(fn, *args):
@@ -923,3 +925,72 @@ _REQUEST = st.tuples(st.text(max_size=3), I32, I64, rarely(st.integers(0, 2**63 
 def test_offset_msg_ids(requests, host, start, count, field):
     """A send reply's msgId from the put's dispatch requests: the same text or the same error."""
     _both("offset_msg_ids", host, requests, start, count, field)
+
+
+# ------------------------------------------------------------------------------ typed requests
+
+_ODD_VALUES = st.sampled_from(["007", "2147483647", "99999999999", "-1", "+2", "", "1_0", "\uff13",
+                               "1", "TRUE", "bad topic", "x" * 300, "WAIT\x01true\x02"])
+_USUAL_VALUES = {"Int": ["3", "0", "1795625510996"], "Bool": ["true", "false"],
+                 "Name": ["bench-topic", "TBW102"], "Text": ["peer-bench", ""]}
+
+
+@st.composite
+def typed_request_case(draw):
+    """A send header as the frame decoder gives it (mostly text, sometimes not), each field
+    absent, under one of its names, or under both."""
+    from tidemq.node.requests import parse
+    code = draw(st.sampled_from([10, 310, 320]))
+    spec = parse.SPECS[code]
+    plan = parse.fast_plan(spec)
+    ext: dict = {}
+    for field in spec.fields:
+        for name in field.names:
+            if draw(st.integers(0, 2)) == 0:
+                usual = st.sampled_from(_USUAL_VALUES[type(field.kind).__name__])
+                ext[name] = draw(rarely(usual, st.one_of(_ODD_VALUES,
+                                                         st.sampled_from([None, 5, b"3"]))))
+    if draw(st.booleans()):  # a name the kind already accepted: the memo path
+        parse.PARSERS[code](remoting.RemotingCommand.request(code, {"topic": "bench-topic",
+                                                                    "defaultTopic": "TBW102"}))
+    return rarely(st.just(ext), st.sampled_from([None, [("topic", "T")]])).map(
+        lambda e: (e, plan, parse.PARSERS[code].request_class))
+
+
+@needs_compiled
+@SETTINGS
+@given(typed_request_case().flatmap(lambda s: s))
+def test_typed_request(case):
+    """A header's typed request (or None: the generated blocks decide) is the same on both."""
+    _both("typed_request", *case)
+
+
+@needs_compiled
+def test_typed_request_odd_plans_go_to_the_twin():
+    from tidemq.node.requests import parse
+    cls = parse.PARSERS[10].request_class
+    plan = parse.fast_plan(parse.SPECS[10])
+    ext = {"topic": "T"}
+    for odd in ((plan[0][:5],) + plan[1:], (("topic", None, 9, None, True, None),) + plan[1:],
+                plan + plan + plan, [plan[0]]):
+        _both("typed_request", ext, odd, cls)
+    _both("typed_request", ext, plan, cls, "extra")
+
+
+@needs_compiled
+def test_typed_request_one_odd_field_in_a_usual_header():
+    """Each field of a usual send header made odd in turn (the boundaries of the fast path)."""
+    from tidemq.node.requests import parse
+    for code in (10, 310):
+        cls, plan = parse.PARSERS[code].request_class, parse.fast_plan(parse.SPECS[code])
+        parse.PARSERS[code](remoting.RemotingCommand.request(code, {
+            "topic": "bench-topic", "defaultTopic": "bench-topic"}))  # names now memoized
+        usual = {first: {0: "peer-bench", 1: "bench-topic", 2: "3", 3: "false"}[op]
+                 for first, _, op, _, _, _ in plan}
+        assert _both("typed_request", usual, plan, cls)[1] is not None
+        for first, other, *_ in plan:
+            for odd in ("999999999", "2147483647", "999999999999999999", "9999999999999999999",
+                        "", "+1", "1", "x" * 255, "x" * 256, "x" * 32768, "unknown-name"):
+                _both("typed_request", {**usual, first: odd}, plan, cls)
+                if other is not None:
+                    _both("typed_request", {**usual, other: odd}, plan, cls)
