@@ -700,6 +700,25 @@ encode_batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
 
 /* ------------------------------------------------------------------ send frame heads */
 
+/* `v` in decimal into `out` (at least 21 bytes), as "%lld" writes it (no terminator needed):
+   the digit count. A send head formats seven integers; snprintf costs several times this. */
+static int
+format_i64(char *out, long long v)
+{
+    char tmp[24];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
 /* json_send_head(fmt, opaque, queue_id, sys_flag, born_ms, flag, props, body_len
    [, reconsume_times, frame_flag]): the twin of tidemq.producer.send_codec.json_send_head.
    fmt's directives are %d, %b and %%, filled in the twin's order (opaque, frame_flag, queue_id,
@@ -748,7 +767,7 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         if (*q == '%') {
             hlen++;
         } else if (*q == 'd' && next < 7) {
-            ndig[next] = snprintf(digits[next], sizeof digits[next], "%lld", ints[next]);
+            ndig[next] = format_i64(digits[next], ints[next]);
             hlen += ndig[next++];
         } else if (*q == 'b' && next == 7) {
             props_len = PyBytes_GET_SIZE(args[6]);

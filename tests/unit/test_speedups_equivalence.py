@@ -775,6 +775,9 @@ def test_json_send_head_keywords_and_template():
     tmpl = send_codec.SendHeaderTemplate("pg", "T%1")
     props = tmpl.bare_props("AB" * 16)
     _both("json_send_head", tmpl._json_fmt, 1, 2, 3, 1700000000000, 0, props, 1024)
+    for edge in (0, -1, 9, 10, -10, 2**63 - 1, -2**63):  # the compiled digit formatting
+        _both("json_send_head", tmpl._json_fmt, edge, edge, edge, edge, edge, props, 1024, edge,
+              edge)
     _register_fallbacks()
     assert _mod.json_send_head(tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, frame_flag=2) == \
         accel.PURE["json_send_head"](tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, 0, 2)
