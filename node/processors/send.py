@@ -86,6 +86,8 @@ _WRITE = int(PermName.WRITE)
 _BATCH_CODE = int(RequestCode.SEND_BATCH_MESSAGE)
 _JSON, _ROCKETMQ = int(SerializeType.JSON), int(SerializeType.ROCKETMQ)
 _perf_counter = time.perf_counter
+_TX_MASK, _PROP_WAIT = rec.SYSFLAG_TX_MASK, rec.PROP_WAIT
+_decode_properties, _kind_of = rec.decode_properties, send_divert.kind_of  # one lookup each
 _PUT_CODES = {PutStatus.PUT_OK: 0, PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
               PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
               PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE}
@@ -223,9 +225,10 @@ class SendProcessor:
             queue_id = self._queue_for(conn, req)
             # bytes: the compiled decoder takes bytes (text would take the pure twin)
             raw_props = req.properties.encode() if req.properties else b""
-            props = rec.decode_properties(raw_props) if raw_props else {}
-            divert = send_divert.kind_of(props, req.sys_flag)
-            if batch or divert or req.sys_flag & rec.SYSFLAG_TX_MASK:
+            props = _decode_properties(raw_props) if raw_props else {}
+            sys_flag = req.sys_flag
+            divert = _kind_of(props, sys_flag)
+            if batch or divert or sys_flag & _TX_MASK:
                 self._check_kind(req, batch, divert)
             if batch:
                 msgs = self._batch_messages(conn, cmd, req, queue_id, raw_props)
@@ -234,7 +237,7 @@ class SendProcessor:
         except _Refused as r:
             return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
-            batch or props.get(rec.PROP_WAIT) != "false")
+            batch or props.get(_PROP_WAIT) != "false")
         if self.dedup.enabled:
             msgs, dups = self.dedup.split(msgs, req.topic if batch else None)
             if dups:
