@@ -12,9 +12,10 @@ sent under both with different values is refused; the same value twice ("true" a
 the same bool) is accepted. So the ACL and the processor can never read different values for
 one field.
 
-Fast path: a row without a body whose fields are all Int (min <= 0), Text, Name or Bool gets a
-plan (`fast_plan`), and its parser first asks `typed_request` (a compiled twin when built: one
-call instead of a dict lookup per name and a check per field) for the request. That answers
+Fast path (compiled builds): a row without a body whose fields are all Int (min <= 0), Text,
+Name or Bool gets a plan (`fast_plan`), and its parser first asks the compiled `typed_request`
+(one call instead of a dict lookup per name and a check per field) for the request; its pure
+twin, slower than the generated blocks, serves only as the reference. That answers
 only the usual header: each field under at most one of its names, plain ASCII digits for an
 integer, "true"/"false" for a bool, a name this kind already accepted (the memo), text within
 its limit. For anything else it answers None and the generated blocks decide, so the results
@@ -22,6 +23,7 @@ and refusals are the generated parser's in every case.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import make_dataclass
 from typing import Any
 
@@ -152,16 +154,18 @@ def typed_request(ext, plan, cls):
 
 
 typed_request = accel.pick(typed_request)
+# The pure twin is slower than the generated blocks it would spare: pure Python skips it.
+_FAST = typed_request if accel.COMPILED else None
 
 
-def compile_spec(code: int, spec: Spec, fast: bool = True):
-    """The parser of one table row: fn(cmd) -> request object. fast=False leaves out the
-    fast path (tests compare the two)."""
+def compile_spec(code: int, spec: Spec, fast: Callable[..., Any] | None = _FAST):
+    """The parser of one table row: fn(cmd) -> request object. `fast`: the typed_request
+    function its fast path calls, None for none (tests compare them)."""
     attrs = [f.attr for f in spec.fields] + (["body"] if spec.body is not None else [])
     cls = make_dataclass(spec.name.title().replace("_", "") + "Request", attrs, slots=True)
-    plan = fast_plan(spec) if fast else None
+    plan = fast_plan(spec) if fast is not None else None
     env: dict[str, Any] = {"cls": cls, "RequestError": RequestError, "body_fn": spec.body,
-                           "fast": typed_request, "plan": plan}
+                           "fast": fast, "plan": plan}
     lines = ["def parse(cmd):"]
     if plan is not None:
         lines += ["    req = fast(cmd.ext, plan, cls)", "    if req is not None: return req"]

@@ -11,6 +11,7 @@ from tidemq.node.requests import SPECS, RequestError, parse_request
 from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
 from tidemq.node.requests.parse import PARSERS, compile_spec
 from tidemq.node.requests.table import GROUP, TOPIC
+from tidemq.protocol import accel
 from tidemq.protocol.codes import RequestCode as R
 from tidemq.protocol.remoting import RemotingCommand
 
@@ -76,7 +77,9 @@ _ODD = ["007", "2147483648", "99999999999999999999", "-1", "+2", "", " 1", "1_0"
         "TRUE", "yes", "bad topic", "x" * 300, "x" * 70000, None, 5]
 
 
-_GENERATED = {code: compile_spec(code, spec, fast=False) for code, spec in SPECS.items()}
+_GENERATED = {code: compile_spec(code, spec, fast=None) for code, spec in SPECS.items()}
+_WITH_PURE_TWIN = {code: compile_spec(code, spec, fast=accel.PURE["typed_request"])
+                   for code, spec in SPECS.items()}
 
 
 @settings(max_examples=300, deadline=None)
@@ -108,3 +111,4 @@ def test_fast_path_answers_as_the_generated_parser(code, data):
     expected = outcome(_GENERATED[code])
     assert outcome(PARSERS[code]) == expected
     assert outcome(PARSERS[code]) == expected  # again: names accepted once are now memoized
+    assert outcome(_WITH_PURE_TWIN[code]) == expected  # the compiled one's reference
