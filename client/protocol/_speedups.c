@@ -541,6 +541,49 @@ has_mark(const unsigned char *p, Py_ssize_t len, PyObject *marks)
     return 0;
 }
 
+/* from_client(raw, cluster[, decoded]): the twin of tidemq.node.system_properties.from_client
+   for properties without an owned name (the marks provided as "from_client:owned_marks") and,
+   given `decoded`, with one pair per \x01 (what the twin calls clean): the bytes with the
+   cluster pair appended. Anything else (an owned name, odd types, keywords): the twin. */
+static PyObject *
+from_client(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *marks, *decoded, *out;
+    const unsigned char *p;
+    Py_ssize_t n, c, pairs = 0;
+    int sep;
+    if (kwnames != NULL || nargs < 2 || nargs > 3 || !PyBytes_CheckExact(args[0])
+            || !PyBytes_CheckExact(args[1]))
+        return fallback("from_client", args, nargs, kwnames);
+    decoded = nargs == 3 ? args[2] : Py_None;
+    marks = PyDict_GetItemString(fallbacks, "from_client:owned_marks");
+    if ((decoded != Py_None && !PyDict_CheckExact(decoded)) || marks == NULL
+            || !PyTuple_CheckExact(marks))
+        return fallback("from_client", args, nargs, kwnames);
+    p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    n = PyBytes_GET_SIZE(args[0]);
+    if (has_mark(p, n, marks) != 0)
+        return fallback("from_client", args, nargs, kwnames);  /* an owned name: the twin strips */
+    if (decoded != Py_None) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            pairs += p[i] == 1;
+        if (pairs != PyDict_GET_SIZE(decoded))
+            return fallback("from_client", args, nargs, kwnames);
+    }
+    if (n == 0)
+        return Py_NewRef(args[1]);
+    c = PyBytes_GET_SIZE(args[1]);
+    sep = p[n - 1] != 2;
+    out = PyBytes_FromStringAndSize(NULL, n + sep + c);
+    if (out == NULL)
+        return NULL;
+    memcpy(PyBytes_AS_STRING(out), p, (size_t)n);
+    if (sep)
+        PyBytes_AS_STRING(out)[n] = 2;
+    memcpy(PyBytes_AS_STRING(out) + n + sep, PyBytes_AS_STRING(args[1]), (size_t)c);
+    return out;
+}
+
 /* decode_batch(body, header_props, max_bytes, max_entries[, cluster]): with `cluster`, each
 entry's properties are also passed through system_properties.from_client (the cluster pair
 appended). A property holding any of the owned marks (provided by the Python side as
@@ -2437,6 +2480,7 @@ static PyMethodDef methods[] = {
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
     TWIN(json_send_head, "tidemq.producer.send_codec"),
     TWIN(typed_request, "tidemq.node.requests.parse"),
+    TWIN(from_client, "tidemq.node.system_properties"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
     TWIN(decode_frames, "tidemq.protocol.remoting"),

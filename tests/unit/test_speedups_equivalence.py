@@ -54,6 +54,8 @@ def test_extension_built():
     assert client_message.record_views is _mod.record_views
     from tidemq.node.requests import parse
     assert parse.typed_request is _mod.typed_request
+    from tidemq.node import system_properties
+    assert system_properties.from_client is _mod.from_client
 
 
 def _outcome(fn, *args):
@@ -997,3 +999,39 @@ def test_typed_request_one_odd_field_in_a_usual_header():
                 _both("typed_request", {**usual, first: odd}, plan, cls)
                 if other is not None:
                     _both("typed_request", {**usual, other: odd}, plan, cls)
+
+
+# ------------------------------------------------------------------------------ property ownership
+
+@needs_compiled
+@SETTINGS
+@given(st.one_of(_OWNED_PROPS.map(str.encode), prop_bytes),
+       rarely(st.sampled_from(["decoded", "none", "absent"]),
+              st.sampled_from(["other dict", "list", "text raw"])),
+       rarely(st.just(b"CLUSTER\x01c"), st.sampled_from([b"", "str"])))
+def test_from_client(raw, decoded, cluster):
+    """A send's stored properties (owned names stripped, the cluster pair appended): the same
+    bytes on both, with the decoded dict, with None, without it, and for odd arguments."""
+    from tidemq.node import system_properties
+    assert system_properties.OWNED_MARKS  # provided to the compiled twin
+    args = [raw.decode("latin-1") if decoded == "text raw" else raw, cluster]
+    if decoded == "decoded":
+        args.append(record.decode_properties(raw))
+    elif decoded == "none":
+        args.append(None)
+    elif decoded == "other dict":
+        args.append({"A": "b"})
+    elif decoded == "list":
+        args.append([])
+    _both("from_client", *args)
+
+
+@needs_compiled
+def test_from_client_usual_and_owned():
+    from tidemq.node import system_properties
+    for raw in (b"", b"WAIT\x01true\x02UNIQ_KEY\x01AB\x02", b"WAIT\x01true", b"\x02\x02",
+                b"CLUSTER\x01x\x02TAGS\x01t", b"MYCLUSTER\x01x\x02", b"A\x01\x02A\x01b\x02"):
+        for decoded in (record.decode_properties(raw), None):
+            got = _both("from_client", raw, b"CLUSTER\x01c", decoded)
+            assert got[1].endswith(b"\x01c") and record.decode_properties(got[1])["CLUSTER"] == "c"
+    assert system_properties.from_client(b"", b"CLUSTER\x01c") == b"CLUSTER\x01c"
