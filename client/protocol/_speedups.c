@@ -851,6 +851,82 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     return out;
 }
 
+/* json_reply_frame(fmt, code, opaque, msg_id, queue_id, queue_offset): the twin of tidemq.node.
+   processors.send_reply.json_reply_frame. fmt's directives are %d, %s and %%, filled in the
+   argument order, %s taking msg_id's ASCII bytes and %d ints within int64; any other
+   directive, count or type, a non-ASCII msg_id, or keywords: the twin. */
+static PyObject *
+json_reply_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    char digits[5][24];
+    int ndig[5] = {0}, next = 0;
+    long long v;
+    const char *fmt, *end, *mid = NULL;
+    Py_ssize_t hlen = 0, mid_len = 0;
+    PyObject *out;
+    unsigned char *w;
+
+    if (kwnames != NULL || nargs != 6 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_reply_frame", args, nargs, kwnames);
+    fmt = PyBytes_AS_STRING(args[0]);
+    end = fmt + PyBytes_GET_SIZE(args[0]);
+    for (const char *q = fmt; q < end; q++) {
+        PyObject *arg;
+        if (*q != '%') {
+            hlen++;
+            continue;
+        }
+        if (++q >= end)
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        if (*q == '%') {
+            hlen++;
+            continue;
+        }
+        if (next >= 5)
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        arg = args[1 + next];
+        if (*q == 'd' && next != 2 && as_i64(arg, I64_MIN, I64_MAX, &v) == 0) {
+            ndig[next] = format_i64(digits[next], v);
+            hlen += ndig[next];
+        } else if (*q == 's' && next == 2 && PyUnicode_CheckExact(arg) && PyUnicode_IS_ASCII(arg)) {
+            mid = (const char *)PyUnicode_1BYTE_DATA(arg);
+            mid_len = PyUnicode_GET_LENGTH(arg);
+            hlen += mid_len;
+        } else {
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        }
+        next++;
+    }
+    if (next != 5 || hlen + 4 > I32_MAX)
+        return fallback("json_reply_frame", args, nargs, kwnames);
+    out = PyBytes_FromStringAndSize(NULL, 8 + hlen);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    put32(w, (uint32_t)(hlen + 4));
+    put32(w + 4, (uint32_t)hlen);
+    w += 8;
+    next = 0;
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            *w++ = (unsigned char)*q;
+            continue;
+        }
+        q++;
+        if (*q == '%') {
+            *w++ = '%';
+        } else if (next == 2) {
+            memcpy(w, mid, (size_t)mid_len);
+            w += mid_len;
+            next++;
+        } else {
+            memcpy(w, digits[next], (size_t)ndig[next]);
+            w += ndig[next++];
+        }
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ typed requests */
 
 /* typed_request(ext, plan, cls): the twin of tidemq.node.requests.parse.typed_request.
@@ -2480,6 +2556,7 @@ static PyMethodDef methods[] = {
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
     TWIN(json_send_head, "tidemq.producer.send_codec"),
     TWIN(typed_request, "tidemq.node.requests.parse"),
+    TWIN(json_reply_frame, "tidemq.node.processors.send_reply"),
     TWIN(from_client, "tidemq.node.system_properties"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),

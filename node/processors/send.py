@@ -60,7 +60,12 @@ from operator import attrgetter, itemgetter
 from tidemq.node import system_properties
 from tidemq.node.log_limit import RateLimitedLog
 from tidemq.node.processors.common import error, topic_not_exist_remark
-from tidemq.node.processors.send_reply import JSON_PREFIX, binary_reply_frame, binary_reply_tail, json_reply_template
+from tidemq.node.processors.send_reply import (
+    binary_reply_frame,
+    binary_reply_tail,
+    json_reply_frame,
+    json_reply_template,
+)
 from tidemq.node.remoting.server import DEFERRED
 from tidemq.node.sending import divert as send_divert
 from tidemq.node.sending.dedup import DedupWindow, duplicate_reply
@@ -478,8 +483,8 @@ class SendProcessor:
         bytes are the same (tests/broker/test_units.py)."""
         msg_id, queue_id, queue_offset = reply
         if cmd.serialize_type == _JSON:
-            header = self._json_reply % (code, cmd.opaque, msg_id.encode(), queue_id, queue_offset)
-            return JSON_PREFIX.pack(len(header) + 4, len(header)) + header
+            return json_reply_frame(self._json_reply, code, cmd.opaque, msg_id, queue_id,
+                                    queue_offset)
         if cmd.serialize_type == _ROCKETMQ:
             return binary_reply_frame(self._binary_tail, code, cmd.opaque, msg_id, queue_id,
                                       queue_offset)

@@ -56,6 +56,8 @@ def test_extension_built():
     assert parse.typed_request is _mod.typed_request
     from tidemq.node import system_properties
     assert system_properties.from_client is _mod.from_client
+    from tidemq.node.processors import send_reply
+    assert send_reply.json_reply_frame is _mod.json_reply_frame
 
 
 def _outcome(fn, *args):
@@ -1035,3 +1037,46 @@ def test_from_client_usual_and_owned():
             got = _both("from_client", raw, b"CLUSTER\x01c", decoded)
             assert got[1].endswith(b"\x01c") and record.decode_properties(got[1])["CLUSTER"] == "c"
     assert system_properties.from_client(b"", b"CLUSTER\x01c") == b"CLUSTER\x01c"
+
+
+# ------------------------------------------------------------------------------ send replies
+
+@st.composite
+def reply_frame_case(draw):
+    """A send reply template (odd regions included) or a random format, and its values:
+    usually in range, sometimes huge, of another type, or a non-ASCII msgId."""
+    from tidemq.node.processors import send_reply
+    if draw(rarely(st.just(True), st.just(False))):
+        fmt = send_reply.json_reply_template(draw(st.text(st.sampled_from("a%\"\\\u00e9"), max_size=4)))
+    else:
+        fmt = draw(st.binary(max_size=8)).replace(b"%", b"") + draw(st.sampled_from(
+            [b"%d%d%s%d%d", b"%d%d%d%d%d", b"%d%d%s%d", b"%d%d%s%d%d%d", b"%d%%%d%s%d%d", b"%d%d%s%d%"]))
+    number = rarely(st.integers(-2**63, 2**63 - 1),
+                    st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.just("1")))
+    msg_id = rarely(st.text(st.sampled_from("0123456789ABCDEF,"), max_size=70),
+                    st.one_of(st.text(max_size=3), st.just(b"AB"), st.just(5)))
+    return [fmt, draw(number), draw(number), draw(msg_id), draw(number), draw(number)]
+
+
+@needs_compiled
+@SETTINGS
+@given(reply_frame_case())
+def test_json_reply_frame(args):
+    _both("json_reply_frame", *args)
+
+
+@needs_compiled
+def test_json_reply_frame_usual_and_codes():
+    from tidemq.node.processors import send_reply
+    from tidemq.protocol.codes import ResponseCode
+    fmt = send_reply.json_reply_template("DefaultRegion")
+    for code in (0, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT):
+        for edge in (0, -1, 2**31 - 1, 2**63 - 1, -2**63):
+            opaque = edge if -2**31 <= edge < 2**31 else 7  # an int32 on the wire
+            frame = _both("json_reply_frame", fmt, code, opaque, "7F00000100002A9F", edge, edge)[1]
+            cmd = remoting.decode_frame(frame)
+            assert (cmd.code, cmd.opaque, cmd.ext["queueOffset"]) == (int(code), opaque, str(edge))
+    _both("json_reply_frame", fmt, 0, 1, "A", 2, 3, "extra")
+    for odd_id in (5, b"AB", "\u00e9", ""):  # %s takes msg_id's text, %d never does
+        for odd_fmt in (b"%d%d%s%d%d", b"%d%d%d%d%d"):
+            _both("json_reply_frame", odd_fmt, 0, 1, odd_id, 2, 3)
