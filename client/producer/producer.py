@@ -24,6 +24,8 @@ Rules:
    stored (e.g. written before its connection dropped, then refused elsewhere).
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
+   Its clock is time.monotonic itself when the loop's time() is asyncio's stock one (which
+   returns exactly that), so a send and its reply read the clock without a Python call.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
    never are (no RocketMQ client compresses a batch).
 6. A master that stops answering while its connection stays open (client/stall_watch.py)
@@ -67,6 +69,13 @@ from tidemq.topic_routes import MessageQueue, TopicPublishInfo
 
 log = logging.getLogger(__name__)
 STALL_CHECK_S = 0.05  # how often stalled addresses are looked for (rule 6)
+
+
+def _loop_clock(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
+    """The loop's time() (rule 4): time.monotonic when it is asyncio's own, else the method."""
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return time.monotonic
+    return loop.time
 
 
 class SendStatus(enum.Enum):
@@ -243,7 +252,7 @@ class _SendOp:
         except BaseException as err:
             self._finish_exc(err)
             raise
-        self._write(conn, mq, p._loop.time())
+        self._write(conn, mq, p._clock())
 
     def _write(self, conn: RemotingConnection, mq: MessageQueue, now: float) -> None:
         p = self.p
@@ -284,7 +293,7 @@ class _SendOp:
                                             what=f"send to {self.topic!r}")
         self.maybe_stored = self.maybe_stored or exc.maybe_stored
         if ((exc.retriable or exc.refresh_route) and self.retries_left > 0
-                and self.deadline > p._loop.time() and not p._closing):
+                and self.deadline > p._clock() and not p._closing):
             self.retries_left -= 1
             if self.mq is not None:
                 self.prefer_broker = self.mq.broker_name
@@ -387,6 +396,7 @@ class Producer(AsyncLifecycle):
         # _check_running(), read them without a check each
         self._instance: ClientInstance = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._clock: Callable[[], float] = time.monotonic  # the loop's time (rule 4)
         self._inflight = 0
         self._closing = False
         self._known_brokers: set[str] = set()
@@ -408,7 +418,8 @@ class Producer(AsyncLifecycle):
         self._instance = ClientInstance(cfg, self._heartbeat_data, default_topic=cfg.default_topic,
                                         default_topic_queue_nums=cfg.default_topic_queue_nums)
         self._instance.start_timers()
-        self._stalls = StallWatch(self._loop.time)
+        self._clock = _loop_clock(self._loop)
+        self._stalls = StallWatch(self._clock)
         self._instance.every(STALL_CHECK_S, self._leave_stalled, "stalled-sends")
         return self
 
@@ -544,7 +555,7 @@ class Producer(AsyncLifecycle):
     def _start(self, op: _SendOp, timeout_s: float | None, select: Selector | None,
                fut: SendTarget) -> None:
         """fut: an asyncio.Future or a callback(result, exc)."""
-        now = self._loop.time()
+        now = self._clock()
         op.deadline = now + (timeout_s or self.config.send_timeout_s)
         op.fut, op.select, op.retries_left = fut, select, self.config.retries
         self._inflight += 1

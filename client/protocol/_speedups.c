@@ -592,6 +592,49 @@ has_mark(const unsigned char *p, Py_ssize_t len, PyObject *marks)
     return 0;
 }
 
+/* from_client(raw, cluster[, decoded]): the twin of tidemq.node.system_properties.from_client
+   for properties without an owned name (the marks provided as "from_client:owned_marks") and,
+   given `decoded`, with one pair per \x01 (what the twin calls clean): the bytes with the
+   cluster pair appended. Anything else (an owned name, odd types, keywords): the twin. */
+static PyObject *
+from_client(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *marks, *decoded, *out;
+    const unsigned char *p;
+    Py_ssize_t n, c, pairs = 0;
+    int sep;
+    if (kwnames != NULL || nargs < 2 || nargs > 3 || !PyBytes_CheckExact(args[0])
+            || !PyBytes_CheckExact(args[1]))
+        return fallback("from_client", args, nargs, kwnames);
+    decoded = nargs == 3 ? args[2] : Py_None;
+    marks = PyDict_GetItemString(fallbacks, "from_client:owned_marks");
+    if ((decoded != Py_None && !PyDict_CheckExact(decoded)) || marks == NULL
+            || !PyTuple_CheckExact(marks))
+        return fallback("from_client", args, nargs, kwnames);
+    p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    n = PyBytes_GET_SIZE(args[0]);
+    if (has_mark(p, n, marks) != 0)
+        return fallback("from_client", args, nargs, kwnames);  /* an owned name: the twin strips */
+    if (decoded != Py_None) {
+        for (Py_ssize_t i = 0; i < n; i++)
+            pairs += p[i] == 1;
+        if (pairs != PyDict_GET_SIZE(decoded))
+            return fallback("from_client", args, nargs, kwnames);
+    }
+    if (n == 0)
+        return Py_NewRef(args[1]);
+    c = PyBytes_GET_SIZE(args[1]);
+    sep = p[n - 1] != 2;
+    out = PyBytes_FromStringAndSize(NULL, n + sep + c);
+    if (out == NULL)
+        return NULL;
+    memcpy(PyBytes_AS_STRING(out), p, (size_t)n);
+    if (sep)
+        PyBytes_AS_STRING(out)[n] = 2;
+    memcpy(PyBytes_AS_STRING(out) + n + sep, PyBytes_AS_STRING(args[1]), (size_t)c);
+    return out;
+}
+
 /* decode_batch(body, header_props, max_bytes, max_entries[, cluster]): with `cluster`, each
 entry's properties are also passed through system_properties.from_client (the cluster pair
 appended). A property holding any of the owned marks (provided by the Python side as
@@ -865,6 +908,25 @@ twin:
 
 /* ------------------------------------------------------------------ send frame heads */
 
+/* `v` in decimal into `out` (at least 21 bytes), as "%lld" writes it (no terminator needed):
+   the digit count. A send head formats seven integers; snprintf costs several times this. */
+static int
+format_i64(char *out, long long v)
+{
+    char tmp[24];
+    int n = 0, len = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        out[len++] = '-';
+    while (n)
+        out[len++] = tmp[--n];
+    return len;
+}
+
 /* json_send_head(fmt, opaque, queue_id, sys_flag, born_ms, flag, props, body_len
    [, reconsume_times, frame_flag]): the twin of tidemq.producer.send_codec.json_send_head.
    fmt's directives are %d, %b and %%, filled in the twin's order (opaque, frame_flag, queue_id,
@@ -913,7 +975,7 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         if (*q == '%') {
             hlen++;
         } else if (*q == 'd' && next < 7) {
-            ndig[next] = snprintf(digits[next], sizeof digits[next], "%lld", ints[next]);
+            ndig[next] = format_i64(digits[next], ints[next]);
             hlen += ndig[next++];
         } else if (*q == 'b' && next == 7) {
             props_len = PyBytes_GET_SIZE(args[6]);
@@ -951,6 +1013,200 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
             next++;
         }
     }
+    return out;
+}
+
+/* json_reply_frame(fmt, code, opaque, msg_id, queue_id, queue_offset): the twin of tidemq.node.
+   processors.send_reply.json_reply_frame. fmt's directives are %d, %s and %%, filled in the
+   argument order, %s taking msg_id's ASCII bytes and %d ints within int64; any other
+   directive, count or type, a non-ASCII msg_id, or keywords: the twin. */
+static PyObject *
+json_reply_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    char digits[5][24];
+    int ndig[5] = {0}, next = 0;
+    long long v;
+    const char *fmt, *end, *mid = NULL;
+    Py_ssize_t hlen = 0, mid_len = 0;
+    PyObject *out;
+    unsigned char *w;
+
+    if (kwnames != NULL || nargs != 6 || !PyBytes_CheckExact(args[0]))
+        return fallback("json_reply_frame", args, nargs, kwnames);
+    fmt = PyBytes_AS_STRING(args[0]);
+    end = fmt + PyBytes_GET_SIZE(args[0]);
+    for (const char *q = fmt; q < end; q++) {
+        PyObject *arg;
+        if (*q != '%') {
+            hlen++;
+            continue;
+        }
+        if (++q >= end)
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        if (*q == '%') {
+            hlen++;
+            continue;
+        }
+        if (next >= 5)
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        arg = args[1 + next];
+        if (*q == 'd' && next != 2 && as_i64(arg, I64_MIN, I64_MAX, &v) == 0) {
+            ndig[next] = format_i64(digits[next], v);
+            hlen += ndig[next];
+        } else if (*q == 's' && next == 2 && PyUnicode_CheckExact(arg) && PyUnicode_IS_ASCII(arg)) {
+            mid = (const char *)PyUnicode_1BYTE_DATA(arg);
+            mid_len = PyUnicode_GET_LENGTH(arg);
+            hlen += mid_len;
+        } else {
+            return fallback("json_reply_frame", args, nargs, kwnames);
+        }
+        next++;
+    }
+    if (next != 5 || hlen + 4 > I32_MAX)
+        return fallback("json_reply_frame", args, nargs, kwnames);
+    out = PyBytes_FromStringAndSize(NULL, 8 + hlen);
+    if (out == NULL)
+        return NULL;
+    w = (unsigned char *)PyBytes_AS_STRING(out);
+    put32(w, (uint32_t)(hlen + 4));
+    put32(w + 4, (uint32_t)hlen);
+    w += 8;
+    next = 0;
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            *w++ = (unsigned char)*q;
+            continue;
+        }
+        q++;
+        if (*q == '%') {
+            *w++ = '%';
+        } else if (next == 2) {
+            memcpy(w, mid, (size_t)mid_len);
+            w += mid_len;
+            next++;
+        } else {
+            memcpy(w, digits[next], (size_t)ndig[next]);
+            w += ndig[next++];
+        }
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------ typed requests */
+
+/* typed_request(ext, plan, cls): the twin of tidemq.node.requests.parse.typed_request.
+   ext: a dict of str; plan: a tuple of (first, other or None, op, arg, required, default)
+   tuples; the answer cls(*values), or None where the twin answers None. A plan or argument
+   of another shape, or keywords: the twin. */
+#define TR_MAX_FIELDS 32
+enum { TR_TEXT = 0, TR_NAME = 1, TR_INT = 2, TR_BOOL = 3 };
+
+/* One field's value into *out (a new reference): 1 done, 0 the twin answers None, -1 the
+   twin must decide (an odd plan entry). */
+static int
+tr_field(PyObject *ext, PyObject *entry, PyObject **out)
+{
+    PyObject *first, *other, *arg, *v, *w;
+    long op;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 6)
+        return -1;
+    first = PyTuple_GET_ITEM(entry, 0);
+    other = PyTuple_GET_ITEM(entry, 1);
+    arg = PyTuple_GET_ITEM(entry, 3);
+    op = PyLong_CheckExact(PyTuple_GET_ITEM(entry, 2)) ? PyLong_AsLong(PyTuple_GET_ITEM(entry, 2)) : -1;
+    if (!PyUnicode_CheckExact(first) || (other != Py_None && !PyUnicode_CheckExact(other))
+            || op < TR_TEXT || op > TR_BOOL)
+        return -1;
+    v = PyDict_GetItemWithError(ext, first);
+    if (v == NULL && PyErr_Occurred())
+        return -1;
+    if (v == Py_None)
+        v = NULL;
+    if (other != Py_None) {
+        w = PyDict_GetItemWithError(ext, other);
+        if (w == NULL && PyErr_Occurred())
+            return -1;
+        if (w != NULL && w != Py_None) {
+            if (v != NULL)
+                return 0;
+            v = w;
+        }
+    }
+    if (v == NULL) {
+        int required = PyObject_IsTrue(PyTuple_GET_ITEM(entry, 4));
+        if (required != 0)
+            return required < 0 ? -1 : 0;
+        *out = Py_NewRef(PyTuple_GET_ITEM(entry, 5));
+        return 1;
+    }
+    if (!PyUnicode_CheckExact(v))
+        return 0;
+    if (op == TR_INT) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(v), safe;
+        const unsigned char *d;
+        long long value = 0;
+        if (!PyLong_CheckExact(arg) || (safe = PyLong_AsSsize_t(arg)) < 0 || safe > 19)
+            return -1;
+        if (!PyUnicode_IS_ASCII(v) || n == 0 || n >= safe)
+            return 0;
+        d = PyUnicode_1BYTE_DATA(v);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (d[k] < '0' || d[k] > '9')
+                return 0;
+            value = value * 10 + (d[k] - '0');  /* under 19 digits: never overflows */
+        }
+        *out = PyLong_FromLongLong(value);
+        return *out == NULL ? -1 : 1;
+    }
+    if (op == TR_TEXT) {
+        Py_ssize_t max;
+        if (!PyLong_CheckExact(arg) || ((max = PyLong_AsSsize_t(arg)) == -1 && PyErr_Occurred()))
+            return -1;
+        if (PyUnicode_GET_LENGTH(v) > max)
+            return 0;
+    } else if (op == TR_NAME) {
+        int known;
+        if (!PySet_CheckExact(arg))
+            return -1;
+        known = PySet_Contains(arg, v);
+        if (known <= 0)
+            return known < 0 ? -1 : 0;
+    } else {
+        if (PyUnicode_CompareWithASCIIString(v, "true") == 0)
+            v = Py_True;
+        else if (PyUnicode_CompareWithASCIIString(v, "false") == 0)
+            v = Py_False;
+        else
+            return 0;
+    }
+    *out = Py_NewRef(v);
+    return 1;
+}
+
+static PyObject *
+typed_request(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *vals[TR_MAX_FIELDS] = {NULL}, *plan, *out = NULL;
+    Py_ssize_t n, done = 0;
+    int r = 1;
+    if (kwnames != NULL || nargs != 3 || !PyTuple_CheckExact(args[1]))
+        return fallback("typed_request", args, nargs, kwnames);
+    if (!PyDict_CheckExact(args[0]))
+        Py_RETURN_NONE;  /* the twin's first test */
+    plan = args[1];
+    n = PyTuple_GET_SIZE(plan);
+    if (n > TR_MAX_FIELDS)
+        return fallback("typed_request", args, nargs, kwnames);
+    while (done < n && (r = tr_field(args[0], PyTuple_GET_ITEM(plan, done), &vals[done])) == 1)
+        done++;
+    if (r == 1)
+        out = PyObject_Vectorcall(args[2], vals, (size_t)n, NULL);
+    for (Py_ssize_t k = 0; k < done; k++)
+        Py_DECREF(vals[k]);
+    if (r == 0)
+        Py_RETURN_NONE;
+    if (r < 0)
+        return fallback("typed_request", args, nargs, kwnames);
     return out;
 }
 
@@ -2740,6 +2996,9 @@ static PyMethodDef methods[] = {
     TWIN(encode_batch_body, "tidemq.producer.send_codec"),
     TWIN(bare_batch_body, "tidemq.producer.send_codec"),
     TWIN(json_send_head, "tidemq.producer.send_codec"),
+    TWIN(typed_request, "tidemq.node.requests.parse"),
+    TWIN(json_reply_frame, "tidemq.node.processors.send_reply"),
+    TWIN(from_client, "tidemq.node.system_properties"),
     TWIN(decode_binary_ext, "tidemq.protocol.remoting"),
     TWIN(json_header_fields, "tidemq.protocol.remoting"),
     TWIN(decode_frames, "tidemq.protocol.remoting"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import struct
 
+from tidemq.protocol import accel
 from tidemq.protocol.codes import FLAG_RESPONSE, SerializeType
 from tidemq.protocol.remoting import LOCAL_LANGUAGE, LOCAL_VERSION
 
@@ -27,6 +28,17 @@ def json_reply_template(region: str) -> bytes:
            b'"TRACE_ON":"false"}}' % json.dumps(region).encode())
     return head + ext
 
+
+def json_reply_frame(fmt: bytes, code: int, opaque: int, msg_id: str, queue_id: int,
+                     queue_offset: int) -> bytes:
+    """A JSON-header send reply frame: `fmt` (json_reply_template's) filled in with code and
+    opaque (%d), msg_id (%s), queue_id and queue_offset (%d), behind its length prefix. A
+    compiled twin when built."""
+    header = fmt % (code, opaque, msg_id.encode(), queue_id, queue_offset)
+    return JSON_PREFIX.pack(len(header) + 4, len(header)) + header
+
+
+json_reply_frame = accel.pick(json_reply_frame)
 
 _BIN_FIXED = struct.Struct(">iIhbhiiii")  # length, word, code, language, version, opaque,
 #                                           flag, remarkLen, extLen

@@ -2,12 +2,16 @@
 (checked against a real broker: a code without a row is answered 3 REQUEST_CODE_NOT_SUPPORTED);
 rows are well formed; the parser is the only reader of duplicated names."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.edges.conftest import run
 from tests.support.raw_client import RawClient
 from tidemq.node.requests import SPECS, RequestError, parse_request
 from tidemq.node.requests.fields import Bool, Choice, Int, Name, Text
+from tidemq.node.requests.parse import PARSERS, compile_spec
 from tidemq.node.requests.table import GROUP, TOPIC
+from tidemq.protocol import accel
 from tidemq.protocol.codes import RequestCode as R
 from tidemq.protocol.remoting import RemotingCommand
 
@@ -65,3 +69,46 @@ def test_defaults_match_what_processors_assumed():
         "consumerGroup": "g", "topic": "T", "queueId": "0", "queueOffset": "-5",
         "maxMsgNums": "+3", "sysFlag": "0"}))
     assert (pull.queue_offset, pull.max_msgs, pull.commit_offset, pull.suspend_ms) == (-5, 3, -1, 0)
+
+
+# per kind: usual values first (the fast path answers), then odd ones (the generated blocks do)
+_USUAL = {Int: ["3", "0"], Bool: ["true", "false"], Name: ["T", "bench-topic"], Text: ["g", ""]}
+_ODD = ["007", "2147483648", "99999999999999999999", "-1", "+2", "", " 1", "1_0", "\uff13", "1",
+        "TRUE", "yes", "bad topic", "x" * 300, "x" * 70000, None, 5]
+
+
+_GENERATED = {code: compile_spec(code, spec, fast=None) for code, spec in SPECS.items()}
+_WITH_PURE_TWIN = {code: compile_spec(code, spec, fast=accel.PURE["typed_request"])
+                   for code, spec in SPECS.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(SPECS)), st.data())
+def test_fast_path_answers_as_the_generated_parser(code, data):
+    """Every row's parser (with its fast path, compiled when built) gives the generated
+    blocks' request or their refusal, for headers usual and odd: absent fields, both names,
+    values out of range, names not yet seen."""
+    spec = SPECS[code]
+    ext = {}
+    for field in spec.fields:
+        for name in field.names:
+            if data.draw(st.integers(0, 2)):
+                usual = _USUAL.get(type(field.kind), ["T"])
+                ext[name] = data.draw(st.sampled_from(usual if data.draw(st.integers(0, 6))
+                                                      else _ODD))
+    cmd = RemotingCommand.request(code, ext)
+    cmd.body = b""
+
+    def outcome(parser):
+        try:
+            req = parser(cmd)
+        except RequestError as exc:
+            return "refused", exc.code, exc.remark
+        except Exception as exc:  # a value that is not text: the same failure either way
+            return type(exc), str(exc)
+        return "ok", tuple(getattr(req, f.attr) for f in spec.fields)
+
+    expected = outcome(_GENERATED[code])
+    assert outcome(PARSERS[code]) == expected
+    assert outcome(PARSERS[code]) == expected  # again: names accepted once are now memoized
+    assert outcome(_WITH_PURE_TWIN[code]) == expected  # the compiled one's reference

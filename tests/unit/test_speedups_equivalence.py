@@ -56,6 +56,12 @@ def test_extension_built():
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
     assert store_host.join_records is _mod.join_records
+    from tidemq.node.requests import parse
+    assert parse.typed_request is _mod.typed_request
+    from tidemq.node import system_properties
+    assert system_properties.from_client is _mod.from_client
+    from tidemq.node.processors import send_reply
+    assert send_reply.json_reply_frame is _mod.json_reply_frame
 
 
 def _outcome(fn, *args):
@@ -821,6 +827,9 @@ def test_json_send_head_keywords_and_template():
     tmpl = send_codec.SendHeaderTemplate("pg", "T%1")
     props = tmpl.bare_props("AB" * 16)
     _both("json_send_head", tmpl._json_fmt, 1, 2, 3, 1700000000000, 0, props, 1024)
+    for edge in (0, -1, 9, 10, -10, 2**63 - 1, -2**63):  # the compiled digit formatting
+        _both("json_send_head", tmpl._json_fmt, edge, edge, edge, edge, edge, props, 1024, edge,
+              edge)
     _register_fallbacks()
     assert _mod.json_send_head(tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, frame_flag=2) == \
         accel.PURE["json_send_head"](tmpl._json_fmt, 1, 2, 3, 4, 5, props, 6, 0, 2)
@@ -1044,11 +1053,133 @@ _ODD_RECORD = st.one_of(st.binary(max_size=90), stored_record().map(bytearray),
                         stored_record().map(lambda r: r[:70]))
 
 
+# ------------------------------------------------------------------------------ typed requests
+
+_ODD_VALUES = st.sampled_from(["007", "2147483647", "99999999999", "-1", "+2", "", "1_0", "\uff13",
+                               "1", "TRUE", "bad topic", "x" * 300, "WAIT\x01true\x02"])
+_USUAL_VALUES = {"Int": ["3", "0", "1795625510996"], "Bool": ["true", "false"],
+                 "Name": ["bench-topic", "TBW102"], "Text": ["peer-bench", ""]}
+
+
+@st.composite
+def typed_request_case(draw):
+    """A send header as the frame decoder gives it (mostly text, sometimes not), each field
+    absent, under one of its names, or under both."""
+    from tidemq.node.requests import parse
+    code = draw(st.sampled_from([10, 310, 320]))
+    spec = parse.SPECS[code]
+    plan = parse.fast_plan(spec)
+    ext: dict = {}
+    for field in spec.fields:
+        for name in field.names:
+            if draw(st.integers(0, 2)) == 0:
+                usual = st.sampled_from(_USUAL_VALUES[type(field.kind).__name__])
+                ext[name] = draw(rarely(usual, st.one_of(_ODD_VALUES,
+                                                         st.sampled_from([None, 5, b"3"]))))
+    if draw(st.booleans()):  # a name the kind already accepted: the memo path
+        parse.PARSERS[code](remoting.RemotingCommand.request(code, {"topic": "bench-topic",
+                                                                    "defaultTopic": "TBW102"}))
+    return rarely(st.just(ext), st.sampled_from([None, [("topic", "T")]])).map(
+        lambda e: (e, plan, parse.PARSERS[code].request_class))
+
+
 @needs_compiled
 @SETTINGS
 @given(checked_batch())
 def test_first_unchecked(case):
     _both("first_unchecked", *case)
+
+
+@given(typed_request_case().flatmap(lambda s: s))
+def test_typed_request(case):
+    """A header's typed request (or None: the generated blocks decide) is the same on both."""
+    _both("typed_request", *case)
+
+
+@needs_compiled
+def test_typed_request_odd_plans_go_to_the_twin():
+    from tidemq.node.requests import parse
+    cls = parse.PARSERS[10].request_class
+    plan = parse.fast_plan(parse.SPECS[10])
+    ext = {"topic": "T"}
+    for odd in ((plan[0][:5],) + plan[1:], (("topic", None, 9, None, True, None),) + plan[1:],
+                plan + plan + plan, [plan[0]]):
+        _both("typed_request", ext, odd, cls)
+    _both("typed_request", ext, plan, cls, "extra")
+
+
+@needs_compiled
+def test_typed_request_one_odd_field_in_a_usual_header():
+    """Each field of a usual send header made odd in turn (the boundaries of the fast path)."""
+    from tidemq.node.requests import parse
+    for code in (10, 310):
+        cls, plan = parse.PARSERS[code].request_class, parse.fast_plan(parse.SPECS[code])
+        parse.PARSERS[code](remoting.RemotingCommand.request(code, {
+            "topic": "bench-topic", "defaultTopic": "bench-topic"}))  # names now memoized
+        usual = {first: {0: "peer-bench", 1: "bench-topic", 2: "3", 3: "false"}[op]
+                 for first, _, op, _, _, _ in plan}
+        assert _both("typed_request", usual, plan, cls)[1] is not None
+        for first, other, *_ in plan:
+            for odd in ("999999999", "2147483647", "999999999999999999", "9999999999999999999",
+                        "", "+1", "1", "x" * 255, "x" * 256, "x" * 32768, "unknown-name"):
+                _both("typed_request", {**usual, first: odd}, plan, cls)
+                if other is not None:
+                    _both("typed_request", {**usual, other: odd}, plan, cls)
+
+
+# ------------------------------------------------------------------------------ property ownership
+
+@needs_compiled
+@SETTINGS
+@given(st.one_of(_OWNED_PROPS.map(str.encode), prop_bytes),
+       rarely(st.sampled_from(["decoded", "none", "absent"]),
+              st.sampled_from(["other dict", "list", "text raw"])),
+       rarely(st.just(b"CLUSTER\x01c"), st.sampled_from([b"", "str"])))
+def test_from_client(raw, decoded, cluster):
+    """A send's stored properties (owned names stripped, the cluster pair appended): the same
+    bytes on both, with the decoded dict, with None, without it, and for odd arguments."""
+    from tidemq.node import system_properties
+    assert system_properties.OWNED_MARKS  # provided to the compiled twin
+    args = [raw.decode("latin-1") if decoded == "text raw" else raw, cluster]
+    if decoded == "decoded":
+        args.append(record.decode_properties(raw))
+    elif decoded == "none":
+        args.append(None)
+    elif decoded == "other dict":
+        args.append({"A": "b"})
+    elif decoded == "list":
+        args.append([])
+    _both("from_client", *args)
+
+
+@needs_compiled
+def test_from_client_usual_and_owned():
+    from tidemq.node import system_properties
+    for raw in (b"", b"WAIT\x01true\x02UNIQ_KEY\x01AB\x02", b"WAIT\x01true", b"\x02\x02",
+                b"CLUSTER\x01x\x02TAGS\x01t", b"MYCLUSTER\x01x\x02", b"A\x01\x02A\x01b\x02"):
+        for decoded in (record.decode_properties(raw), None):
+            got = _both("from_client", raw, b"CLUSTER\x01c", decoded)
+            assert got[1].endswith(b"\x01c") and record.decode_properties(got[1])["CLUSTER"] == "c"
+    assert system_properties.from_client(b"", b"CLUSTER\x01c") == b"CLUSTER\x01c"
+
+
+# ------------------------------------------------------------------------------ send replies
+
+@st.composite
+def reply_frame_case(draw):
+    """A send reply template (odd regions included) or a random format, and its values:
+    usually in range, sometimes huge, of another type, or a non-ASCII msgId."""
+    from tidemq.node.processors import send_reply
+    if draw(rarely(st.just(True), st.just(False))):
+        fmt = send_reply.json_reply_template(draw(st.text(st.sampled_from("a%\"\\\u00e9"), max_size=4)))
+    else:
+        fmt = draw(st.binary(max_size=8)).replace(b"%", b"") + draw(st.sampled_from(
+            [b"%d%d%s%d%d", b"%d%d%d%d%d", b"%d%d%s%d", b"%d%d%s%d%d%d", b"%d%%%d%s%d%d", b"%d%d%s%d%"]))
+    number = rarely(st.integers(-2**63, 2**63 - 1),
+                    st.one_of(st.integers(-2**70, 2**70), st.booleans(), st.just("1")))
+    msg_id = rarely(st.text(st.sampled_from("0123456789ABCDEF,"), max_size=70),
+                    st.one_of(st.text(max_size=3), st.just(b"AB"), st.just(5)))
+    return [fmt, draw(number), draw(number), draw(msg_id), draw(number), draw(number)]
 
 
 @needs_compiled
@@ -1147,3 +1278,25 @@ def test_join_records_usual_reply_in_c():
             assert [record.decode_record(r).store_host for r in patched] == [host] * len(records)
     finally:
         _register_fallbacks()
+
+
+@given(reply_frame_case())
+def test_json_reply_frame(args):
+    _both("json_reply_frame", *args)
+
+
+@needs_compiled
+def test_json_reply_frame_usual_and_codes():
+    from tidemq.node.processors import send_reply
+    from tidemq.protocol.codes import ResponseCode
+    fmt = send_reply.json_reply_template("DefaultRegion")
+    for code in (0, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT):
+        for edge in (0, -1, 2**31 - 1, 2**63 - 1, -2**63):
+            opaque = edge if -2**31 <= edge < 2**31 else 7  # an int32 on the wire
+            frame = _both("json_reply_frame", fmt, code, opaque, "7F00000100002A9F", edge, edge)[1]
+            cmd = remoting.decode_frame(frame)
+            assert (cmd.code, cmd.opaque, cmd.ext["queueOffset"]) == (int(code), opaque, str(edge))
+    _both("json_reply_frame", fmt, 0, 1, "A", 2, 3, "extra")
+    for odd_id in (5, b"AB", "\u00e9", ""):  # %s takes msg_id's text, %d never does
+        for odd_fmt in (b"%d%d%s%d%d", b"%d%d%d%d%d"):
+            _both("json_reply_frame", odd_fmt, 0, 1, odd_id, 2, 3)
