@@ -927,6 +927,32 @@ format_i64(char *out, long long v)
     return len;
 }
 
+/* Writes a checked format: its %d directives take digits[k] (k counting every directive), %s
+   takes s, %% a '%'. The caller sized the output and validated fmt. */
+static void
+fill_format(unsigned char *w, const char *fmt, const char *end, char (*digits)[24], const int *ndig,
+            const char *s, Py_ssize_t slen)
+{
+    int next = 0;
+    for (const char *q = fmt; q < end; q++) {
+        if (*q != '%') {
+            *w++ = (unsigned char)*q;
+            continue;
+        }
+        q++;
+        if (*q == '%') {
+            *w++ = '%';
+        } else if (*q == 'd') {
+            memcpy(w, digits[next], (size_t)ndig[next]);
+            w += ndig[next++];
+        } else {
+            memcpy(w, s, (size_t)slen);
+            w += slen;
+            next++;
+        }
+    }
+}
+
 /* json_send_head(fmt, opaque, queue_id, sys_flag, born_ms, flag, props, body_len
    [, reconsume_times, frame_flag]): the twin of tidemq.producer.send_codec.json_send_head.
    fmt's directives are %d, %b and %%, filled in the twin's order (opaque, frame_flag, queue_id,
@@ -994,25 +1020,7 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     w = (unsigned char *)PyBytes_AS_STRING(out);
     put32(w, (uint32_t)length);
     put32(w + 4, (uint32_t)hlen);
-    w += 8;
-    next = 0;
-    for (const char *q = fmt; q < end; q++) {
-        if (*q != '%') {
-            *w++ = (unsigned char)*q;
-            continue;
-        }
-        q++;
-        if (*q == '%') {
-            *w++ = '%';
-        } else if (*q == 'd') {
-            memcpy(w, digits[next], (size_t)ndig[next]);
-            w += ndig[next++];
-        } else {
-            memcpy(w, PyBytes_AS_STRING(args[6]), (size_t)props_len);
-            w += props_len;
-            next++;
-        }
-    }
+    fill_format(w + 8, fmt, end, digits, ndig, PyBytes_AS_STRING(args[6]), props_len);
     return out;
 }
 
@@ -1070,25 +1078,7 @@ json_reply_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObje
     w = (unsigned char *)PyBytes_AS_STRING(out);
     put32(w, (uint32_t)(hlen + 4));
     put32(w + 4, (uint32_t)hlen);
-    w += 8;
-    next = 0;
-    for (const char *q = fmt; q < end; q++) {
-        if (*q != '%') {
-            *w++ = (unsigned char)*q;
-            continue;
-        }
-        q++;
-        if (*q == '%') {
-            *w++ = '%';
-        } else if (next == 2) {
-            memcpy(w, mid, (size_t)mid_len);
-            w += mid_len;
-            next++;
-        } else {
-            memcpy(w, digits[next], (size_t)ndig[next]);
-            w += ndig[next++];
-        }
-    }
+    fill_format(w + 8, fmt, end, digits, ndig, mid, mid_len);
     return out;
 }
 
