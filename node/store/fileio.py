@@ -72,11 +72,9 @@ class OsMapping:
         self._fd = fd
 
     def warm(self, paced: bool = True, zero_fill: bool = False, cancel=None) -> None:
-        """Bring the file into the page cache with preadv (which releases the GIL), so the
+        """Bring the file into the page cache with pread (which releases the GIL), so the
         writer's first touch of each page is a minor fault: 183k -> 270k appends/s of 1 KiB
-        here. MAP_POPULATE would hold the GIL for seconds per GiB. The reads land in one
-        reused buffer: os.pread's new 1 MiB bytes per chunk made the allocator map, fault and
-        zero fresh memory each time (0.9-2 s of kernel CPU per GiB here, against 0.11-0.14 s).
+        here. MAP_POPULATE would hold the GIL for seconds per GiB.
 
         zero_fill (a fresh file nobody writes yet) writes zeros and fdatasyncs them instead:
         fallocate leaves unwritten extents, and every fdatasync after writing into one must
@@ -87,7 +85,6 @@ class OsMapping:
         `cancel` (a threading.Event): once set, the next chunk raises WarmCancelled instead,
         so a closing store never waits for seconds of warm-up."""
         zero_fill = zero_fill and self.fresh
-        sink = [bytearray(_WARM_CHUNK)]  # read warm-up target, reused for every chunk
         for off in range(0, self.size, _WARM_CHUNK):
             if cancel is not None and cancel.is_set():
                 raise WarmCancelled(self.path)
@@ -99,7 +96,7 @@ class OsMapping:
                 if zero_fill and (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
                     os.fdatasync(self._fd)
             if not zero_fill:
-                os.preadv(self._fd, sink, off)
+                os.pread(self._fd, _WARM_CHUNK, off)
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
         if zero_fill:
