@@ -1,7 +1,7 @@
 """The read warm-up of a mapped file (OsMapping.warm without zero_fill): it brings every page
-of the file into the page cache (read with mincore), writes nothing (a fresh file stays zeros
-at its size, a file holding data keeps it), handles a last chunk shorter than the others, and
-stops at its cancel event."""
+of the file into the page cache (read with mincore), leaves a fresh file zeros at its size,
+handles a last chunk shorter than the others, and stops at its cancel event. That it leaves a
+file holding data unchanged is in test_zero_fill.py."""
 import ctypes
 import mmap
 import os
@@ -44,21 +44,6 @@ def test_read_warm_caches_every_page_and_leaves_a_fresh_file_zeros(tmp_path):
     assert os.path.getsize(path) == FILE_BYTES
     with open(path, "rb") as f:
         assert f.read() == bytes(FILE_BYTES)
-
-
-def test_read_warm_keeps_the_data_of_a_used_file(tmp_path):
-    path = str(tmp_path / "00000000000000000000")
-    data = os.urandom(FILE_BYTES)
-    with open(path, "wb") as f:
-        f.write(data)
-    mapping = OsMapping(path, FILE_BYTES)
-    try:
-        mapping.warm(paced=False)
-        assert bytes(mapping.buf[:]) == data
-    finally:
-        mapping.close()
-    with open(path, "rb") as f:
-        assert f.read() == data
 
 
 def test_read_warm_stops_at_its_cancel_event(tmp_path):
