@@ -107,7 +107,8 @@ def test_async_flush_keeps_fallocated_files(tmp_path, extents_supported):
         store.close()
 
 
-def test_zero_fill_never_writes_into_a_file_that_has_data(tmp_path):
+@pytest.mark.parametrize("zero_fill", [True, False])
+def test_a_warm_up_never_writes_into_a_file_that_has_data(tmp_path, zero_fill):
     path = str(tmp_path / "00000000000000000000")
     data = os.urandom(FILE_BYTES)
     with open(path, "wb") as f:
@@ -115,7 +116,7 @@ def test_zero_fill_never_writes_into_a_file_that_has_data(tmp_path):
     mapping = OsMapping(path, FILE_BYTES)
     try:
         assert not mapping.fresh
-        mapping.warm(paced=False, zero_fill=True)
+        mapping.warm(paced=False, zero_fill=zero_fill)
     finally:
         mapping.close()
     with open(path, "rb") as f:
