@@ -42,8 +42,9 @@ Rules:
    window; when only some are (a window bound cut the original batch in two), only the others
    are stored and the reply describes those.
 7. The usual send (one ordinary topic, every key set) is checked and remembered in bulk,
-   walking the messages at C speed; anything else takes the message-by-message path, with the
-   same result (same entries, same order).
+   walking the messages at C speed, and so is a put of many ordinary topics, every key set
+   (single sends spread over many queues, grouped into one put); anything else takes the
+   message-by-message path, with the same result (same entries, same order).
 8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
    short strings, no body): remembering a message builds no tuple of its own. The keys live
    in node/sending/dedup_keys.py: per topic, a plain dict by UNIQ_KEY, aged in put-sized runs.
@@ -55,6 +56,7 @@ import struct
 import time
 import weakref
 from collections import deque
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
@@ -150,17 +152,21 @@ class DedupWindow:
         self._evict(int(self.clock() * 1000))
 
     def _remember_new(self, requests, keep_first: bool = False) -> bool:
-        """Rule 7: a put of one ordinary topic whose keys are all set is added in one update;
-        False (nothing changed) for anything else. A key held already, or twice in the put,
-        ends where the message-by-message path leaves it: its latest record, young again.
-        keep_first (the rebuild): only keys distinct and new."""
-        topic = _one_ordinary_topic(map(_R_TOPIC, requests))
-        if topic is None:
-            return False
+        """Rule 7: a put of ordinary topics whose keys are all set is added in one pass (one
+        update for one topic); False (nothing changed) for anything else. A key held already,
+        or twice in the put, ends where the message-by-message path leaves it: its latest
+        record, young again. keep_first (the rebuild): only keys distinct and new."""
         uniqs = list(map(_R_UNIQ, requests))
         if not all(uniqs):
             return False
-        return self._keys.add_run(topic, uniqs, requests, keep_first)
+        topics = list(map(_R_TOPIC, requests))
+        found = set(topics)
+        if not _SYSTEM_TOPICS.isdisjoint(found) or any(
+                map(str.startswith, found, repeat(_SYSTEM_PREFIXES))):
+            return False
+        if len(found) == 1:
+            return self._keys.add_run(topics[0], uniqs, requests, keep_first)
+        return self._keys.add_mixed(topics, uniqs, requests, keep_first)
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
         add = self._keys.add

@@ -7,36 +7,46 @@ plain dict (no (topic, key) tuple to build and hash, no linked-list node per key
 OrderedDict keeps), and the age order is a queue of whole puts.
 
 Rules:
-1. Age order is a queue of runs, oldest first: (topic, the topic's dict, keys, entries), one
-   per put of one topic (the lists are the store's own copies). A key stored again is appended
-   again and its older position goes stale: a position is live while its dict still maps its
-   key to its very entry (entries are a put's dispatch requests: each object is added once).
+1. Age order is a queue of runs, oldest first: (dicts, keys, entries, one): three parallel
+   lists (the store's own), position i being key keys[i] with entry entries[i] in topic dict
+   dicts[i], and `one`, the dict every position names, or None for a run of many topics. A put
+   makes one run, of one topic or of many (single sends spread over many queues), so adding a
+   put is a few C-level passes; a message added alone extends the newest run while it holds
+   fewer than _RUN_MAX positions and is of its topic or of many (a run of one topic followed
+   by another's key: a new run of many). A key stored again is appended again and its older
+   position goes stale: a position is live while its dict still maps its key to its
+   very entry (entries are a put's dispatch requests: each object is added once).
 2. Stale positions are counted; once they outnumber the live keys (and _COMPACT_MIN), the
    queue is rebuilt from its live positions, so it holds at most about twice the keys bound.
 3. Eviction (evict) walks positions oldest first: stale ones are dropped, live ones removed
    while the keys are over their bound or older than the cutoff. With no stale position the
-   count bound removes a run of keys in one C-level call.
-4. A topic whose dict empties while its run leaves the queue is dropped from the table.
+   count bound removes a run of keys in one C-level call (one dict's pop for a run of one).
+4. A topic dict found empty when positions naming it leave the queue (a run leaves, a cut
+   drops the newest, a compaction drops the stale) is dropped from the table. Runs are
+   bounded (rule 1), so the positions before the head are let go of run by run.
 5. Counters never go negative and no removal raises, whatever the queue holds: a key is only
    deleted where its dict still maps it.
-6. A topic's dict holds one extra key, _GENERAL (not a str, so no UNIQ_KEY equals it): CPython
-   then stores each key's hash in the dict's entries and a probe that misses compares hashes
-   without reading the key string, one cache miss less per lookup of a cold table (about 40%
-   faster at 100,000 keys). Only its own count (len - 1) is the topic's key count.
+6. A topic's dict holds one extra key, _GENERAL (not a str, so no UNIQ_KEY equals it), mapped
+   to the topic's name: CPython then stores each key's hash in the dict's entries and a probe
+   that misses compares hashes without reading the key string, one cache miss less per lookup
+   of a cold table (about 40% faster at 100,000 keys). Only its own count (len - 1) is the
+   topic's key count.
 """
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import islice, repeat
+from itertools import compress, islice, repeat
 
 from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
 
 _COMPACT_MIN = 1024   # stale positions tolerated whatever the live count (rule 2)
+_RUN_MAX = 4096       # positions a run grows to by single adds (rule 1)
 # Every topic's dict also holds this one non-str key (rule 6): a dict of str keys only keeps no
 # hashes in its entries, so each probe of a cold table would also read the key object.
 _GENERAL = object()
 _drain: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  # runs an iterator
+_is_one = (1).__eq__   # a dict holding only _GENERAL (rule 6)
 
 
 class KeyWindow:
@@ -45,7 +55,7 @@ class KeyWindow:
     __slots__ = ("_topics", "_order", "_head", "_live", "_stale")
 
     def __init__(self):
-        self._topics: dict[str, dict] = {}   # topic -> {UNIQ_KEY: entry}
+        self._topics: dict[str, dict] = {}   # topic -> {UNIQ_KEY: entry, _GENERAL: topic}
         self._order: deque = deque()          # runs (rule 1), oldest first
         self._head = 0                        # positions of _order[0] already gone
         self._live = 0                        # keys held
@@ -63,6 +73,12 @@ class KeyWindow:
         keys = self._topics.get(topic)
         return keys is None or keys.keys().isdisjoint(uniqs)
 
+    def _dict_of(self, topic: str) -> dict:
+        keys = self._topics.get(topic)
+        if keys is None:
+            keys = self._topics[topic] = {_GENERAL: topic}
+        return keys
+
     def add_run(self, topic: str, uniqs: list, entries, keep_first: bool = False) -> bool:
         """Add one topic's keys in put order: a key held already, or twice in the run, ends at
         its last entry, young again. keep_first: only keys all distinct and new, else False
@@ -72,21 +88,39 @@ class KeyWindow:
                            or (keys is not None and not keys.keys().isdisjoint(uniqs))):
             return False
         if keys is None:
-            keys = self._topics[topic] = {_GENERAL: None}
+            keys = self._dict_of(topic)
         held = len(keys)
         keys.update(zip(uniqs, entries))
-        grown = len(keys) - held
-        self._live += grown
-        self._stale += len(uniqs) - grown
-        self._order.append((topic, keys, uniqs, list(entries)))
+        self._grew(len(keys) - held, len(uniqs))
+        self._order.append(([keys] * len(uniqs), uniqs, list(entries), keys))
         self._maybe_compact()
         return True
 
+    def add_mixed(self, topics: list, uniqs: list, entries, keep_first: bool = False) -> bool:
+        """add_run for a put whose keys are of many topics, each (topic, key) at its place in
+        put order. keep_first: only pairs all distinct and new, else False and nothing
+        changed."""
+        dicts: list = list(map(self._topics.get, topics))
+        if keep_first and (len(set(zip(topics, uniqs))) != len(uniqs) or any(
+                map(dict.__contains__, filter(None, dicts), compress(uniqs, dicts)))):
+            return False
+        if None in dicts:   # a topic seen for the first time
+            dicts = list(map(self._dict_of, topics))
+        distinct = list({id(d): d for d in dicts}.values())
+        held = sum(map(len, distinct))
+        _drain(map(dict.__setitem__, dicts, uniqs, entries))
+        self._grew(sum(map(len, distinct)) - held, len(uniqs))
+        self._order.append((dicts, uniqs, list(entries), None))
+        self._maybe_compact()
+        return True
+
+    def _grew(self, grown: int, added: int) -> None:
+        self._live += grown
+        self._stale += added - grown
+
     def add(self, topic: str, uniq: str, entry, keep_first: bool = False) -> None:
         """One key, young (the message-by-message path); keep_first: a held key stays."""
-        keys = self._topics.get(topic)
-        if keys is None:
-            keys = self._topics[topic] = {_GENERAL: None}
+        keys = self._dict_of(topic)
         if uniq in keys:
             if keep_first:
                 return
@@ -94,21 +128,33 @@ class KeyWindow:
         else:
             self._live += 1
         keys[uniq] = entry
-        order = self._order
-        if order and order[-1][1] is keys:  # extend the newest run of the same topic
-            order[-1][2].append(uniq)
-            order[-1][3].append(entry)
-        else:
-            order.append((topic, keys, [uniq], [entry]))
+        self._extend(keys, uniq, entry)
         self._maybe_compact()
+
+    def _extend(self, keys: dict, uniq: str, entry) -> None:
+        """Rule 1: a key added alone goes into the newest run when it has room and its kind
+        allows; after another topic's run, into a new run of many topics."""
+        order = self._order
+        if order:
+            dicts, uniqs, entries, one = order[-1]
+            if len(uniqs) < _RUN_MAX:
+                if one is None or one is keys:
+                    dicts.append(keys)
+                    uniqs.append(uniq)
+                    entries.append(entry)
+                else:
+                    order.append(([keys], [uniq], [entry], None))
+                return
+        order.append(([keys], [uniq], [entry], keys))
 
     def items(self):
         """((topic, UNIQ_KEY), entry) of every key, oldest first."""
         head = self._head
-        for topic, keys, uniqs, entries in self._order:
-            for uniq, entry in zip(islice(uniqs, head, None), islice(entries, head, None)):
+        for dicts, uniqs, entries, _ in self._order:
+            for keys, uniq, entry in zip(islice(dicts, head, None), islice(uniqs, head, None),
+                                         islice(entries, head, None)):
                 if keys.get(uniq) is entry:
-                    yield (topic, uniq), entry
+                    yield (keys[_GENERAL], uniq), entry
             head = 0
 
     def evict(self, max_keys: int, cutoff_ms: int) -> None:
@@ -122,22 +168,28 @@ class KeyWindow:
         """Rule 3's run path: every position is live, so the oldest `excess` go in bulk."""
         order = self._order
         while excess > 0 and order:
-            topic, keys, uniqs, _ = order[0]
+            dicts, uniqs, _, one = order[0]
             head = self._head
             take = min(excess, len(uniqs) - head)
-            held = len(keys)
-            _drain(map(keys.pop, islice(uniqs, head, head + take), repeat(None)))
-            self._live -= held - len(keys)
+            end = head + take
+            if one is not None:
+                held = len(one)
+                _drain(map(one.pop, islice(uniqs, head, end), repeat(None)))
+                self._live -= held - len(one)
+            else:  # entries are non-empty tuples: a pop that returned one removed a key
+                popped = map(dict.pop, islice(dicts, head, end), islice(uniqs, head, end),
+                             repeat(None))
+                self._live -= len(list(filter(None, popped)))
             excess -= take
             self._advance(take)
 
     def _evict_walk(self, max_keys: int, cutoff_ms: int) -> None:
         order = self._order
         while order:
-            topic, keys, uniqs, entries = order[0]
+            dicts, uniqs, entries, _ = order[0]
             head, end = self._head, len(uniqs)
             while head < end:
-                uniq, entry = uniqs[head], entries[head]
+                keys, uniq, entry = dicts[head], uniqs[head], entries[head]
                 if keys.get(uniq) is entry:
                     if self._live <= max_keys and entry[DR_STORE_TS] >= cutoff_ms:
                         self._head = head
@@ -153,32 +205,39 @@ class KeyWindow:
     def _advance(self, count: int) -> None:
         """Move the head `count` positions on; a run fully gone leaves the queue (rule 4)."""
         self._head += count
-        topic, keys, uniqs, _ = self._order[0]
-        if self._head >= len(uniqs):
+        dicts, _, _, one = self._order[0]
+        if self._head >= len(dicts):
             self._order.popleft()
             self._head = 0
-            if len(keys) == 1 and self._topics.get(topic) is keys:
-                del self._topics[topic]
+            self._forget_empty(dicts if one is None else (one,))
+
+    def _forget_empty(self, dicts) -> None:
+        """Rule 4: drop from the table the topics whose dict among `dicts` is empty."""
+        topics = self._topics
+        for keys in compress(dicts, map(_is_one, map(len, dicts))):
+            topic = keys[_GENERAL]
+            if topics.get(topic) is keys:
+                del topics[topic]
 
     def prune_from(self, floor: int) -> int:
         """Forget the keys of records at or past `floor` (a cut of the log): positions are in
         log order, so from the newest back. Returns the highest offset below the cut."""
         order = self._order
         while order:
-            topic, keys, uniqs, entries = order[-1]
+            dicts, uniqs, entries, _ = order[-1]
             low = self._head if len(order) == 1 else 0
             end = len(uniqs)
             while end > low and entries[end - 1][DR_PHYS] >= floor:
                 end -= 1
-                self._drop(keys, uniqs[end], entries[end])
+                self._drop(dicts[end], uniqs[end], entries[end])
             if end > low:
-                del uniqs[end:], entries[end:]
+                self._forget_empty(dicts[end:])
+                del dicts[end:], uniqs[end:], entries[end:]
                 break
             order.pop()
             if not order:
                 self._head = 0
-            if len(keys) == 1 and self._topics.get(topic) is keys:
-                del self._topics[topic]
+            self._forget_empty(dicts)
         return floor - 1
 
     def _drop(self, keys: dict, uniq: str, entry) -> None:
@@ -189,15 +248,24 @@ class KeyWindow:
             self._stale -= 1
 
     def _maybe_compact(self) -> None:
-        """Rule 2: rebuild the queue from its live positions."""
+        """Rule 2: rebuild the queue from its live positions, in runs of _RUN_MAX."""
         if self._stale <= max(self._live, _COMPACT_MIN):
             return
-        runs: deque = deque()
-        for (topic, uniq), entry in self.items():
-            keys = self._topics[topic]
-            if runs and runs[-1][1] is keys:
-                runs[-1][2].append(uniq)
-                runs[-1][3].append(entry)
-            else:
-                runs.append((topic, keys, [uniq], [entry]))
-        self._order, self._head, self._stale = runs, 0, 0
+        old, head = self._order, self._head
+        dicts: list = []
+        uniqs: list = []
+        entries: list = []
+        for run_dicts, run_uniqs, run_entries, _ in old:
+            for keys, uniq, entry in zip(islice(run_dicts, head, None),
+                                         islice(run_uniqs, head, None),
+                                         islice(run_entries, head, None)):
+                if keys.get(uniq) is entry:
+                    dicts.append(keys)
+                    uniqs.append(uniq)
+                    entries.append(entry)
+            head = 0
+        self._order = deque((dicts[i:i + _RUN_MAX], uniqs[i:i + _RUN_MAX],
+                             entries[i:i + _RUN_MAX], None) for i in range(0, len(uniqs), _RUN_MAX))
+        self._head, self._stale = 0, 0
+        for run_dicts, _, _, _ in old:
+            self._forget_empty(run_dicts)

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import time
+from itertools import filterfalse
 
 from tidemq.protocol import accel
 from tidemq.protocol import record as rec
@@ -317,18 +318,18 @@ class MessageStore(StoreReader):
     def _reserve_queue_files(self, msgs) -> None:
         """Make the consume-queue files this batch's units go into before a byte is written
         (put lock held): a queue that cannot be opened refuses the put, so nothing is
-        acknowledged that dispatch could not make visible."""
+        acknowledged that dispatch could not make visible. A queue that exists covers every
+        unit (consume_queue.py rule 3), so only the batch's new queues are reserved, found by
+        one C-level membership pass over the batch's distinct queues."""
+        queues = self.queues.queues
         if len(msgs) == 1:  # the common case, without the grouping
             m = msgs[0]
-            if m.dispatchable:
+            if m.dispatchable and (m.topic, m.queue_id) not in queues:
                 self._reserve_units((m.topic, m.queue_id), 1)
             return
-        queues, table = self.queues.queues, self.queue_table
-        for key in batch_queues(msgs):
-            cq = queues.get(key)
-            if cq is None or not cq.covers(table.get(key, 0) + len(msgs) - 1):
-                n = sum(1 for m in msgs if m.dispatchable and (m.topic, m.queue_id) == key)
-                self._reserve_units(key, n)
+        for key in list(filterfalse(queues.__contains__, batch_queues(msgs))):
+            n = sum(1 for m in msgs if m.dispatchable and (m.topic, m.queue_id) == key)
+            self._reserve_units(key, n)
 
     def _reserve_units(self, key: tuple[str, int], n: int) -> None:
         first = self.queue_table.get(key, 0)

@@ -1,6 +1,6 @@
 """The duplicate window's key store (node/sending/dedup_keys.py) against an OrderedDict model
-of the window's rules: after any sequence of adds, runs, evictions and cuts, the same keys with
-the same entries in the same age order, and the same count."""
+of the window's rules: after any sequence of adds, runs (of one topic or of many), evictions and
+cuts, the same keys with the same entries in the same age order, and the same count."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -13,7 +13,7 @@ from tidemq.node.sending import dedup_keys
 from tidemq.node.sending.dedup_keys import KeyWindow
 from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
 
-TOPICS = st.sampled_from(["T", "U"])
+TOPICS = st.sampled_from(["T", "U", "V"])
 UNIQS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
 
 
@@ -44,6 +44,13 @@ class Model:
             self.add(topic, u, e, False)
         return True
 
+    def add_mixed(self, pairs, entries, keep_first):
+        if keep_first and (len(set(pairs)) != len(pairs) or any(p in self.od for p in pairs)):
+            return False
+        for (t, u), e in zip(pairs, entries):
+            self.add(t, u, e, False)
+        return True
+
     def evict(self, max_keys, cutoff_ms):
         while len(self.od) > max_keys:
             self.od.popitem(last=False)
@@ -59,21 +66,24 @@ def _step():
     add = st.tuples(st.just("add"), TOPICS, UNIQS, st.booleans())
     run = st.tuples(st.just("run"), TOPICS, st.lists(UNIQS, min_size=1, max_size=6),
                     st.booleans())
+    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(TOPICS, UNIQS), min_size=2,
+                                                 max_size=8), st.booleans())
     evict = st.tuples(st.just("evict"), st.integers(0, 8), st.integers(0, 30))
     cut = st.tuples(st.just("cut"), st.integers(0, 12))
-    return st.one_of(add, run, evict, cut)
+    return st.one_of(add, run, mixed, evict, cut)
 
 
-@pytest.mark.parametrize("compact_min", [1024, 0])
+@pytest.mark.parametrize("compact_min,run_max", [(1024, 4096), (0, 4096), (1024, 3), (0, 2)])
 @settings(max_examples=300, deadline=None)
 @given(steps=st.lists(_step(), max_size=40))
-def test_the_key_store_keeps_the_windows_order(steps, compact_min):
-    old = dedup_keys._COMPACT_MIN
+def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
+    old = dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX
     dedup_keys._COMPACT_MIN = compact_min   # 0: compact as soon as stale positions lead
+    dedup_keys._RUN_MAX = run_max           # small: single adds start new runs often
     try:
         _run(steps)
     finally:
-        dedup_keys._COMPACT_MIN = old
+        dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX = old
 
 
 def _run(steps):
@@ -95,6 +105,15 @@ def _run(steps):
                 entries.append(_entry(phys, ts))
             assert (store.add_run(topic, list(uniqs), entries, keep_first)
                     == model.add_run(topic, uniqs, entries, keep_first))
+        elif kind == "mixed":
+            _, pairs, keep_first = step
+            entries = []
+            for _p in pairs:
+                phys, ts = phys + 1, ts + 1
+                entries.append(_entry(phys, ts))
+            topics, uniqs = [t for t, _ in pairs], [u for _, u in pairs]
+            assert (store.add_mixed(topics, uniqs, entries, keep_first)
+                    == model.add_mixed(pairs, entries, keep_first))
         elif kind == "evict":
             _, max_keys, age = step
             store.evict(max_keys, ts - age)
@@ -108,13 +127,42 @@ def _run(steps):
         for (topic, uniq), entry in model.od.items():
             assert store.get(topic, uniq) is entry
         assert store.holds_none("T", ["zz"])
+        _assert_table_holds_only_live_topics(store)
+
+
+def _assert_table_holds_only_live_topics(store):
+    """Rule 4: a topic's dict stays only while some position still names it."""
+    named = {id(d) for run in store._order for d in run[0]}
+    for topic, keys in store._topics.items():
+        assert len(keys) > 1 or id(keys) in named, topic
 
 
 def test_an_emptied_topic_leaves_the_table():
     store = KeyWindow()
     store.add_run("T", ["a", "b"], [_entry(1, 1), _entry(2, 2)])
-    store.add("U", "c", _entry(3, 3))
+    store.add_run("U", ["c"], [_entry(3, 3)])
     store.evict(1, 0)
     assert store._topics.keys() == {"U"} and len(store) == 1
     store.prune_from(0)
     assert not store._topics and len(store) == 0 and not store._order
+
+
+def test_a_mixed_put_makes_one_run_and_its_topics_leave_with_it():
+    store = KeyWindow()
+    topics = [f"T{i}" for i in range(256)]
+    store.add_mixed(topics, ["k"] * 256, [_entry(i, i) for i in range(256)])
+    assert len(store._order) == 1 and len(store) == 256
+    assert store.get("T7", "k")[DR_PHYS] == 7
+    store.evict(0, 0)
+    assert not store._topics and len(store) == 0 and not store._order
+
+
+def test_single_adds_to_one_topic_let_go_of_evicted_positions():
+    """A steady stream of single sends to one topic kept every position it ever added in one
+    ever-growing run: memory grew without bound although the window held 10 keys."""
+    store = KeyWindow()
+    for i in range(3 * dedup_keys._RUN_MAX):
+        store.add("T", f"k{i}", _entry(i, i))
+        store.evict(10, 0)
+    assert len(store) == 10
+    assert sum(len(run[-1]) for run in store._order) <= dedup_keys._RUN_MAX + 10
