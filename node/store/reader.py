@@ -2,6 +2,9 @@
 
 Reads take no lock: they see consume-queue units only up to what the dispatcher wrote, which
 is never past the confirmed offset, and copy record bytes out of the mapped files.
+prefetch_units() is a hint before reading many queues in a row (a batched pull): it reads
+the database runs their first unit fetches will want in one query per few hundred queues
+(UnitDb.prefetch); what get_messages() answers does not depend on it.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ class GetResult:
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
-        self.messages = list(messages)   # raw record bytes, in queue order
+        self.messages = messages if type(messages) is list else list(messages)  # record
+        # bytes in queue order (a list passed in is kept: get_messages hands over its own)
         self.max_phys_offset = 0         # phys offset of the last message (slave suggestion)
 
 
@@ -114,6 +118,21 @@ class StoreReader:
         result = GetResult(status, pos, lo, hi, out)
         result.max_phys_offset = last_phys
         return result
+
+    def prefetch_units(self, queues, max_count: int = 32) -> int:
+        """Read ahead the database units that get_messages(topic, queue_id, offset,
+        max_count) fetches first, for every (topic, queue_id, offset) of `queues`, in bulk;
+        returns how many queues were read (those whose first units are in memory need none)."""
+        want = min(max_count, _FIRST_FETCH_UNITS) + 16  # _units_wanted with nothing read yet
+        get = self.queues.get
+        spans = {}
+        for topic, queue_id, offset in queues:
+            cq = get(topic, queue_id)
+            if cq is not None:
+                span = cq.cold_span(offset, want)
+                if span is not None:
+                    spans[span[0]] = span
+        return self.queues.db.prefetch(list(spans.values())) if spans else 0
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)
