@@ -34,9 +34,14 @@ Rules:
    what it lists. "examined" tells where it stopped (every listed queue when the reply did
    not fill), so the client can size its next request. The piggybacked commits of all its
    pullable queues are stored first.
+7. Before reading a queue whose units are not in memory, the store is asked to read ahead
+   the units of the next PREFETCH_QUEUES listed queues in bulk (StoreReader.prefetch_units:
+   one database query per few hundred queues instead of one per queue). It is only a hint:
+   what each queue answers, and where the walk stops, do not depend on it.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import struct
 from typing import Any
@@ -53,11 +58,14 @@ _INDEX_LEN = struct.Struct(">I")
 REPLY_BYTES_MIN = 64 * 1024  # the least a reply may carry however slow its reader (rule 5)
 _MOVED = ResponseCode.PULL_OFFSET_MOVED
 _FILTERED = ResponseCode.PULL_RETRY_IMMEDIATELY
+PREFETCH_QUEUES = 256  # listed queues read ahead at once (rule 7): a reply that fills early
+# wastes at most this many queues' reads
 
 
 class BatchPullProcessor:
     def __init__(self, pull, hold, groups, clients, cfg):
         self.pull = pull  # the PULL_MESSAGE processor: checks, filters, reads, records
+        self.prefetch_units = pull.store.prefetch_units  # rule 7
         self.hold = hold
         self.groups = groups
         self.clients = clients
@@ -81,9 +89,11 @@ class BatchPullProcessor:
         admitted: list[tuple] = []
         self._commit(conn, group, req.body)
         offsets: dict = {}  # (topic, queue id) -> offset past filtered messages
+        listed = req.body.queues
         examined = self._collect(
             self._admit(conn, group, req.body, limit, rows, remarks, admitted),
-            offsets, rows, chunks, self._budget(conn), len(req.body.queues))
+            offsets, rows, chunks, self._budget(conn), len(listed),
+            lambda: [(i, q[0], q[1], q[2]) for i, q in enumerate(listed)])
         if not rows:  # every queue was admitted and read (rule 6): nothing to say yet
             timeout_s = self.pull.hold_s(req.suspend_ms) if req.suspend_ms > 0 else 0
             if timeout_s > 0:
@@ -146,13 +156,15 @@ class BatchPullProcessor:
         return max(REPLY_BYTES_MIN, min(self.reply_bytes_max, room))
 
     def _collect(self, wanted, offsets: dict, rows: list, chunks: list, bytes_max: int,
-                 listed: int) -> int:
+                 listed: int, ahead) -> int:
         """Read the queues in order into rows and record chunks (rules 2 and 4); the number
         of leading queues examined (`listed`, all of them, unless the reply filled: rule 6).
         `offsets` holds where a queue's next read starts when the filter rejected what it
-        read before (key -> offset); a queue that gets a row leaves it."""
+        read before (key -> offset); a queue that gets a row leaves it. `ahead()` lists
+        (i, topic, queue id, offset asked) in i order, for the read-ahead (rule 7)."""
         pull, max_offset = self.pull, self.max_queue_offset
         msgs_left, bytes_left = self.reply_msgs_max, bytes_max
+        prefetched_below, listing = -1, None
         for i, topic, queue_id, asked, args in wanted:
             key = (topic, queue_id)
             offset = offsets.get(key, asked)
@@ -161,6 +173,9 @@ class BatchPullProcessor:
             if max_offset(topic, queue_id) == offset:
                 continue  # caught up
             codes, limit, _, predicate = args
+            if i >= prefetched_below:
+                listing = ahead() if listing is None else listing
+                prefetched_below = self._prefetch(listing, i, offsets, limit)
             res, code = pull.read(topic, queue_id, offset,
                                   (codes, min(limit, msgs_left), asked, predicate),
                                   min(pull.max_bytes, bytes_left))
@@ -180,17 +195,30 @@ class BatchPullProcessor:
                 offsets[key] = res.next_begin_offset
         return listed
 
+    def _prefetch(self, listing: list, i: int, offsets: dict, limit: int) -> int:
+        """Read ahead the PREFETCH_QUEUES listed queues from i (rule 7); the position past
+        the last one."""
+        at = bisect.bisect_left(listing, i, key=_first)
+        part = listing[at:at + PREFETCH_QUEUES]
+        self.prefetch_units([(t, q, offsets.get((t, q), o)) for _, t, q, o in part], limit)
+        return part[-1][0] + 1 if part else i + 1
+
     def _execute_held(self, held, final: bool):
         """The hold service's re-execution (long_polling rule 6): None keeps holding."""
         rows: list = []
         chunks: list = []
         # a held request had no refusal: every queue it lists was admitted
-        examined = self._collect(held.args, held.offsets, rows, chunks,
-                                 self._budget(held.conn), len(held.args))
+        args = held.args
+        examined = self._collect(args, held.offsets, rows, chunks, self._budget(held.conn),
+                                 len(args), lambda: [e[:4] for e in args])
         if not rows and not final:
             return None
         _filtered_rows(held.args, held.offsets, rows)
         return _reply(held.request, rows, chunks, {}, examined)
+
+
+def _first(entry):
+    return entry[0]
 
 
 def _filtered_rows(wanted, offsets: dict, rows: list) -> None:

@@ -149,6 +149,15 @@ class ConsumeQueue:
                 got.extend(UNIT.iter_unpack(self.tail[lo:(end - tail_from) * UNIT_BYTES]))
             return got
 
+    def cold_span(self, queue_offset: int, max_count: int):
+        """(qkey, first, end): the units [first, end) that units(queue_offset, max_count)
+        would read from the database's runs, or None when it would read none there (a hint
+        for UnitDb.prefetch, read without the lock: the read itself decides)."""
+        end = min(self.max_queue_offset, queue_offset + max_count, self.tail_from)
+        if queue_offset < self.min_queue_offset or end <= queue_offset:
+            return None
+        return self.qkey, queue_offset, end
+
     # -- cuts ----------------------------------------------------------------------------
     def _first_at_or_above(self, phys: int, below: int):
         """The first queue offset below `below` whose unit points at or past `phys`, in the

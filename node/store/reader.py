@@ -2,6 +2,9 @@
 
 Reads take no lock: they see consume-queue units only up to what the dispatcher wrote, which
 is never past the confirmed offset, and copy record bytes out of the mapped files.
+prefetch_units() is a hint before reading many queues in a row (a batched pull): it reads
+the database runs their first unit fetches will want in one query per few hundred queues
+(UnitDb.prefetch); what get_messages() answers does not depend on it.
 """
 from __future__ import annotations
 
@@ -38,8 +41,16 @@ class GetResult:
         self.next_begin_offset = next_begin_offset
         self.min_offset = min_offset
         self.max_offset = max_offset
-        self.messages = list(messages)   # raw record bytes, in queue order
+        self.messages = messages if type(messages) is list else list(messages)  # record
+        # bytes in queue order (a list passed in is kept: get_messages hands over its own)
         self.max_phys_offset = 0         # phys offset of the last message (slave suggestion)
+
+
+_FOUND = GetStatus.FOUND
+_NO_MATCH = GetStatus.NO_MATCHED_MESSAGE
+_FOUND_NULL = GetStatus.OFFSET_FOUND_NULL
+_TOO_SMALL = GetStatus.OFFSET_TOO_SMALL
+_OVERFLOW_ONE = GetStatus.OFFSET_OVERFLOW_ONE
 
 
 def store_timestamp_of(record: bytes) -> int:
@@ -75,27 +86,33 @@ class StoreReader:
         if hi <= lo and hi == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
         if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+            return GetResult(_TOO_SMALL, lo, lo, hi)
         if offset == hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+            return GetResult(_OVERFLOW_ONE, offset, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        if max_count <= 0 or max_bytes <= 0:
+            return GetResult(_NO_MATCH, offset, lo, hi)
         log_min = self.commit_log.min_offset
         read = self.commit_log.cursor().read
-        out, total, pos, last_phys = [], 0, offset, 0
-        status = GetStatus.NO_MATCHED_MESSAGE
-        full = False  # the next unit does not fit this reply (count or bytes)
-        while not full and pos < hi and len(out) < max_count and total < max_bytes:
+        out: list = []
+        n = total = last_phys = 0
+        pos = offset
+        status = _NO_MATCH
+        # the first fetch as _units_wanted answers with nothing read (inlined: most pulls
+        # of many queues need only this one)
+        want = min(max_count, hi - pos, _FIRST_FETCH_UNITS) + 16
+        while True:
             try:
-                units = cq.units(pos, _units_wanted(len(out), total, pos - offset, max_count,
-                                                    max_bytes, hi - pos))
+                units = cq.units(pos, want)
             except (ValueError, TypeError):  # a file was deleted under us by retention
                 units = []
             if not units:
-                status = GetStatus.OFFSET_FOUND_NULL if not out else status
+                status = _FOUND_NULL if not n else status
                 break
+            full = False  # the next unit does not fit this reply (count or bytes)
             for phys, size, code in units:
-                if len(out) >= max_count or (out and total + size > max_bytes):
+                if n >= max_count or (n and total + size > max_bytes):
                     full = True
                     break
                 pos += 1
@@ -107,13 +124,30 @@ class StoreReader:
                 if len(data) != size:
                     continue
                 out.append(data)
+                n += 1
                 total += size
                 last_phys = phys
-        if out:
-            status = GetStatus.FOUND
-        result = GetResult(status, pos, lo, hi, out)
+            if full or pos >= hi or n >= max_count or total >= max_bytes:
+                break
+            want = _units_wanted(n, total, pos - offset, max_count, max_bytes, hi - pos)
+        result = GetResult(_FOUND if n else status, pos, lo, hi, out)
         result.max_phys_offset = last_phys
         return result
+
+    def prefetch_units(self, queues, max_count: int = 32) -> int:
+        """Read ahead the database units that get_messages(topic, queue_id, offset,
+        max_count) fetches first, for every (topic, queue_id, offset) of `queues`, in bulk;
+        returns how many queues were read (those whose first units are in memory need none)."""
+        want = min(max_count, _FIRST_FETCH_UNITS) + 16  # _units_wanted with nothing read yet
+        get = self.queues.get
+        spans = {}
+        for topic, queue_id, offset in queues:
+            cq = get(topic, queue_id)
+            if cq is not None:
+                span = cq.cold_span(offset, want)
+                if span is not None:
+                    spans[span[0]] = span
+        return self.queues.db.prefetch(list(spans.values())) if spans else 0
 
     def min_queue_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)

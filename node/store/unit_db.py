@@ -33,7 +33,12 @@ Rules:
    copied by earlier passive checkpoints: the pause is about two fsyncs).
 3. range() keeps the runs it last read per queue (READ_CACHE_QUEUES queues at most): a
    sequential reader fetches a run once. Units once written change only by cuts (deletes,
-   drops), which forget the queue's cached runs; a flush only adds runs after them.
+   drops), which forget the queue's cached runs; a flush only adds runs after them (or
+   extends the last one in place: a cached copy then ends earlier, and a read past its end
+   reads again). prefetch() fills the same cache for many queues with ONE query per
+   PREFETCH_CHUNK queues, so a reader about to visit many cold queues (a batched pull) does
+   not pay a query each; it reads under the lock, as range() does, so a cut is either
+   before it (and not in what it caches) or after it (and forgets what it cached).
 4. The data is derived from the commit log: a database that cannot be opened or read, or
    holds another format version (an older layout), is removed and `discarded` is set: the
    caller rebuilds it from the log.
@@ -52,6 +57,7 @@ DB_NAME = "units.db"
 FORMAT_VERSION = 3  # 2: runs only (no staged table); 1 (user_version 0): one row per unit
 WAL_RESET_BYTES = 32 << 20
 READ_CACHE_QUEUES = 1024  # queues whose last runs read stay decoded (rule 3)
+PREFETCH_CHUNK = 300  # queues per prefetch query: 900 parameters, below any SQLite's limit
 RUN_UNITS = 256  # units per run row: a read touches a few KiB, a run fits two pages
 # A flush extends a run in place only up to this many units: an extension rewrites the whole
 # row, and a row this small stays inside its B-tree page (no overflow pages to copy), so a
@@ -91,6 +97,10 @@ _AT = "SELECT qoff, units FROM units WHERE qkey = ? AND qoff <= ? ORDER BY qoff 
 _RANGE = ("SELECT qoff, units FROM units WHERE qkey = ? AND qoff < ? AND qoff >= coalesce("
           "(SELECT qoff FROM units WHERE qkey = ? AND qoff <= ? ORDER BY qoff DESC LIMIT 1), ?) "
           "ORDER BY qoff")
+# _RANGE for many (qkey, first, end) at once: a VALUES table joined to the runs by key.
+_PREFETCH = ("WITH w(k, f, e) AS (VALUES {}) SELECT u.qkey, u.qoff, u.units FROM w CROSS JOIN "
+             "units u ON u.qkey = w.k AND u.qoff < w.e AND u.qoff >= coalesce((SELECT qoff "
+             "FROM units WHERE qkey = w.k AND qoff <= w.f ORDER BY qoff DESC LIMIT 1), w.f)")
 _PHYS = ("SELECT qoff, units FROM units WHERE qkey = ? AND qoff < ? AND last_phys >= ? "
          "ORDER BY qoff LIMIT 1")
 
@@ -142,6 +152,28 @@ def run_rows(qkey: int, qoff: int, blob) -> list:
         part = bytes(blob[i:i + step])
         rows.append((qkey, qoff + i // UNIT_BYTES, last_phys(part), part))
     return rows
+
+
+def _covers(hit, first: int, end: int) -> bool:
+    """Whether a read cache entry (first offset, end offset, units) holds [first, end)."""
+    return hit is not None and hit[0] <= first < hit[1] and end <= hit[1]
+
+
+def _joined(rows, first: int):
+    """(first offset, end offset, packed units) of the contiguous runs in `rows` ((qoff,
+    units) in key order) from the one holding `first`, or None when it is not the first."""
+    if not rows or rows[0][0] > first:
+        return None
+    start = rows[0][0]
+    if len(rows) == 1:
+        return start, start + len(rows[0][1]) // UNIT_BYTES, rows[0][1]
+    at, n = start, 0
+    for qoff, blob in rows:  # runs are contiguous: stop at a gap all the same
+        if qoff != at:
+            break
+        at += len(blob) // UNIT_BYTES
+        n += 1
+    return start, at, b"".join([r[1] for r in rows[:n]])
 
 
 def first_phys_at_or_above(blob, phys: int, limit_units: int) -> int | None:
@@ -424,7 +456,7 @@ class UnitDb:
         """Units [first, end) as (phys, size, tags) tuples, stopping at a gap (rule 3)."""
         with self.lock:
             hit = self._read_cache.get(qkey)
-            if hit is None or not hit[0] <= first < hit[1] or end > hit[1]:
+            if not _covers(hit, first, end):
                 if self._conn is None:
                     return []
                 hit = self._read_runs(qkey, first, end)
@@ -438,23 +470,46 @@ class UnitDb:
         """(first offset, end offset, packed units) of the contiguous runs from the one
         holding `first` to the one holding end - 1, kept in the read cache."""
         rows = self._conn.execute(_RANGE, (qkey, end, qkey, first, first)).fetchall()
-        if not rows or rows[0][0] > first:
-            return None
-        start = rows[0][0]
-        if len(rows) == 1:
-            data, at = rows[0][1], start + len(rows[0][1]) // UNIT_BYTES
-        else:
-            at, n = start, 0
-            for qoff, blob in rows:  # runs are contiguous: stop at a gap all the same
-                if qoff != at:
-                    break
-                at += len(blob) // UNIT_BYTES
-                n += 1
-            data = b"".join([r[1] for r in rows[:n]])
-        if len(self._read_cache) >= READ_CACHE_QUEUES:
-            self._read_cache.clear()
-        self._read_cache[qkey] = hit = (start, at, data)
+        hit = _joined(rows, first)
+        if hit is not None:
+            if len(self._read_cache) >= READ_CACHE_QUEUES:
+                self._read_cache.clear()
+            self._read_cache[qkey] = hit
         return hit
+
+    def prefetch(self, wants: list) -> int:
+        """Read the runs range(qkey, first, end) would read for every (qkey, first, end) in
+        `wants` (distinct keys), PREFETCH_CHUNK queues per query, into the read cache
+        (rule 3); queues the cache already covers are skipped. Returns how many queues were
+        read. Results are those of range(): only the read differs."""
+        wants = wants[:READ_CACHE_QUEUES // 2]  # what is read stays cached until used
+        with self.lock:
+            if self._conn is None:
+                return 0
+            cache = self._read_cache
+            todo = [w for w in wants if not _covers(cache.get(w[0]), w[1], w[2])]
+            if len(cache) + len(todo) > READ_CACHE_QUEUES:
+                cache.clear()
+            for at in range(0, len(todo), PREFETCH_CHUNK):
+                self._prefetch_chunk(todo[at:at + PREFETCH_CHUNK])
+        return len(todo)
+
+    def _prefetch_chunk(self, wants: list) -> None:
+        """One query for up to PREFETCH_CHUNK (qkey, first, end), its runs into the cache."""
+        args = [x for want in wants for x in want]
+        sql = _PREFETCH.format(",".join(["(?,?,?)"] * len(wants)))
+        by_key: dict = {}
+        for qkey, qoff, blob in self._conn.execute(sql, args).fetchall():
+            rows = by_key.get(qkey)
+            if rows is None:
+                by_key[qkey] = [(qoff, blob)]
+            else:
+                rows.append((qoff, blob))
+        cache = self._read_cache
+        for qkey, first, _ in wants:
+            hit = _joined(by_key.get(qkey), first)
+            if hit is not None:
+                cache[qkey] = hit
 
     def first_at_or_above(self, qkey: int, phys: int, below_qoff: int):
         """The first queue offset below `below_qoff` whose unit points at or past `phys`

@@ -110,6 +110,35 @@ def test_examined_tells_where_a_full_reply_stopped(broker_factory):
     run(go())
 
 
+def test_many_cold_queues_deliver_every_message_once(broker_factory):
+    """Units in the database, not in memory (a tiny tail bound makes dispatch write them):
+    walking 700 queues by what each reply examined, through replies that fill mid-way and
+    several read-ahead windows, delivers every message once, in queue order."""
+    b = broker_factory("batch_pull_max_msgs=300", "store.consume_queue_tail_bytes=4096").start()
+
+    async def go():
+        async with await RawClient.connect(b.addr) as c:
+            await topics(c, 4, queues=175, prefix="CQ")
+            listed = [[f"CQ{t}", q, 0, -1] for t in range(4) for q in range(175)]
+            for i in range(3):
+                await asyncio.gather(*[send(c, t, q, b"%s/%d/%d" % (t.encode(), q, i))
+                                       for t, q, _, _ in listed])
+            got: dict = {}
+            at, requests = 0, 0
+            while at < len(listed) and requests < 50:
+                part = listed[at:at + 400]
+                reply = await c.request(*batch(part))
+                for i, (code, nxt, msgs, _) in rows_of(reply).items():
+                    assert code == 0 and nxt == 3
+                    got.setdefault(tuple(part[i][:2]), []).extend(m.body for m in msgs)
+                at += examined_of(reply)
+                requests += 1
+            assert requests > 3  # replies filled before their listings ended
+            assert got == {(t, q): [b"%s/%d/%d" % (t.encode(), q, i) for i in range(3)]
+                           for t, q, _, _ in listed}
+    run(go())
+
+
 def test_held_until_any_queue_gets_a_message(broker_factory):
     b = broker_factory().start()
 
