@@ -2074,6 +2074,21 @@ plain_message(PyObject *m)
 
 #define SLOT(m, k) (*(PyObject **)((char *)(m) + store_message_slots.offset[k]))
 
+/* len(body) of a bytes body or of a memoryview one (a batch's bodies are views of the request
+   frame), else -1: the twin decides (len of a released or 0-dim view raises there). */
+static Py_ssize_t
+body_len(PyObject *body)
+{
+    Py_ssize_t n;
+    if (PyBytes_CheckExact(body))
+        return PyBytes_GET_SIZE(body);
+    if (!PyMemoryView_Check(body))
+        return -1;
+    if ((n = PyObject_Size(body)) < 0)
+        PyErr_Clear();
+    return n;
+}
+
 static int
 host_len_ok(PyObject *h)
 {
@@ -2086,17 +2101,19 @@ message_passes(PyObject *m, PyObject *topics, long long max_body, long long max_
 {
     PyObject *body, *topic, *props, *qid, *born, *store;
     long long q;
+    Py_ssize_t body_size;
     int in;
     if (!plain_message(m))
         return -1;
     body = SLOT(m, W_BODY); topic = SLOT(m, W_TOPIC); props = SLOT(m, W_PROPS_RAW);
     qid = SLOT(m, W_QID); born = SLOT(m, W_BORN_HOST); store = SLOT(m, W_STORE_HOST);
     if (body == NULL || topic == NULL || props == NULL || qid == NULL || born == NULL || store == NULL
-            || !PyBytes_CheckExact(body) || !PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(props)
+            || (body_size = body_len(body)) < 0 || !PyUnicode_CheckExact(topic)
+            || !PyBytes_CheckExact(props)
             || !PyLong_CheckExact(qid) || !PyBytes_CheckExact(born) || !PyBytes_CheckExact(store)
             || as_i64(qid, I64_MIN, I64_MAX, &q) < 0)
         return -1;
-    if (PyBytes_GET_SIZE(body) > max_body)
+    if (body_size > max_body)
         return 0;
     if ((in = PySet_Contains(topics, topic)) < 0) {
         PyErr_Clear();

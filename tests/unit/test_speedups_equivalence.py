@@ -1300,3 +1300,28 @@ def test_json_reply_frame_usual_and_codes():
     for odd_id in (5, b"AB", "\u00e9", ""):  # %s takes msg_id's text, %d never does
         for odd_fmt in (b"%d%d%s%d%d", b"%d%d%d%d%d"):
             _both("json_reply_frame", odd_fmt, 0, 1, odd_id, 2, 3)
+
+
+@needs_compiled
+def test_first_unchecked_judges_a_batch_of_frame_views_itself():
+    """A batch's bodies are memoryviews of the request frame (decode_batch): the compiled check
+    judges them without handing the batch to the twin, and agrees with the twin on views whose
+    len() is not their byte count or raises (2-dim, 0-dim, released)."""
+    frame = bytes(range(200))
+    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
+    for i, m in enumerate(msgs):
+        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    handed: list = []
+    _mod.set_fallback("first_unchecked", lambda *a: handed.append(a) or 0)
+    try:
+        assert _mod.first_unchecked(msgs, 0, {"T"}, 40, 30, 10) == 4
+        assert _mod.first_unchecked(msgs, 0, {"T"}, 39, 30, 10) == 0
+        assert handed == []
+    finally:
+        _register_fallbacks()
+    released = memoryview(b"abcd")
+    released.release()
+    for odd in (memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()),
+                released):
+        msgs[2].body = odd
+        _both("first_unchecked", msgs, 0, {"T"}, 39, 30, 10)
