@@ -1,7 +1,7 @@
 """A batch read through a real name server (ZooKeeper, `tidemq namesrv`, two broker groups in
 cluster mode) returns exactly what was produced, from both groups."""
 from tests.pipeline.conftest import run
-from tests.support.cluster import ClusterHarness, create_topic
+from tests.support.cluster import ClusterHarness, create_topic, wait_route
 from tidemq.message import Message
 from tidemq.producer.producer import Producer
 
@@ -15,6 +15,7 @@ def test_batch_read_over_two_broker_groups_through_the_name_server(spark, zk_hos
 
         async def produce():
             await create_topic(h, TOPIC, 3)
+            await wait_route(h, TOPIC)
             p = await Producer("pipe-cluster-pg", h.namesrv_addr).start()
             sent = {}
             try:

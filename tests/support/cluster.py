@@ -140,6 +140,26 @@ async def create_topic(harness: ClusterHarness, topic: str, queues: int = 4) -> 
             await admin.create_topic(topic, queues)
 
 
+async def wait_route(harness: ClusterHarness, topic: str, timeout_s: float = 20.0) -> None:
+    """Until the name server's route of `topic` has queues on every group: the name server
+    learns each group's topics from ZooKeeper on its own time, so a client started at once
+    may see only the groups it has heard of so far."""
+    from tidemq.admin import Admin
+    deadline = time.monotonic() + timeout_s
+    async with Admin(harness.namesrv_addr) as admin:
+        while True:
+            try:
+                route = await admin.topic_route(topic)
+            except errors.TideMQError:
+                route = None
+            names = {q.broker_name for q in route.queue_datas} if route else set()
+            if names >= set(harness.groups):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"route of {topic!r} lists {sorted(names)} only")
+            await asyncio.sleep(0.1)
+
+
 async def produce(producer: Producer, topic: str, history: History, *, stop: asyncio.Event,
                   prefix: str, tasks: int = 4, max_per_task: int = 100_000,
                   acked_log: list | None = None, failures: list | None = None,
