@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+from types import SimpleNamespace
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -184,12 +185,9 @@ def _families(m, gauges: list):
         yield g
 
 
-class _Snapshot:
+def _snapshot(m: Metrics) -> SimpleNamespace:
     """Copies of the tables _families reads, taken on the loop thread."""
-
-
-def _snapshot(m: Metrics) -> _Snapshot:
-    out = _Snapshot()
+    out = SimpleNamespace()
     for name in ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "requests", "busy"):
         setattr(out, name, dict(getattr(m, name)))
     for name in ("protocol_errors", "slow_consumer_cutoffs", "flush_timeouts",
@@ -218,7 +216,7 @@ class _Families:
         return self.families
 
 
-def _render_copy(copy: _Snapshot, others: list) -> bytes:
+def _render_copy(copy: SimpleNamespace, others: list) -> bytes:
     return generate_latest(_Families(list(_families(copy, copy.gauges)) + others))
 
 
