@@ -5,6 +5,7 @@ different topic per message, or batches among single sends."""
 import asyncio
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker.conftest import run
@@ -56,8 +57,10 @@ async def _traffic(addr: str) -> tuple[dict, dict, dict]:
     return msgs, size, reqs
 
 
-def test_put_counters_and_latency_histograms_by_topic(broker_factory):
-    b = broker_factory().start()
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_put_counters_and_latency_histograms_by_topic(broker_factory, flush):
+    """Answered at once, or after the group's fsync (the durability callback's path)."""
+    b = broker_factory(f"store.flush_mode={flush}").start()
     msgs, size, reqs = run(_traffic(b.addr))
     s = _samples(b.admin_url)
     for topic in msgs:
