@@ -48,7 +48,7 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[VIEWS_KEY].metrics.render()
+    body = await request.app[VIEWS_KEY].metrics.render_off_loop()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -9,11 +9,16 @@ Names follow Prometheus conventions (`tidemq_*_total` counters, units in names);
 listed in node/ops/metric_catalog.py. Label cardinality is bounded: topic labels only for topics that
 exist (max_topics; a deleted topic's series are dropped), request labels from a fixed set.
 Scrape-time blocks (store, consumer lag, ZooKeeper) live in node/ops/scrape.py.
+The broker's /metrics (render_off_loop) copies the hot-path tables on the loop thread and
+builds and formats their text in an executor thread: at 10,000+ topics (40+ series each) that
+is seconds of work the loop would otherwise stall for; the text is render()'s.
 """
 from __future__ import annotations
 
+import asyncio
 import bisect
 import collections
+from types import SimpleNamespace
 
 from prometheus_client import GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -75,9 +80,10 @@ class Metrics:
         self.put_total = 0
         self.get_total = 0
         self.registry.register(_Collector(self))
+        self._others: list = []  # every collector after _Collector, in registration order
         # process_* (CPU, RSS, fds) and python_* from prometheus_client's own collectors.
         for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
-            self.registry.register(c)
+            self.add_collector(c)
 
     def gauge(self, name: str, help_text: str, fn) -> None:
         self.gauges[name] = (help_text, fn)
@@ -85,9 +91,19 @@ class Metrics:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    async def render_off_loop(self) -> bytes:
+        """render()'s text without stalling the loop for it: on the loop thread (the only one
+        that changes them) the hot-path tables are copied and the other collectors read; the
+        families of the copy (one histogram per topic: seconds at thousands of topics) are
+        built and formatted in the loop's default executor, reading only the copy."""
+        copy = _snapshot(self)
+        others = [f for c in self._others for f in c.collect()]
+        return await asyncio.get_running_loop().run_in_executor(None, _render_copy, copy, others)
+
     def add_collector(self, collector) -> None:
         """Another block's collector (node/ops/scrape.py: store, consumer lag, cluster)."""
         self.registry.register(collector)
+        self._others.append(collector)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's series (labels stay bounded by the topic table)."""
@@ -99,7 +115,7 @@ class Metrics:
 
     def add_ha(self, replication) -> None:
         """Replication metrics (see HACollector below)."""
-        self.registry.register(HACollector(replication))
+        self.add_collector(HACollector(replication))
 
 
 class _Collector:
@@ -107,61 +123,101 @@ class _Collector:
         self.m = m
 
     def collect(self):
-        m = self.m
-        yield _by_label("tidemq_messages_put", "Messages stored, by topic.", "topic", m.put_msgs)
-        yield _by_label("tidemq_message_put_body_bytes", "Message body bytes stored, by topic.",
-                        "topic", m.put_bytes)
-        yield _by_label("tidemq_messages_get", "Messages served to pulls, by topic.", "topic",
-                        m.get_msgs)
-        yield _by_label("tidemq_message_get_bytes", "Record bytes served to pulls, by topic.",
-                        "topic", m.get_bytes)
-        yield _by_label("tidemq_requests", "Requests handled, by request code.", "code",
-                        m.requests)
-        yield _by_label("tidemq_system_busy_rejections", "Requests answered SYSTEM_BUSY, by "
-                        "reason.", "reason", m.busy)
-        for name, help_text, value in (
-                ("tidemq_protocol_errors", "Connections closed for bad frames.", m.protocol_errors),
-                ("tidemq_slow_consumer_cutoffs", "Connections cut off for not reading replies.",
-                 m.slow_consumer_cutoffs),
-                ("tidemq_flush_disk_timeouts", "Sends answered FLUSH_DISK_TIMEOUT.",
-                 m.flush_timeouts),
-                ("tidemq_flush_slave_timeouts", "Sends answered FLUSH_SLAVE_TIMEOUT.",
-                 m.flush_slave_timeouts),
-                ("tidemq_duplicates_suppressed", "Messages answered from the duplicate window, "
-                 "not stored again.", m.duplicates_suppressed)):
-            c = CounterMetricFamily(name, help_text)
-            c.add_metric([], value)
-            yield c
-        h = HistogramMetricFamily("tidemq_request_latency_seconds", "Time from a request's "
-                                  "arrival to its reply, by kind.", labels=["kind"])
-        kinds = dict(m.latency)
-        kinds["send"] = _merged(v for (_, b), v in m.put_latency.items() if not b)
-        kinds["send_batch"] = _merged(v for (_, b), v in m.put_latency.items() if b)
-        kinds["pull"] = _merged(m.get_latency.values())
-        for kind, hist in sorted(kinds.items()):
-            h.add_metric([kind], hist.buckets(), hist.sum)
-        yield h
-        by_topic = collections.defaultdict(list)
-        for (topic, _), hist in m.put_latency.items():
-            by_topic[topic].append(hist)
-        h = HistogramMetricFamily("tidemq_put_latency_seconds", "Send arrival to reply (fsync "
-                                  "and replication waits included), by topic.", labels=["topic"])
-        for topic, hists in sorted(by_topic.items()):
-            hist = _merged(hists)
-            h.add_metric([topic], hist.buckets(), hist.sum)
-        yield h
-        h = HistogramMetricFamily("tidemq_get_latency_seconds", "Pull arrival to reply for "
-                                  "pulls answered at once, by topic.", labels=["topic"])
-        for topic, hist in sorted(m.get_latency.items()):
-            h.add_metric([topic], hist.buckets(), hist.sum)
-        yield h
-        h = HistogramMetricFamily("tidemq_pull_hold_seconds", "How long held pulls waited.")
-        h.add_metric([], m.hold_wait.buckets(), m.hold_wait.sum)
-        yield h
-        for name, (help_text, fn) in m.gauges.items():
-            g = GaugeMetricFamily(name, help_text)
-            g.add_metric([], float(fn()))
-            yield g
+        return _families(self.m, [(n, h, fn()) for n, (h, fn) in self.m.gauges.items()])
+
+
+def _families(m, gauges: list):
+    """The hot-path tables' families: `m` is the Metrics or a _snapshot of it, `gauges`
+    (name, help, value) triples."""
+    yield _by_label("tidemq_messages_put", "Messages stored, by topic.", "topic", m.put_msgs)
+    yield _by_label("tidemq_message_put_body_bytes", "Message body bytes stored, by topic.",
+                    "topic", m.put_bytes)
+    yield _by_label("tidemq_messages_get", "Messages served to pulls, by topic.", "topic",
+                    m.get_msgs)
+    yield _by_label("tidemq_message_get_bytes", "Record bytes served to pulls, by topic.",
+                    "topic", m.get_bytes)
+    yield _by_label("tidemq_requests", "Requests handled, by request code.", "code",
+                    m.requests)
+    yield _by_label("tidemq_system_busy_rejections", "Requests answered SYSTEM_BUSY, by "
+                    "reason.", "reason", m.busy)
+    for name, help_text, value in (
+            ("tidemq_protocol_errors", "Connections closed for bad frames.", m.protocol_errors),
+            ("tidemq_slow_consumer_cutoffs", "Connections cut off for not reading replies.",
+             m.slow_consumer_cutoffs),
+            ("tidemq_flush_disk_timeouts", "Sends answered FLUSH_DISK_TIMEOUT.",
+             m.flush_timeouts),
+            ("tidemq_flush_slave_timeouts", "Sends answered FLUSH_SLAVE_TIMEOUT.",
+             m.flush_slave_timeouts),
+            ("tidemq_duplicates_suppressed", "Messages answered from the duplicate window, "
+             "not stored again.", m.duplicates_suppressed)):
+        c = CounterMetricFamily(name, help_text)
+        c.add_metric([], value)
+        yield c
+    h = HistogramMetricFamily("tidemq_request_latency_seconds", "Time from a request's "
+                              "arrival to its reply, by kind.", labels=["kind"])
+    kinds = dict(m.latency)
+    kinds["send"] = _merged(v for (_, b), v in m.put_latency.items() if not b)
+    kinds["send_batch"] = _merged(v for (_, b), v in m.put_latency.items() if b)
+    kinds["pull"] = _merged(m.get_latency.values())
+    for kind, hist in sorted(kinds.items()):
+        h.add_metric([kind], hist.buckets(), hist.sum)
+    yield h
+    by_topic = collections.defaultdict(list)
+    for (topic, _), hist in m.put_latency.items():
+        by_topic[topic].append(hist)
+    h = HistogramMetricFamily("tidemq_put_latency_seconds", "Send arrival to reply (fsync "
+                              "and replication waits included), by topic.", labels=["topic"])
+    for topic, hists in sorted(by_topic.items()):
+        hist = _merged(hists)
+        h.add_metric([topic], hist.buckets(), hist.sum)
+    yield h
+    h = HistogramMetricFamily("tidemq_get_latency_seconds", "Pull arrival to reply for "
+                              "pulls answered at once, by topic.", labels=["topic"])
+    for topic, hist in sorted(m.get_latency.items()):
+        h.add_metric([topic], hist.buckets(), hist.sum)
+    yield h
+    h = HistogramMetricFamily("tidemq_pull_hold_seconds", "How long held pulls waited.")
+    h.add_metric([], m.hold_wait.buckets(), m.hold_wait.sum)
+    yield h
+    for name, help_text, value in gauges:
+        g = GaugeMetricFamily(name, help_text)
+        g.add_metric([], float(value))
+        yield g
+
+
+def _snapshot(m: Metrics) -> SimpleNamespace:
+    """Copies of the tables _families reads, taken on the loop thread."""
+    out = SimpleNamespace()
+    for name in ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "requests", "busy"):
+        setattr(out, name, dict(getattr(m, name)))
+    for name in ("protocol_errors", "slow_consumer_cutoffs", "flush_timeouts",
+                 "flush_slave_timeouts", "duplicates_suppressed"):
+        setattr(out, name, getattr(m, name))
+    for name in ("latency", "put_latency", "get_latency"):
+        setattr(out, name, {k: _copied(h) for k, h in getattr(m, name).items()})
+    out.hold_wait = _copied(m.hold_wait)
+    out.gauges = [(n, h, fn()) for n, (h, fn) in m.gauges.items()]
+    return out
+
+
+def _copied(h: LatencyHistogram) -> LatencyHistogram:
+    out = LatencyHistogram()
+    out.counts, out.sum = h.counts[:], h.sum
+    return out
+
+
+class _Families:
+    """Families ready for the formatter, in the registry's order."""
+
+    def __init__(self, families: list):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def _render_copy(copy: SimpleNamespace, others: list) -> bytes:
+    return generate_latest(_Families(list(_families(copy, copy.gauges)) + others))
 
 
 def _merged(hists) -> LatencyHistogram:
