@@ -2,6 +2,7 @@
 import time
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from kazoo.retry import KazooRetry
 
 from tests.support.zookeeper import serving_mode
@@ -34,12 +35,25 @@ def test_ensemble_survives_losing_its_leader(zk_ensemble):
     c = _client(zk_ensemble.hosts, timeout=4.0)
     try:
         c.create("/tidemq-test/x", b"1", makepath=True)
+        session = c.client_id[0]
         leader = zk_ensemble.leader()
         assert serving_mode(leader.client_port) == "leader"
         leader.kill()
         others = [n for n in zk_ensemble.nodes if n is not leader]
         zk_ensemble.wait_serving(20, others)
-        c.set("/tidemq-test/x", b"2")  # the client reconnects to a survivor, same session
+        # The client reconnects to a survivor on its own time (a loaded machine may take a
+        # few seconds): until then a call fails with ConnectionLoss, after it the session is
+        # the same one.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                c.set("/tidemq-test/x", b"2")
+                break
+            except ConnectionLoss:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        assert c.client_id[0] == session
         assert c.get("/tidemq-test/x")[0] == b"2"
     finally:
         c.stop()
