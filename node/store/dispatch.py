@@ -30,6 +30,7 @@ import collections
 import logging
 import threading
 import time
+from itertools import chain
 
 from tidemq.protocol import accel
 from tidemq.protocol.record import SYSFLAG_TX_MASK, TX_PREPARED, TX_ROLLBACK
@@ -283,6 +284,11 @@ def _take(pending, bound: int, budget: int) -> tuple[list, int, bool]:
     lists: list = []
     used = 0
     for reqs in pending:
+        last = reqs[-1]  # whole lists first, inline: most lists hold one put's requests
+        if last[DR_PHYS] + last[DR_SIZE] <= bound and (budget < 0 or used + len(reqs) <= budget):
+            lists.append(reqs)
+            used += len(reqs)
+            continue
         room = budget - used if budget >= 0 else -1
         if room == 0:
             return lists, 0, _ends_by(reqs[0], bound)
@@ -290,9 +296,7 @@ def _take(pending, bound: int, budget: int) -> tuple[list, int, bool]:
         if n == 0:
             return lists, 0, False
         lists.append(reqs)
-        used += n
-        if n < len(reqs):
-            return lists, n, n == room and _ends_by(reqs[n], bound)
+        return lists, n, n == room and _ends_by(reqs[n], bound)
     return lists, 0, False
 
 
@@ -302,10 +306,10 @@ def _ends_by(request, bound: int) -> bool:
 
 def _joined(lists: list, part: int) -> list:
     """One list of every request in `lists`, only the first `part` of the last when part."""
-    joined: list = []
-    last = len(lists) - 1
-    for i, reqs in enumerate(lists):
-        joined.extend(reqs[:part] if part and i == last else reqs)
+    if not part:
+        return list(chain.from_iterable(lists))
+    joined = list(chain.from_iterable(lists[:-1]))
+    joined.extend(lists[-1][:part])
     return joined
 
 
