@@ -11,6 +11,8 @@ Rules:
 1. A waiter's callback runs exactly once, on the flusher or watcher thread, or inline.
 2. Under SYNC_FLUSH with the local confirm mode, records are dispatched (made visible) after
    the fsync that covers them and before their waiters are acknowledged.
+3. A waiter no fsync covered by its deadline gets FLUSH_DISK_TIMEOUT then, from the watcher,
+   which sleeps until the earliest deadline instead of polling.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from .config import SYNC_FLUSH
 from .errors import PutStatus
 
 log = logging.getLogger("tidemq.store.flush")
-WATCH_INTERVAL_S = 0.02
+WATCH_SLACK_S = 0.001  # past the deadline, so the wake-up finds it due
 GATHER_S = 0.001
 
 
@@ -36,8 +38,8 @@ class FlushService:
         self._gather_target = 1    # waiters that make the flusher start without gathering
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="tidemq-flush", daemon=True)
-        # The watcher times waiters out even while the flusher is stuck in a slow fsync
-        # (RocketMQ's FlushDiskWatcher).
+        # The watcher times waiters out at their deadlines even while the flusher is stuck in
+        # a slow fsync (RocketMQ's FlushDiskWatcher).
         self._watcher = threading.Thread(target=self._watch, name="tidemq-flush-watch", daemon=True)
         self._watch_stop = threading.Event()
         self.fsyncs = 0
@@ -55,7 +57,16 @@ class FlushService:
         self._watcher.join()
 
     def _watch(self) -> None:
-        while not self._watch_stop.wait(WATCH_INTERVAL_S):
+        """Sleep until the earliest waiter's deadline, answer what is due, again: one wake-up
+        per deadline, not a poll (each wake-up takes the GIL from the event loop). With no
+        waiter it sleeps one timeout: a waiter registered meanwhile is due after that."""
+        while True:
+            timeout_s = self.cfg.sync_flush_timeout_ms / 1000
+            with self._cond:
+                due = min((w[1] for w in self._waiters), default=None)
+            wait_s = timeout_s if due is None else min(timeout_s, due - time.monotonic())
+            if self._watch_stop.wait(max(wait_s, 0.0) + WATCH_SLACK_S):
+                return
             self._complete()
 
     def wait_for(self, end_offset: int, callback) -> None:

@@ -122,6 +122,33 @@ def test_flush_disk_timeout_means_stored_not_confirmed(gated):
     assert store.max_offset == result.end_offset  # it is stored
 
 
+def test_flush_disk_timeout_arrives_at_each_deadline_while_the_fsync_is_stalled(gated):
+    """The watcher sleeps until the earliest deadline: a waiter that arrives while it sleeps
+    with none to watch, and one that arrives while it waits for another's deadline, are
+    each answered once their own deadline passes, not before."""
+    fs, open_store = gated
+    store = open_store(flush_mode="SYNC_FLUSH", sync_flush_timeout_ms=400)
+    fs.gate.clear()
+    time.sleep(0.6)  # the watcher is asleep with no waiter; the flusher is stuck in its fsync
+    answered = []
+
+    def put(i):
+        t0 = time.monotonic()
+        status = store.put_and_wait([message(i)])[1]
+        answered.append((i, status, time.monotonic() - t0))
+    threads = [threading.Thread(daemon=True, target=put, args=(0,))]
+    threads[0].start()
+    time.sleep(0.2)
+    threads.append(threading.Thread(daemon=True, target=put, args=(1,)))
+    threads[1].start()
+    for t in threads:
+        t.join(5)
+    assert sorted(a[:2] for a in answered) == [(0, PutStatus.FLUSH_DISK_TIMEOUT),
+                                               (1, PutStatus.FLUSH_DISK_TIMEOUT)]
+    assert all(0.4 <= waited < 3 for _, _, waited in answered)
+    assert [a[0] for a in answered] == [0, 1]
+
+
 def test_external_confirm_bounds_what_consumers_see(tmp_path):
     store = MessageStore(small_config(tmp_path, confirm_mode="external")).open()
     placed = store.put([message(i, queues=1) for i in range(10)]).placed
