@@ -74,6 +74,12 @@ def _units_wanted(n_read: int, total: int, scanned: int, max_count: int, max_byt
     return want + 16
 
 
+def _first_fetch(max_count: int, left: int) -> int:
+    """_units_wanted(0, 0, 0, max_count, any, left), without its call: most pulls of many
+    queues need only this first fetch."""
+    return min(max_count, left, _FIRST_FETCH_UNITS) + 16
+
+
 class StoreReader:
     """Mixed into MessageStore; expects commit_log, queues, index."""
 
@@ -99,9 +105,7 @@ class StoreReader:
         n = total = last_phys = 0
         pos = offset
         status = _NO_MATCH
-        # the first fetch as _units_wanted answers with nothing read (inlined: most pulls
-        # of many queues need only this one)
-        want = min(max_count, hi - pos, _FIRST_FETCH_UNITS) + 16
+        want = _first_fetch(max_count, hi - pos)
         while True:
             try:
                 units = cq.units(pos, want)
@@ -138,7 +142,7 @@ class StoreReader:
         """Read ahead the database units that get_messages(topic, queue_id, offset,
         max_count) fetches first, for every (topic, queue_id, offset) of `queues`, in bulk;
         returns how many queues were read (those whose first units are in memory need none)."""
-        want = min(max_count, _FIRST_FETCH_UNITS) + 16  # _units_wanted with nothing read yet
+        want = _first_fetch(max_count, max_count)  # as get_messages' first fetch
         get = self.queues.get
         spans = {}
         for topic, queue_id, offset in queues:
