@@ -12,6 +12,11 @@ Rules:
    made from). `release_fd()` closes the other one, for files written only through the mapping
    (consume queues): their occasional fsync opens the file for the call instead (msync when
    no descriptor is left). Files written with pwrite (the commit log) keep both.
+4. Closing races the flusher (retention deletes a file another thread is syncing): a lock
+   makes each use of the descriptor (sync, pwrite) finish before close() lets it go, and a
+   sync after close() does nothing (the file is gone or was flushed by whoever closed it).
+   Without it a sync could fdatasync and close a descriptor number that close() had freed
+   and another open had reused: some other file or socket.
 """
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ class OsMapping:
         self.size = size
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._fill_lock = threading.Lock()  # a zero chunk lands whole before the writer enters
+        self._fd_lock = threading.Lock()    # rule 4
+        self._closed = False
         try:
             old_size = os.fstat(fd).st_size
             self.fresh = old_size < size  # no data of ours in it: zero_fill may write
@@ -94,13 +101,16 @@ class OsMapping:
                     if zero_fill:
                         self.pwrite(ZEROS[:min(_WARM_CHUNK, self.size - off)], off)
                 if zero_fill and (off + _WARM_CHUNK) % _ZERO_SYNC_BYTES == 0:
-                    os.fdatasync(self._fd)
+                    self.sync()
             if not zero_fill:
-                os.pread(self._fd, _WARM_CHUNK, off)
+                fd = self._fd  # unlocked (a flush must not wait on a warm-up): reading
+                if fd is None or self._closed:  # through a reused number harms nothing
+                    raise WarmCancelled(self.path)
+                os.pread(fd, _WARM_CHUNK, off)
             if paced and self.size > _WARM_UNPACED_MAX:
                 time.sleep(_WARM_PAUSE_S)  # paced: a 1 GiB warm-up must not crowd out producers
         if zero_fill:
-            os.fdatasync(self._fd)
+            self.sync()
 
     def stop_zero_fill(self) -> None:
         """The writer is about to enter this file: once this returns, no zeros land in it
@@ -110,34 +120,41 @@ class OsMapping:
 
     def pwrite(self, data, pos: int) -> None:
         """Write through the file (the same page cache the mapping shows)."""
-        fd = self._io_fd()
-        try:
-            view = memoryview(data)
-            while view:
-                n = os.pwrite(fd, view, pos)
-                view = view[n:]
-                pos += n
-        finally:
-            self._done_with(fd)
+        with self._fd_lock:  # rule 4
+            if self._closed:
+                raise ValueError(f"{self.path}: mapping closed")
+            fd = self._io_fd()
+            try:
+                view = memoryview(data)
+                while view:
+                    n = os.pwrite(fd, view, pos)
+                    view = view[n:]
+                    pos += n
+            finally:
+                self._done_with(fd)
 
     def sync(self) -> None:
         # fdatasync releases the GIL (mmap.flush would hold it for the whole msync) and on Linux
         # writes back pages dirtied through the mapping too, through any descriptor of the file.
-        try:
-            fd = self._io_fd()
-        except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            self.buf.flush()  # no descriptor to spare: msync needs none
-            return
-        try:
-            os.fdatasync(fd)
-        finally:
-            self._done_with(fd)
+        with self._fd_lock:  # rule 4
+            if self._closed:
+                return
+            try:
+                fd = self._io_fd()
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                    raise
+                self.buf.flush()  # no descriptor to spare: msync needs none
+                return
+            try:
+                os.fdatasync(fd)
+            finally:
+                self._done_with(fd)
 
     def release_fd(self) -> None:
         """Close this mapping's own descriptor (rule 3); the mapping stays."""
-        fd, self._fd = self._fd, None
+        with self._fd_lock:  # rule 4: not while a sync or pwrite uses it
+            fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
 
@@ -149,6 +166,8 @@ class OsMapping:
             os.close(fd)
 
     def close(self) -> None:
+        with self._fd_lock:  # rule 4: waits for a sync or pwrite in flight
+            self._closed = True
         try:
             self.buf.close()
         except BufferError:

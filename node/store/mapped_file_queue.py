@@ -107,12 +107,17 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def find(self, offset: int) -> MappedFile | None:
-        """The file holding `offset`, or None outside [min_offset, last file end)."""
-        if not self.files:
+        """The file holding `offset`, or None outside [min_offset, last file end). Readers
+        call it while retention deletes head files: it reads `files` once, and removals
+        replace that list instead of shifting it, so the index it computes names the right
+        file (a shifted list once handed a reader the next file, whose negative position
+        read another file's bytes)."""
+        files = self.files
+        if not files:
             return None
-        i = (offset - self.files[0].start_offset) // self.file_bytes
-        if 0 <= i < len(self.files):
-            return self.files[i]
+        i = (offset - files[0].start_offset) // self.file_bytes
+        if 0 <= i < len(files):
+            return files[i]
         return None
 
     # -- growth --------------------------------------------------------------------------
@@ -345,7 +350,8 @@ class MappedFileQueue:
         next_start = offset - offset % self.file_bytes + self.file_bytes
         kept = None
         while self.files and self.files[-1].start_offset > offset:
-            mf = self.files.pop()
+            mf = self.files[-1]
+            self.files = self.files[:-1]  # replaced, never shifted: see find()
             if keep_next and mf.start_offset == next_start:
                 kept = mf
             else:
@@ -373,7 +379,8 @@ class MappedFileQueue:
         """Delete up to `count` files from the front (never the last one)."""
         gone = []
         while count > 0 and len(self.files) > 1:
-            mf = self.files.pop(0)
+            mf = self.files[0]
+            self.files = self.files[1:]  # replaced, never shifted: see find()
             mf.destroy(self.fs)
             gone.append(mf)
             count -= 1

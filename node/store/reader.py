@@ -126,7 +126,11 @@ class StoreReader:
                     continue
                 data = read(phys, size)
                 if len(data) != size:
-                    continue
+                    if phys < self.commit_log.min_offset:
+                        continue  # retention deleted its file meanwhile
+                    pos -= 1  # still in the log: served by the next pull, never skipped
+                    full = True
+                    break
                 out.append(data)
                 n += 1
                 total += size

@@ -1,0 +1,119 @@
+"""Retention deletes commit-log files while other threads use them: a pull reading records and
+the flusher syncing. Each test forces one interleaving with a line trace (a thread switch lands
+on a given line only by chance) and checks that the reader gets its own record, or waits for
+it, and that no thread touches a descriptor it no longer owns."""
+import inspect
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+from tidemq.node.store.consumed import ConsumerProgress
+from tidemq.node.store.disk_guard import DiskUsage
+from tidemq.node.store.fileio import OsMapping
+from tidemq.node.store.mapped_file_queue import MappedFileQueue
+from tidemq.node.store.message_store import MessageStore
+from tidemq.node.store.reader import GetStatus
+
+from .helpers import message, small_config
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A store of 1,200 messages over two queues, every one consumed, whose first three files
+    are old enough to go, at a delete hour: one retention pass deletes exactly those three."""
+    now = time.mktime((2026, 11, 22, 4, 30, 0, 0, 0, -1))
+    s = MessageStore(small_config(tmp_path, file_reserved_hours=72, delete_when="04"),
+                     clock=lambda: now,
+                     disk_usage=lambda _path: DiskUsage(0.10, 1 << 40)).open()
+    for first in range(0, 1200, 4):
+        s.put([message(i, 400, queues=2) for i in range(first, first + 4)])
+    s.retention.progress = ConsumerProgress(
+        {"T": {"G": {q: s.max_queue_offset("T", q) for q in (0, 1)}}})
+    for mf in s.commit_log.queue.files[:3]:
+        os.utime(mf.path, (now - 100 * 3600, now - 100 * 3600))
+    yield s
+    s.close()
+
+
+def _tracing(fn, marker: str, action):
+    """A trace that runs `action` once in `fn`, just before its line containing `marker`."""
+    code = fn.__code__
+    source, first = inspect.getsourcelines(fn)
+    line = first + next(i for i, text in enumerate(source) if marker in text)
+    fired = []
+
+    def local(frame, event, _arg):
+        if event == "line" and frame.f_lineno == line and not fired:
+            fired.append(action())
+        return local
+
+    return (lambda frame, event, _arg: local if frame.f_code is code else None), fired
+
+
+def _traced(tracer, call):
+    sys.settrace(tracer)
+    try:
+        return call()
+    finally:
+        sys.settrace(None)
+
+
+@pytest.mark.parametrize("file_index", [4, -1])
+def test_a_read_overtaken_by_retention_returns_its_own_record(store, file_index):
+    """Retention deletes the head files after find() computed which file holds a record: the
+    read still gets that record (a list shifted in place once handed it the wrong file, so
+    the pull skipped a live message or served another file's bytes)."""
+    start = store.commit_log.queue.files[file_index].start_offset
+    offset = store.queues.get("T", 0).first_at_phys(start)
+    want = bytes(store.get_messages("T", 0, offset, 1).messages[0])
+    tracer, fired = _tracing(MappedFileQueue.find, "0 <= i <", store.retention.run_once)
+    r = _traced(tracer, lambda: store.get_messages("T", 0, offset, 1))
+    assert fired == [3]  # the three head files went while the read looked its file up
+    assert r.status == GetStatus.FOUND and r.next_begin_offset == offset + 1
+    assert bytes(r.messages[0]) == want
+
+
+def test_a_record_the_log_cannot_read_is_retried_not_skipped(store):
+    """A unit whose record lies in the log but cannot be read right now (its mapping closed)
+    ends the pull before it: the next pull asks for it again; nothing is skipped."""
+    queue = store.commit_log.queue
+    live = queue.files[-2]
+    offset = store.queues.get("T", 0).first_at_phys(live.start_offset)
+    first = store.get_messages("T", 0, offset - 2, 8)
+    assert first.status == GetStatus.FOUND and first.next_begin_offset > offset
+    buf, live.buf = live.buf, None  # what a closed mapping leaves a reader
+    try:
+        r = store.get_messages("T", 0, offset - 2, 8)
+    finally:
+        live.buf = buf
+    assert len(r.messages) == 2 and r.next_begin_offset == offset
+    again = store.get_messages("T", 0, offset, 1)
+    assert again.status == GetStatus.FOUND and again.next_begin_offset == offset + 1
+
+
+def test_a_sync_overtaken_by_close_never_touches_a_reused_descriptor(tmp_path):
+    """The flusher syncs a file while retention closes it: close() waits for the sync, so the
+    sync never fdatasyncs or closes a descriptor number another open has reused."""
+    mapping = OsMapping(str(tmp_path / "00000000000000000000"), 1 << 20)
+    mapping.buf[:5] = b"hello"
+    reused = []
+
+    def overtake():
+        closer = threading.Thread(target=mapping.close)
+        closer.start()
+        closer.join(0.3)  # a close that does not wait for the sync is done by now
+        reused.append((os.open(str(tmp_path / "other"), os.O_RDWR | os.O_CREAT), closer))
+
+    tracer, fired = _tracing(OsMapping.sync, "os.fdatasync(fd)", overtake)
+    _traced(tracer, mapping.sync)
+    fd, closer = reused[0]
+    closer.join(5)
+    assert fired and not closer.is_alive()
+    try:
+        os.fstat(fd)  # still open: the sync closed only what it owned
+    finally:
+        os.close(fd)
+    mapping.sync()  # a sync after close does nothing: the file is gone or flushed
