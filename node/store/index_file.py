@@ -323,7 +323,10 @@ class IndexService:
             if len(out) >= max_num:
                 break
             if f.count > 1 and f.begin_ts - 1000 <= end_ts and f.end_ts + 1000 >= begin_ts:
-                out.extend(f.query(h, max_num - len(out), begin_ts, end_ts))
+                try:
+                    out.extend(f.query(h, max_num - len(out), begin_ts, end_ts))
+                except (ValueError, TypeError):  # retention deleted it meanwhile: its
+                    continue                     # records are gone from the log too
         return out
 
     def truncate(self, phys_cut: int, crashed: bool = False) -> None:
@@ -384,7 +387,8 @@ class IndexService:
     def delete_below_phys(self, min_phys: int) -> int:
         n = 0
         while len(self.files) > 1 and self.files[0].end_phys < min_phys:
-            self.files.pop(0).destroy(self.fs)
+            gone, self.files = self.files[0], self.files[1:]  # replaced: a query's loop
+            gone.destroy(self.fs)                            # over the old list goes on
             n += 1
         return n
 

@@ -117,3 +117,15 @@ def test_a_sync_overtaken_by_close_never_touches_a_reused_descriptor(tmp_path):
     finally:
         os.close(fd)
     mapping.sync()  # a sync after close does nothing: the file is gone or flushed
+
+
+def test_a_key_query_overtaken_by_retention_finds_every_record_left(store):
+    """Retention deletes head index files while a query walks the index files newest first:
+    the query still reaches every file that is left (a list shifted in place once ended the
+    walk early, dropping every older match)."""
+    from tidemq.node.store.index_file import IndexService
+
+    tracer, fired = _tracing(IndexService.query, "out.extend(", store.retention.run_once)
+    raced = _traced(tracer, lambda: store.query_by_key("T", "shared", 10_000))
+    assert fired == [3]
+    assert len(raced) == len(store.query_by_key("T", "shared", 10_000)) > 400
