@@ -112,6 +112,9 @@ class StoreReader:
             except (ValueError, TypeError):  # a file was deleted under us by retention
                 units = []
             if not units:
+                if not n and pos < cq.min_queue_offset:  # retention cut the head meanwhile:
+                    lo = cq.min_queue_offset            # the answer a pull now gets
+                    return GetResult(_TOO_SMALL, lo, lo, hi)
                 status = _FOUND_NULL if not n else status
                 break
             full = False  # the next unit does not fit this reply (count or bytes)

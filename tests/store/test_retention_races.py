@@ -129,3 +129,17 @@ def test_a_key_query_overtaken_by_retention_finds_every_record_left(store):
     raced = _traced(tracer, lambda: store.query_by_key("T", "shared", 10_000))
     assert fired == [3]
     assert len(raced) == len(store.query_by_key("T", "shared", 10_000)) > 400
+
+
+def test_a_pull_overtaken_by_a_head_cut_is_told_where_the_queue_starts(store):
+    """Retention cuts a queue's head between a pull's bounds check and its unit read: the
+    pull is answered as one arriving after the cut (offset too small, the new first offset),
+    not "nothing found" at an offset that a retry would find too small anyway."""
+    from tidemq.node.store.reader import StoreReader
+
+    tracer, fired = _tracing(StoreReader.get_messages, "units = cq.units(pos, want)",
+                             store.retention.run_once)
+    r = _traced(tracer, lambda: store.get_messages("T", 0, 0, 8))
+    assert fired == [3]
+    lo = store.min_queue_offset("T", 0)
+    assert lo > 0 and r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset == lo
