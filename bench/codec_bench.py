@@ -7,6 +7,10 @@ Prints ONE JSON line. `--quick` runs in well under 10 s; the default takes about
 Figures are best-of-N per-frame means: the least noisy estimate of the code's own cost.
 `functions` times each accelerated function on its compiled and its pure-Python path
 (µs per call, and the ratio); `compiled` says which path the frame figures used.
+`dedup_window` is the broker's duplicate window on the batch path (node/sending/dedup.py): µs
+per message to check (split) and to remember (remember, with its eviction) 64-message batches
+of fresh keys into a window full at its default 100,000 keys, four batches per put as the send
+path groups them, timed by the thread's CPU clock.
 
     .venv/bin/python bench/codec_bench.py [--quick]
 """
@@ -23,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.build_info import build_fields  # noqa: E402
 from tidemq.message import MessageExt  # noqa: E402
 from tidemq.node.processors import send  # noqa: E402,F401  (registers its pure twin)
+from tidemq.node.sending.dedup import DedupWindow  # noqa: E402
 from tidemq.node.store import commit_log, dispatch, index_file  # noqa: E402,F401  (register their pure twins)
 from tidemq.node.store.consume_queue import ConsumeQueue  # noqa: E402
 from tidemq.node.store.message import StoreMessage  # noqa: E402
@@ -142,6 +147,55 @@ def _functions(iterations, repeats):
     return out
 
 
+DEDUP_KEYS, DEDUP_BATCH, DEDUP_PUT = 100_000, 64, 4   # window bound, batch, batches per put
+
+
+def _dedup_batch(n: int, props: list, topic: str = "TopicTest"):
+    """Batch n: its store messages (fresh UNIQ_KEY strings, as the send path decodes them) and
+    the dispatch requests a put would return for them."""
+    host = record.encode_host("127.0.0.1", 10911)
+    tag = b"%08X" % n
+    msgs = StoreMessage.many_from_wire(topic, 3, [(0, b"x", p.replace(b"00000000", tag, 1))
+                                                  for p in props], 0, 1, host, host, 0)
+    now_ms, base = int(time.time() * 1000), n * len(props)
+    return msgs, [(topic, 3, base + i, (base + i) * 1100, 1100, 0, now_ms, None, m.uniq_key, 0)
+                  for i, m in enumerate(msgs)]
+
+
+def _dedup_window(puts: int, repeats: int) -> dict:
+    """µs per message of the window's check and remember at steady state (best of repeats)."""
+    props = [record.encode_properties({"UNIQ_KEY": "AC11000200002A9F00000000%08X" % i,
+                                       "WAIT": "true", "TAGS": "TagA"})
+             for i in range(DEDUP_BATCH)]
+    best = [float("inf"), float("inf")]
+    clock, n = time.thread_time, 0
+    for _ in range(repeats):
+        window = DedupWindow(300_000, DEDUP_KEYS)
+        for _ in range(DEDUP_KEYS // DEDUP_BATCH + 1):   # fill: every remember evicts from now on
+            msgs, reqs = _dedup_batch(n, props)
+            n += 1
+            window.split(msgs, "TopicTest")
+            window.remember(reqs, msgs)
+        spent = [0.0, 0.0]
+        for _ in range(puts):
+            group = [_dedup_batch(n + i, props) for i in range(DEDUP_PUT)]
+            n += DEDUP_PUT
+            put_msgs = [m for msgs, _ in group for m in msgs]
+            put_reqs = [r for _, reqs in group for r in reqs]
+            t0 = clock()
+            for msgs, _ in group:
+                window.split(msgs, "TopicTest")
+            t1 = clock()
+            window.remember(put_reqs, put_msgs)
+            spent[0] += t1 - t0
+            spent[1] += clock() - t1
+        assert len(window) == DEDUP_KEYS and window.suppressed == 0
+        per = puts * DEDUP_PUT * DEDUP_BATCH
+        best = [min(b, s / per) for b, s in zip(best, spent)]
+    return {"keys": DEDUP_KEYS, "batch": DEDUP_BATCH, "check_us": round(best[0] * 1e6, 3),
+            "remember_us": round(best[1] * 1e6, 3), "total_us": round(sum(best) * 1e6, 3)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (< 10 s)")
@@ -155,6 +209,7 @@ def main(argv=None):
         "json": _measure(SerializeType.JSON, iterations, repeats),
         "rocketmq": _measure(SerializeType.ROCKETMQ, iterations, repeats),
         "functions": _functions(iterations, repeats),
+        "dedup_window": _dedup_window(iterations // 100, repeats - 2),
         **build_fields(),
     }
     print(json.dumps(result, separators=(",", ":")))

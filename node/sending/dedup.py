@@ -157,15 +157,17 @@ class DedupWindow:
         or twice in the put, ends where the message-by-message path leaves it: its latest
         record, young again. keep_first (the rebuild): only keys distinct and new."""
         uniqs = list(map(_R_UNIQ, requests))
-        if not all(uniqs):
+        if not uniqs or not all(uniqs):
             return False
         topics = list(map(_R_TOPIC, requests))
+        topic = topics[0]
+        if topics.count(topic) == len(topics):  # one topic: its name object, mostly
+            return not is_system_topic(topic) and self._keys.add_run(topic, uniqs, requests,
+                                                                     keep_first)
         found = set(topics)
         if not _SYSTEM_TOPICS.isdisjoint(found) or any(
                 map(str.startswith, found, repeat(_SYSTEM_PREFIXES))):
             return False
-        if len(found) == 1:
-            return self._keys.add_run(topics[0], uniqs, requests, keep_first)
         return self._keys.add_mixed(topics, uniqs, requests, keep_first)
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:

@@ -160,8 +160,15 @@ class KeyWindow:
     def evict(self, max_keys: int, cutoff_ms: int) -> None:
         """Forget the oldest keys past `max_keys` and every key stored before cutoff_ms."""
         excess = self._live - max_keys
-        if excess > 0 and not self._stale:
-            self._evict_count(excess)
+        if not self._stale:  # every position is live: the head is the oldest key
+            if excess > 0:
+                self._evict_count(excess)
+            order = self._order
+            if not order:
+                return
+            entries, head = order[0][2], self._head
+            if head < len(entries) and entries[head][DR_STORE_TS] >= cutoff_ms:
+                return  # young enough: no lookup of the (cold) head key needed
         self._evict_walk(max_keys, cutoff_ms)
 
     def _evict_count(self, excess: int) -> None:

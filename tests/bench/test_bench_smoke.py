@@ -111,3 +111,6 @@ def test_codec_bench_times_both_paths_and_says_which_it_used():
         assert row["pure_us"] > 0, name
         if result["compiled"]:
             assert row["compiled_us"] > 0 and row["speedup"] > 0, name
+    window = result["dedup_window"]
+    assert window["keys"] == 100_000 and window["batch"] == 64
+    assert window["check_us"] > 0 and window["remember_us"] > 0
