@@ -225,6 +225,22 @@ def test_prop_fields_java_hash_beyond_bmp():
     assert got[3] == java_string_hash("a\U0001F600b")
 
 
+@needs_compiled
+def test_prop_fields_first_pair_of_each_name():
+    """The compiled twin reads the three names in one pass over the pairs: the first pair of
+    each name counts (an empty first value is None even when a later one is not), a name
+    inside another name or value is no match, and a value keeps any \x01 it holds."""
+    cases = {
+        b"TAGS\x01\x02TAGS\x01late\x02KEYS\x01k": (None, "k", None),
+        b"XTAGS\x01a\x02UNIQ_KEYS\x01b\x02KEYS\x01k\x01x\x02UNIQ_KEY\x01u": (None, "k\x01x", "u"),
+        b"A\x01TAGS\x01v\x02\x02\x02TAGS\x01t\x02TAGS\x01again": ("t", None, None),
+        b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01u2\x02KEYS": (None, None, "u1"),
+        b"\x02\x02KEYS\x01\x02KEYS\x01k2\x02TAGS": (None, None, None),
+    }
+    for raw, want in cases.items():
+        assert _both("prop_fields", raw)[1][:3] == want, raw
+
+
 # ------------------------------------------------------------------------------ batch bodies
 
 entry_st = st.tuples(I32, st.binary(max_size=40), st.text(max_size=12))
