@@ -2170,6 +2170,49 @@ first_unchecked(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return PyLong_FromSsize_t(count);
 }
 
+/* The sum over msgs of what `field` (W_SIZE: size_no_crc; W_BODY: len(body)) gives: the twins
+   of tidemq.node.store.commit_log.record_bytes and tidemq.node.processors.send.body_bytes.
+   NULL without an error when the twin must decide (an odd message or value, an overflow). */
+static PyObject *
+message_sum(PyObject *msgs, int field)
+{
+    long long total = 0, v;
+    Py_ssize_t count;
+    if (!PyList_CheckExact(msgs))
+        return NULL;
+    count = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *m = PyList_GET_ITEM(msgs, k), *x;
+        if (!plain_message(m) || (x = SLOT(m, field)) == NULL)
+            return NULL;
+        if (field == W_BODY) {
+            if ((v = body_len(x)) < 0)
+                return NULL;
+        } else if (!PyLong_CheckExact(x) || as_i64(x, I64_MIN, I64_MAX, &v) < 0) {
+            return NULL;
+        }
+        if (__builtin_add_overflow(total, v, &total))
+            return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+static PyObject *
+record_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs) -> sum of size_no_crc */
+    PyObject *out = kwnames == NULL && nargs == 1 ? message_sum(args[0], W_SIZE) : NULL;
+    return out != NULL || PyErr_Occurred() ? out : fallback("record_bytes", args, nargs, kwnames);
+}
+
+static PyObject *
+body_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs) -> sum of len(body) */
+    PyObject *out = kwnames == NULL && nargs == 1 ? message_sum(args[0], W_BODY) : NULL;
+    return out != NULL || PyErr_Occurred() ? out : fallback("body_bytes", args, nargs, kwnames);
+}
+
 #define BQ_MAX 64  /* distinct queues of one batch kept here; more: the twin */
 
 static PyObject *
@@ -3032,6 +3075,8 @@ static PyMethodDef methods[] = {
     TWIN(append_records, "tidemq.node.store.commit_log"),
     TWIN(first_unchecked, "tidemq.node.store.message_store"),
     TWIN(batch_queues, "tidemq.node.store.message_store"),
+    TWIN(record_bytes, "tidemq.node.store.commit_log"),
+    TWIN(body_bytes, "tidemq.node.processors.send"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(unit_blobs, "tidemq.node.store.queue_table"),
     TWIN(wire_messages, "tidemq.node.store.message"),

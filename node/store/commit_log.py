@@ -68,6 +68,15 @@ def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int
 append_records = accel.pick(append_records)
 
 
+def record_bytes(msgs: list) -> int:
+    """The bytes of msgs' records without the whole-record CRC (their size_no_crc, summed):
+    what a put writes before fillers. A compiled twin when built."""
+    return sum([m.size_no_crc for m in msgs])
+
+
+record_bytes = accel.pick(record_bytes)
+
+
 class CommitLog:
     def __init__(self, fs, root_dir: str, file_bytes: int, whole_record_crc: bool,
                  write_through: bool = False):
@@ -166,7 +175,7 @@ class CommitLog:
         """Create every file this batch will roll into before writing a byte, so a failure to
         create one (disk, I/O) leaves the log and the queue offsets untouched. Returns where
         the batch will end and how many bytes it writes (records and BLANK fillers)."""
-        nbytes = sum([m.size_no_crc for m in msgs]) + extra * len(msgs)
+        nbytes = record_bytes(msgs) + extra * len(msgs)
         if nbytes + rec.BLANK_SIZE <= fsize - wrote:  # the usual batch: it fits, no roll
             return start + wrote + nbytes, nbytes
         rolls, pos, nbytes = 0, wrote, 0
