@@ -100,10 +100,11 @@ class MessageStore(StoreReader):
         self.config = config
         self.fs = fs
         self.clock = clock
-        # SYNC_FLUSH fsyncs after nearly every put: write through the file (CommitLog.append)
+        # Written through the file (CommitLog.append), zero-filled ahead under SYNC_FLUSH,
+        # which fsyncs after nearly every put
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
-                                    config.whole_record_crc,
-                                    write_through=config.flush_mode == SYNC_FLUSH)
+                                    config.whole_record_crc, write_through=True,
+                                    zero_fill=config.flush_mode == SYNC_FLUSH)
         self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_tail_bytes)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None
