@@ -166,7 +166,8 @@ class MessageStore(StoreReader):
         return self
 
     def _create_first_files(self) -> None:
-        """Map and warm the first commit-log and index files at start, not on the first put."""
+        """Map (and warm, see CommitLog) the first commit-log and index files at start, not on
+        the first put."""
         q = self.commit_log.queue
         if not q.files:
             start = self.commit_log.start_offset
@@ -443,8 +444,8 @@ class MessageStore(StoreReader):
             self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
 
     def prepare_next_file(self) -> None:
-        """Create and warm the next commit-log file off the put path, once the last one is
-        preallocate_at_ratio full (AllocateMappedFileService)."""
+        """Create (and warm, see CommitLog) the next commit-log file off the put path, once
+        the last one is preallocate_at_ratio full (AllocateMappedFileService)."""
         q = self.commit_log.queue
         last = q.last()
         if last is None or last.wrote < last.size * self.config.preallocate_at_ratio \
