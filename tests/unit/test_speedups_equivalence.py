@@ -1132,10 +1132,7 @@ def test_record_and_body_bytes(case, odd):
 def test_record_and_body_bytes_of_frame_views_in_c():
     """A batch's messages (bodies are views of the request frame) are summed without the
     twin; 2-dim, 0-dim and released views go to it and agree."""
-    frame = bytes(range(200))
-    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
-    for i, m in enumerate(msgs):
-        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    msgs = _frame_view_batch()
     handed: list = []
     for name in ("record_bytes", "body_bytes"):
         _mod.set_fallback(name, lambda *a: handed.append(a) or -1)
@@ -1145,10 +1142,7 @@ def test_record_and_body_bytes_of_frame_views_in_c():
         assert handed == []
     finally:
         _register_fallbacks()
-    released = memoryview(b"abcd")
-    released.release()
-    for body in (memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()),
-                 released, bytearray(3)):
+    for body in (*_odd_views(), bytearray(3)):
         msgs[2].body = body
         _both("body_bytes", msgs)
 
@@ -1370,10 +1364,7 @@ def test_first_unchecked_judges_a_batch_of_frame_views_itself():
     """A batch's bodies are memoryviews of the request frame (decode_batch): the compiled check
     judges them without handing the batch to the twin, and agrees with the twin on views whose
     len() is not their byte count or raises (2-dim, 0-dim, released)."""
-    frame = bytes(range(200))
-    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
-    for i, m in enumerate(msgs):
-        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    msgs = _frame_view_batch()
     handed: list = []
     _mod.set_fallback("first_unchecked", lambda *a: handed.append(a) or 0)
     try:
@@ -1382,9 +1373,22 @@ def test_first_unchecked_judges_a_batch_of_frame_views_itself():
         assert handed == []
     finally:
         _register_fallbacks()
-    released = memoryview(b"abcd")
-    released.release()
-    for odd in (memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()),
-                released):
+    for odd in _odd_views():
         msgs[2].body = odd
         _both("first_unchecked", msgs, 0, {"T"}, 39, 30, 10)
+
+
+def _frame_view_batch() -> list:
+    """Four messages whose bodies are 40-byte views of one frame, as a batch's are."""
+    frame = bytes(range(200))
+    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
+    for i, m in enumerate(msgs):
+        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    return msgs
+
+
+def _odd_views() -> tuple:
+    """Views whose len() is not their byte count, or raises: 2-dim, 0-dim, released."""
+    released = memoryview(b"abcd")
+    released.release()
+    return memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()), released
