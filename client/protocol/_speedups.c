@@ -497,28 +497,45 @@ decode_properties(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObj
     return out;
 }
 
-/* The value of `name` (which starts with 0x02 and ends with 0x01) in 0x02 + raw, first match;
-   None when absent or empty. */
-static PyObject *
-find_prop(const char *raw, Py_ssize_t n, const char *name, Py_ssize_t name_len)
+/* The values of TAGS, KEYS and UNIQ_KEY in raw (name\x01value pairs joined by \x02): the
+   first pair of each name, None when absent or empty; one pass over the pairs. 0, or -1 with
+   an error set (nothing held). */
+static int
+named_props(const char *raw, Py_ssize_t n, PyObject **tags, PyObject **keys, PyObject **uniq)
 {
-    const char *at = NULL, *end = raw + n, *v, *v_end;
-    if (n >= name_len - 1 && memcmp(raw, name + 1, (size_t)(name_len - 1)) == 0)
-        at = raw + name_len - 1;
-    else if (n >= name_len) {
-        const char *hit = memmem(raw, (size_t)n, name, (size_t)name_len);
-        if (hit != NULL)
-            at = hit + name_len;
+    PyObject **out[3] = {tags, keys, uniq};
+    const char *span[3] = {NULL, NULL, NULL}, *at = raw, *end = raw + n;
+    Py_ssize_t span_len[3] = {0, 0, 0};
+    int left = 3, k;
+    while (left > 0) {
+        const char *pair_end = memchr(at, 2, (size_t)(end - at)), *sep;
+        if (pair_end == NULL)
+            pair_end = end;
+        sep = memchr(at, 1, (size_t)(pair_end - at));
+        if (sep != NULL) {
+            Py_ssize_t name_len = sep - at;
+            k = name_len == 4 && memcmp(at, "TAGS", 4) == 0 ? 0
+                : name_len == 4 && memcmp(at, "KEYS", 4) == 0 ? 1
+                : name_len == 8 && memcmp(at, "UNIQ_KEY", 8) == 0 ? 2 : -1;
+            if (k >= 0 && span[k] == NULL) {
+                span[k] = sep + 1;
+                span_len[k] = pair_end - sep - 1;
+                left--;
+            }
+        }
+        if (pair_end == end)
+            break;
+        at = pair_end + 1;
     }
-    if (at == NULL)
-        Py_RETURN_NONE;
-    v = at;
-    v_end = memchr(v, 2, (size_t)(end - v));
-    if (v_end == NULL)
-        v_end = end;
-    if (v_end == v)
-        Py_RETURN_NONE;
-    return decode_replace(v, v_end - v);
+    for (k = 0; k < 3; k++) {
+        *out[k] = span_len[k] > 0 ? decode_replace(span[k], span_len[k]) : Py_NewRef(Py_None);
+        if (*out[k] == NULL) {
+            while (--k >= 0)
+                Py_CLEAR(*out[k]);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Java's String.hashCode over the UTF-16 code units of s, as a signed int32. */
@@ -553,14 +570,8 @@ prop_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         return fallback("prop_fields", args, nargs, kwnames);
     raw = PyBytes_AS_STRING(args[0]);
     n = PyBytes_GET_SIZE(args[0]);
-    tags = find_prop(raw, n, "\x02TAGS\x01", 6);
-    keys = tags ? find_prop(raw, n, "\x02KEYS\x01", 6) : NULL;
-    uniq = keys ? find_prop(raw, n, "\x02UNIQ_KEY\x01", 10) : NULL;
-    if (uniq == NULL) {
-        Py_XDECREF(tags);
-        Py_XDECREF(keys);
+    if (named_props(raw, n, &tags, &keys, &uniq) < 0)
         return NULL;
-    }
     code = tags == Py_None ? 0 : java_hash(tags);
     return Py_BuildValue("(NNNl)", tags, keys, uniq, code);
 }
@@ -568,26 +579,40 @@ prop_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
 /* ------------------------------------------------------------------ batch bodies */
 
 /* Whether any of `marks` (a tuple of bytes, each ending in \x01) occurs in p[0:len]: every
-occurrence ends at a \x01, so only the bytes before each \x01 are compared. -1: a mark is
-not bytes or does not end in \x01 (the caller falls back). */
+occurrence ends at a \x01, so only the bytes before each \x01 are compared (their first and
+last bytes before the whole, since most names share neither with any mark). -1: a mark is not
+bytes or does not end in \x01, or there are more than HM_MAX (the caller falls back). */
+#define HM_MAX 32
 static int
 has_mark(const unsigned char *p, Py_ssize_t len, PyObject *marks)
 {
-    Py_ssize_t i, k, nm = PyTuple_GET_SIZE(marks);
-    for (i = 0; i < len; i++) {
-        if (p[i] != 1)
-            continue;
+    const unsigned char *text[HM_MAX], *at = p, *end = p + len;
+    Py_ssize_t size[HM_MAX], nm = PyTuple_GET_SIZE(marks), k;
+    int ready = 0;
+    while ((at = memchr(at, 1, (size_t)(end - at))) != NULL) {
+        Py_ssize_t i = at - p;
+        if (!ready) {  /* checked once, at the first \x01 */
+            if (nm > HM_MAX)
+                return -1;
+            for (k = 0; k < nm; k++) {
+                PyObject *m = PyTuple_GET_ITEM(marks, k);
+                if (!PyBytes_CheckExact(m))
+                    return -1;
+                size[k] = PyBytes_GET_SIZE(m);
+                text[k] = (const unsigned char *)PyBytes_AS_STRING(m);
+                if (size[k] == 0 || text[k][size[k] - 1] != 1)
+                    return -1;
+            }
+            ready = 1;
+        }
         for (k = 0; k < nm; k++) {
-            PyObject *m = PyTuple_GET_ITEM(marks, k);
-            Py_ssize_t ml;
-            if (!PyBytes_CheckExact(m))
-                return -1;
-            ml = PyBytes_GET_SIZE(m);
-            if (ml == 0 || PyBytes_AS_STRING(m)[ml - 1] != 1)
-                return -1;
-            if (ml <= i + 1 && memcmp(p + i + 1 - ml, PyBytes_AS_STRING(m), (size_t)ml) == 0)
+            Py_ssize_t ml = size[k];
+            const unsigned char *from = p + i + 1 - ml;
+            if (ml <= i + 1 && (ml == 1 || (from[ml - 2] == text[k][ml - 2] && from[0] == text[k][0]))
+                    && memcmp(from, text[k], (size_t)ml) == 0)
                 return 1;
         }
+        at++;
     }
     return 0;
 }
@@ -1967,14 +1992,8 @@ fields_of(PyObject *raw, PyObject **tags, PyObject **keys, PyObject **uniq, long
 {
     const char *p = PyBytes_AS_STRING(raw);
     Py_ssize_t n = PyBytes_GET_SIZE(raw);
-    *tags = find_prop(p, n, "\x02TAGS\x01", 6);
-    *keys = *tags ? find_prop(p, n, "\x02KEYS\x01", 6) : NULL;
-    *uniq = *keys ? find_prop(p, n, "\x02UNIQ_KEY\x01", 10) : NULL;
-    if (*uniq == NULL) {
-        Py_XDECREF(*tags);
-        Py_XDECREF(*keys);
+    if (named_props(p, n, tags, keys, uniq) < 0)
         return -1;
-    }
     *code = *tags == Py_None ? 0 : java_hash(*tags);
     return 0;
 }
@@ -2149,6 +2168,49 @@ first_unchecked(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         }
     }
     return PyLong_FromSsize_t(count);
+}
+
+/* The sum over msgs of what `field` (W_SIZE: size_no_crc; W_BODY: len(body)) gives: the twins
+   of tidemq.node.store.commit_log.record_bytes and tidemq.node.processors.send.body_bytes.
+   NULL without an error when the twin must decide (an odd message or value, an overflow). */
+static PyObject *
+message_sum(PyObject *msgs, int field)
+{
+    long long total = 0, v;
+    Py_ssize_t count;
+    if (!PyList_CheckExact(msgs))
+        return NULL;
+    count = PyList_GET_SIZE(msgs);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *m = PyList_GET_ITEM(msgs, k), *x;
+        if (!plain_message(m) || (x = SLOT(m, field)) == NULL)
+            return NULL;
+        if (field == W_BODY) {
+            if ((v = body_len(x)) < 0)
+                return NULL;
+        } else if (!PyLong_CheckExact(x) || as_i64(x, I64_MIN, I64_MAX, &v) < 0) {
+            return NULL;
+        }
+        if (__builtin_add_overflow(total, v, &total))
+            return NULL;
+    }
+    return PyLong_FromLongLong(total);
+}
+
+static PyObject *
+record_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs) -> sum of size_no_crc */
+    PyObject *out = kwnames == NULL && nargs == 1 ? message_sum(args[0], W_SIZE) : NULL;
+    return out != NULL || PyErr_Occurred() ? out : fallback("record_bytes", args, nargs, kwnames);
+}
+
+static PyObject *
+body_bytes(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (msgs) -> sum of len(body) */
+    PyObject *out = kwnames == NULL && nargs == 1 ? message_sum(args[0], W_BODY) : NULL;
+    return out != NULL || PyErr_Occurred() ? out : fallback("body_bytes", args, nargs, kwnames);
 }
 
 #define BQ_MAX 64  /* distinct queues of one batch kept here; more: the twin */
@@ -3013,6 +3075,8 @@ static PyMethodDef methods[] = {
     TWIN(append_records, "tidemq.node.store.commit_log"),
     TWIN(first_unchecked, "tidemq.node.store.message_store"),
     TWIN(batch_queues, "tidemq.node.store.message_store"),
+    TWIN(record_bytes, "tidemq.node.store.commit_log"),
+    TWIN(body_bytes, "tidemq.node.processors.send"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(unit_blobs, "tidemq.node.store.queue_table"),
     TWIN(wire_messages, "tidemq.node.store.message"),

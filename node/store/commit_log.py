@@ -68,16 +68,29 @@ def append_records(out, pos: int, msgs: list, first: int, wrote: int, fsize: int
 append_records = accel.pick(append_records)
 
 
+def record_bytes(msgs: list) -> int:
+    """The bytes of msgs' records without the whole-record CRC (their size_no_crc, summed):
+    what a put writes before fillers. A compiled twin when built."""
+    return sum([m.size_no_crc for m in msgs])
+
+
+record_bytes = accel.pick(record_bytes)
+
+
 class CommitLog:
     def __init__(self, fs, root_dir: str, file_bytes: int, whole_record_crc: bool,
-                 write_through: bool = False):
+                 write_through: bool = False, zero_fill: bool = False):
         self.queue = MappedFileQueue(fs, os.path.join(root_dir, "commitlog"), file_bytes)
         self.file_bytes = file_bytes
         self.whole_record_crc = whole_record_crc
         self.start_offset = 0  # where the first file goes when the log is empty
         self.write_guard = None  # called with the end offset before bytes are written
         self.write_through = write_through  # see append()
-        self.queue.zero_fill = write_through  # cheaper fdatasyncs (fileio.OsMapping.warm)
+        self.queue.zero_fill = zero_fill  # cheaper fdatasyncs (fileio.OsMapping.warm)
+        # Written through and not zero-filled, a file needs no warm-up: pwrite of whole pages
+        # makes their page-cache pages without zeroing them (a read warm-up zeroes every page
+        # of a fresh file first; that was most of the file-preparation thread's CPU).
+        self.queue.warm_files = zero_fill or not write_through
         self._stage = bytearray(1 << 20) if write_through else bytearray()  # reused, put lock
 
     @property
@@ -93,10 +106,10 @@ class CommitLog:
         order; end offset). queue_table maps (topic, queue_id) to the next queue offset and is
         advanced here.
 
-        With write_through (SYNC_FLUSH: an fdatasync for nearly every put) the records are
-        encoded into a staging buffer and written with one pwrite per file they land in
-        (MappedFile.write says why); otherwise straight into the mapping, which saves a copy
-        when fsyncs are rare."""
+        With write_through (the store's mode under both flush modes) the records are encoded
+        into a staging buffer and written with one pwrite per file they land in
+        (MappedFile.write says why; and the files need no warm-up, see __init__); otherwise
+        straight into the mapping, which saves a copy but faults each fresh page in."""
         crc = self.whole_record_crc
         extra = rec.CRC_RESERVED_BYTES if crc else 0
         if msgs.__class__ is not list:
@@ -166,7 +179,7 @@ class CommitLog:
         """Create every file this batch will roll into before writing a byte, so a failure to
         create one (disk, I/O) leaves the log and the queue offsets untouched. Returns where
         the batch will end and how many bytes it writes (records and BLANK fillers)."""
-        nbytes = sum([m.size_no_crc for m in msgs]) + extra * len(msgs)
+        nbytes = record_bytes(msgs) + extra * len(msgs)
         if nbytes + rec.BLANK_SIZE <= fsize - wrote:  # the usual batch: it fits, no roll
             return start + wrote + nbytes, nbytes
         rolls, pos, nbytes = 0, wrote, 0

@@ -171,7 +171,8 @@ class MaintenanceService:
       refused or accepted again), commits the consume queues and index and saves the
       checkpoint: its cost follows what was dispatched since the last one;
     - retention: every clean_interval_ms;
-    - prepare: makes and warms the next commit-log file (up to seconds for 1 GiB)."""
+    - prepare: makes the next commit-log file and, under SYNC_FLUSH, zero-fills it (up to
+      seconds for 1 GiB)."""
 
     def __init__(self, store, retention):
         self.store = store

@@ -52,6 +52,10 @@ class MappedFileQueue:
         # Warm files made before the writer sees them by writing zeros (OsMapping.warm): set
         # by the commit log under SYNC_FLUSH, where every put waits on an fdatasync.
         self.zero_fill = False
+        # False: files are not warmed at all (set by a commit log written with pwrite and not
+        # zero-filled: the kernel makes the page-cache pages of whole written pages without
+        # zeroing them, which a read warm-up or a first write through the mapping costs).
+        self.warm_files = True
         self.map_only = False  # rule 4
         self.admit = None      # rule 4: fn(what, count=1) raising OSError to refuse files
         # fn(start) before the writer creates a file itself; raises to refuse (the store's
@@ -165,7 +169,7 @@ class MappedFileQueue:
         one that was not (a store's first file, or a writer that outran the maintenance
         thread) is warmed in the background: pread releases the GIL, and the writer's faults
         become minor ones."""
-        if self.file_bytes <= _WARM_INLINE_MAX:
+        if self.file_bytes <= _WARM_INLINE_MAX or not self.warm_files:
             return self.make_file(start, warm=True)
         mf = self.make_file(start, warm=False)
         threading.Thread(target=_warm_quietly, args=(mf, self._cancel), daemon=True,
@@ -192,7 +196,7 @@ class MappedFileQueue:
         thread can reach: the store's first file at open, or the writer's own on-demand
         file. The maintenance thread goes through prepare_next()."""
         mf = self._map(start)
-        if warm:
+        if warm and self.warm_files:
             try:
                 mf.warm(paced, self.zero_fill)
             except BaseException:
@@ -244,7 +248,8 @@ class MappedFileQueue:
             with self._lock:
                 self._making[start] = mf
                 self._lock.notify_all()
-            mf.warm(True, self.zero_fill, self._cancel)  # paced: producers are running
+            if self.warm_files:
+                mf.warm(True, self.zero_fill, self._cancel)  # paced: producers are running
         except WarmCancelled:
             self._abandon(start, mf)
             return

@@ -100,10 +100,11 @@ class MessageStore(StoreReader):
         self.config = config
         self.fs = fs
         self.clock = clock
-        # SYNC_FLUSH fsyncs after nearly every put: write through the file (CommitLog.append)
+        # Written through the file (CommitLog.append), zero-filled ahead under SYNC_FLUSH,
+        # which fsyncs after nearly every put
         self.commit_log = CommitLog(fs, config.root_dir, config.commitlog_file_bytes,
-                                    config.whole_record_crc,
-                                    write_through=config.flush_mode == SYNC_FLUSH)
+                                    config.whole_record_crc, write_through=True,
+                                    zero_fill=config.flush_mode == SYNC_FLUSH)
         self.queues = ConsumeQueueTable(fs, config.root_dir, config.consume_queue_tail_bytes)
         self.index = IndexService(fs, config.root_dir, config.index_slots,
                                   config.index_entries) if config.index_enable else None
@@ -165,7 +166,8 @@ class MessageStore(StoreReader):
         return self
 
     def _create_first_files(self) -> None:
-        """Map and warm the first commit-log and index files at start, not on the first put."""
+        """Map (and warm, see CommitLog) the first commit-log and index files at start, not on
+        the first put."""
         q = self.commit_log.queue
         if not q.files:
             start = self.commit_log.start_offset
@@ -442,8 +444,8 @@ class MessageStore(StoreReader):
             self.checkpoint.save(self.flushed_offset, dispatched, self.confirmed)
 
     def prepare_next_file(self) -> None:
-        """Create and warm the next commit-log file off the put path, once the last one is
-        preallocate_at_ratio full (AllocateMappedFileService)."""
+        """Create (and warm, see CommitLog) the next commit-log file off the put path, once
+        the last one is preallocate_at_ratio full (AllocateMappedFileService)."""
         q = self.commit_log.queue
         last = q.last()
         if last is None or last.wrote < last.size * self.config.preallocate_at_ratio \

@@ -24,8 +24,10 @@ def _wait(condition, timeout_s: float) -> None:
 
 @pytest.mark.process
 def test_stop_abandons_the_next_file_warm_up(broker_factory):
+    # SYNC_FLUSH: its files are warmed (zero-filled); ASYNC_FLUSH writes need no warm-up
     b = broker_factory(f"store.commitlog_file_bytes={GIB}", "store.preallocate_at_ratio=0.001",
-                       "store.derived_flush_interval_ms=20", small_store=False).start()
+                       "store.derived_flush_interval_ms=20", "store.flush_mode=SYNC_FLUSH",
+                       small_store=False).start()
     next_file = os.path.join(b.root_dir, "commitlog", f"{GIB:020d}")
 
     async def send():

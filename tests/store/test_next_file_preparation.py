@@ -39,8 +39,10 @@ def _wait(condition, timeout_s: float = 20.0) -> None:
 
 def test_close_abandons_a_next_file_still_warming(tmp_path):
     fb = 512 * MIB  # a paced warm-up of this size takes seconds
+    # SYNC_FLUSH: its files are warmed (zero-filled); ASYNC_FLUSH writes need no warm-up
     cfg = small_config(tmp_path, commitlog_file_bytes=fb, preallocate_at_ratio=0.001,
-                       derived_flush_interval_ms=20, index_enable=False)
+                       derived_flush_interval_ms=20, index_enable=False,
+                       flush_mode="SYNC_FLUSH")
     next_path = tmp_path / "commitlog" / file_name(fb)
     store = MessageStore(cfg).open()
     q = store.commit_log.queue

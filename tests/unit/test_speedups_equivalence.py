@@ -51,6 +51,8 @@ def test_extension_built():
     assert commit_log.append_records is _mod.append_records
     assert message_store.first_unchecked is _mod.first_unchecked
     assert message_store.batch_queues is _mod.batch_queues
+    assert commit_log.record_bytes is _mod.record_bytes
+    assert send.body_bytes is _mod.body_bytes
     assert dispatch.queue_units is _mod.queue_units
     assert queue_table.unit_blobs is _mod.unit_blobs
     assert store_message_mod.wire_messages is _mod.wire_messages
@@ -223,6 +225,22 @@ def test_prop_fields_java_hash_beyond_bmp():
     assert got[:3] == ("a\U0001F600b", "k1 k2", None)
     from tidemq.protocol.jhash import java_string_hash
     assert got[3] == java_string_hash("a\U0001F600b")
+
+
+@needs_compiled
+def test_prop_fields_first_pair_of_each_name():
+    """The compiled twin reads the three names in one pass over the pairs: the first pair of
+    each name counts (an empty first value is None even when a later one is not), a name
+    inside another name or value is no match, and a value keeps any \x01 it holds."""
+    cases = {
+        b"TAGS\x01\x02TAGS\x01late\x02KEYS\x01k": (None, "k", None),
+        b"XTAGS\x01a\x02UNIQ_KEYS\x01b\x02KEYS\x01k\x01x\x02UNIQ_KEY\x01u": (None, "k\x01x", "u"),
+        b"A\x01TAGS\x01v\x02\x02\x02TAGS\x01t\x02TAGS\x01again": ("t", None, None),
+        b"UNIQ_KEY\x01u1\x02UNIQ_KEY\x01u2\x02KEYS": (None, None, "u1"),
+        b"\x02\x02KEYS\x01\x02KEYS\x01k2\x02TAGS": (None, None, None),
+    }
+    for raw, want in cases.items():
+        assert _both("prop_fields", raw)[1][:3] == want, raw
 
 
 # ------------------------------------------------------------------------------ batch bodies
@@ -1090,6 +1108,45 @@ def test_first_unchecked(case):
     _both("first_unchecked", *case)
 
 
+@needs_compiled
+@SETTINGS
+@given(checked_batch(), st.integers(0, 5))
+def test_record_and_body_bytes(case, odd):
+    """The put path's sums over a batch (record bytes, body bytes): the same on both, also for
+    views, odd classes, a size that is not an int or overflows, a missing slot, a non-list."""
+    msgs = case[0]
+    if msgs and odd == 1:
+        msgs[0].size_no_crc = 2**63 - 1
+        msgs[-1].size_no_crc += 1 if len(msgs) > 1 else 0
+    elif msgs and odd == 2:
+        msgs[-1].size_no_crc = float(msgs[-1].size_no_crc)
+    elif msgs and odd == 3:
+        del msgs[0].body
+    elif odd == 4:
+        msgs = tuple(msgs)
+    for name in ("record_bytes", "body_bytes"):
+        _both(name, msgs)
+
+
+@needs_compiled
+def test_record_and_body_bytes_of_frame_views_in_c():
+    """A batch's messages (bodies are views of the request frame) are summed without the
+    twin; 2-dim, 0-dim and released views go to it and agree."""
+    msgs = _frame_view_batch()
+    handed: list = []
+    for name in ("record_bytes", "body_bytes"):
+        _mod.set_fallback(name, lambda *a: handed.append(a) or -1)
+    try:
+        assert _mod.body_bytes(msgs) == 160
+        assert _mod.record_bytes(msgs) == sum(m.size_no_crc for m in msgs) > 160
+        assert handed == []
+    finally:
+        _register_fallbacks()
+    for body in (*_odd_views(), bytearray(3)):
+        msgs[2].body = body
+        _both("body_bytes", msgs)
+
+
 @given(typed_request_case().flatmap(lambda s: s))
 def test_typed_request(case):
     """A header's typed request (or None: the generated blocks decide) is the same on both."""
@@ -1307,10 +1364,7 @@ def test_first_unchecked_judges_a_batch_of_frame_views_itself():
     """A batch's bodies are memoryviews of the request frame (decode_batch): the compiled check
     judges them without handing the batch to the twin, and agrees with the twin on views whose
     len() is not their byte count or raises (2-dim, 0-dim, released)."""
-    frame = bytes(range(200))
-    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
-    for i, m in enumerate(msgs):
-        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    msgs = _frame_view_batch()
     handed: list = []
     _mod.set_fallback("first_unchecked", lambda *a: handed.append(a) or 0)
     try:
@@ -1319,9 +1373,22 @@ def test_first_unchecked_judges_a_batch_of_frame_views_itself():
         assert handed == []
     finally:
         _register_fallbacks()
-    released = memoryview(b"abcd")
-    released.release()
-    for odd in (memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()),
-                released):
+    for odd in _odd_views():
         msgs[2].body = odd
         _both("first_unchecked", msgs, 0, {"T"}, 39, 30, 10)
+
+
+def _frame_view_batch() -> list:
+    """Four messages whose bodies are 40-byte views of one frame, as a batch's are."""
+    frame = bytes(range(200))
+    msgs = [StoreMessage("T", 1, b"", {}, born_host=bytes(8)) for _ in range(4)]
+    for i, m in enumerate(msgs):
+        m.body = memoryview(frame)[i * 40:(i + 1) * 40]
+    return msgs
+
+
+def _odd_views() -> tuple:
+    """Views whose len() is not their byte count, or raises: 2-dim, 0-dim, released."""
+    released = memoryview(b"abcd")
+    released.release()
+    return memoryview(bytes(40)).cast("B", (4, 10)), memoryview(b"a").cast("B", ()), released
