@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -52,6 +53,20 @@ def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path)
     assert isinstance(result["compiled"], bool)  # which codec path the figures are for
     written = [name for _, _, files in os.walk(out) for name in files]
     assert any(len(name) == 20 and name.isdigit() for name in written), written[:20]
+
+
+def test_store_bench_keeps_every_round_and_reports_the_median_ratio(tmp_path):
+    result = run_bench("store_bench.py", "--quick", "--rounds", "3", "--dir", str(tmp_path / "s"))
+    rows = result["async_batch_rounds"]
+    assert [row["round"] for row in rows] == [1, 2, 3]
+    assert [row["first"] for row in rows] == ["loop", "store", "loop"]  # the order alternates
+    for row in rows:
+        assert row["loop_records_s"] > 0 and row["store_msgs_s"] > 0
+        assert row["ratio"] == pytest.approx(row["store_msgs_s"] / row["loop_records_s"], abs=2e-3)
+    assert result["async_batch_vs_loop_ratio"] == statistics.median(r["ratio"] for r in rows)
+    assert result["async_batch_msgs_s"] == statistics.median(r["store_msgs_s"] for r in rows)
+    assert result["calibration_loop_records_s"] == \
+        statistics.median(r["loop_records_s"] for r in rows)
 
 
 def test_e2e_bench_prints_its_keys_without_failed_sends():
