@@ -126,3 +126,34 @@ def test_codec_bench_times_both_paths_and_says_which_it_used():
         assert row["pure_us"] > 0, name
         if result["compiled"]:
             assert row["compiled_us"] > 0 and row["speedup"] > 0, name
+
+
+def test_scale_bench_ratios_are_per_round_and_their_median_is_the_headline():
+    from bench.scale_bench import SPEED_KINDS, speed_figures
+    found = {kind: {8: [100.0, 200.0, 50.0], 800: [90.0, 60.0, 45.0]} for kind in SPEED_KINDS}
+    found["push_consume_count"] = {8: [10, 20, 30], 800: [5, 6, 7]}
+    out = speed_figures(found, [8, 800])
+    assert out["single_send_msgs_s_rounds_q8"] == [100, 200, 50]  # every round, both sides
+    assert out["single_send_msgs_s_rounds_q800"] == [90, 60, 45]
+    assert out["single_send_msgs_s_ratio_rounds_q800"] == [0.9, 0.3, 0.9]
+    assert out["single_send_msgs_s_ratio_q800"] == 0.9  # not the ratio of medians (60/100)
+    assert out["single_send_msgs_s_q8"] == 100 and out["single_send_msgs_s_q800"] == 60
+    assert out["push_consume_count_q800"] == 18
+    assert "single_send_msgs_s_ratio_q8" not in out
+
+
+def test_scale_bench_runs_its_speed_phases_in_rounds_over_brokers_up_together():
+    result = run_bench("scale_bench.py", "--queues", "8,800", "--rounds", "2", "--seconds", "0.5")
+    assert result["rounds"] == 2
+    for kind in ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s"):
+        for n in (8, 800):
+            rates = result[f"{kind}_rounds_q{n}"]
+            assert len(rates) == 2 and all(r > 0 for r in rates), (kind, n, rates)
+            assert result[f"{kind}_q{n}"] == round(statistics.median(rates))
+        ratios = result[f"{kind}_ratio_rounds_q800"]
+        assert len(ratios) == 2
+        assert result[f"{kind}_ratio_q800"] == round(statistics.median(ratios), 3)
+    assert result["populate_refused_q800"] == 0
+    assert result["restart_idle_scan_bytes_q800"] == 0
+    assert result["crash_scan_bytes_q800"] > 0
+    assert result["checkpoint_lag_p99_s_q800"] > 0
