@@ -19,10 +19,11 @@ the speed figures are measured in the same run under the same conditions:
     to one topic at a time, rotating, 4 in flight (msgs/s); one producer per broker, its
     routes learned before the first round (untimed) and not refreshed during the rounds
   - push rounds (R, in the same rotating order): an SDK PushConsumer (group scale-push, from
-    the first offset, then from its committed ones) drains the next part of the backlog the
-    send rounds left (R × 2 × S seconds of sends), subscribed to at most PUSH_TOPICS_MAX
-    topics: messages per second between its first and last delivery within S seconds of the
-    first (a phase that empties the backlog earlier is timed to its last delivery)
+    the first offset, then from its committed ones) drains the next share of the backlog the
+    send rounds left (R × 2 × S seconds of sends): an equal share of what is left each round,
+    the rest in the last, so every round finds a like backlog; subscribed to at most
+    PUSH_TOPICS_MAX topics; messages per second between its first and last delivery, the
+    phase bounded to PUSH_WINDOW_FACTOR × S seconds from its first delivery
   - after the rounds, per broker in turn: offsets persist (one group commits every queue,
     then 8 queues: the bytes the second persist wrote, against the bytes the offsets files
     hold after the first); fds and RSS loaded; a batched then a single send phase of 2×S
@@ -72,6 +73,7 @@ PUSH_TOPICS_MAX = 12500  # every topic of the 100,000-queue run
 OFFSETS_FLUSH_MS = 300
 ROUNDS_MAX_S = 3600.0  # longer than any run: the round producers never refresh their routes
 SPEED_KINDS = ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s")
+PUSH_WINDOW_FACTOR = 4  # a push phase's bound, in send-phase lengths
 _CHECKPOINT_DISPATCHED = struct.Struct(">q")
 
 
@@ -128,7 +130,7 @@ async def learn_routes(p, topics):
 
 async def single_send(p, topics, seconds):
     """Producer `p` (routes learned) sends one message at a time over `topics` in turn,
-    IN_FLIGHT outstanding, for `seconds`: sends acknowledged per second."""
+    IN_FLIGHT outstanding, for `seconds`: (sends acknowledged per second, sends acknowledged)."""
     loop = asyncio.get_running_loop()
     stop_at, ok, i = loop.time() + seconds, 0, 0
     sem = asyncio.Semaphore(IN_FLIGHT)
@@ -149,12 +151,12 @@ async def single_send(p, topics, seconds):
         task.add_done_callback(tasks.discard)
         i += 1
     await asyncio.gather(*tasks, return_exceptions=True)
-    return ok / (time.perf_counter() - t0)
+    return ok / (time.perf_counter() - t0), ok
 
 
 async def batch_send(p, topics, seconds):
     """Producer `p` sends batches of BATCH to one topic at a time, rotating, 4 in flight, for
-    `seconds`: messages acknowledged per second."""
+    `seconds`: (messages acknowledged per second, messages acknowledged)."""
     loop = asyncio.get_running_loop()
     stop_at, sent, turn = loop.time() + seconds, 0, [0]
 
@@ -167,13 +169,14 @@ async def batch_send(p, topics, seconds):
                 sent += BATCH
     t0 = time.perf_counter()
     await asyncio.gather(*[worker() for _ in range(4)])
-    return sent / (time.perf_counter() - t0)
+    return sent / (time.perf_counter() - t0), sent
 
 
-async def push_consume(addr, topics, window_s, first_wait_s=60.0):
-    """(messages a PushConsumer delivers per second between its first and last delivery
-    within `window_s` of the first, messages delivered); waits at most `first_wait_s` for
-    the first (the consumer's start over thousands of topics is not timed)."""
+async def push_consume(addr, topics, want, window_s, first_wait_s=60.0):
+    """(messages a PushConsumer delivers per second between its first and last delivery,
+    messages delivered) until it has `want` messages or `window_s` have passed since the
+    first; waits at most `first_wait_s` for the first (the consumer's start over thousands
+    of topics is not timed). Deliveries during its shutdown are not counted."""
     state = {"count": 0, "first": None, "last": None}
 
     def listener(msgs):
@@ -186,13 +189,14 @@ async def push_consume(addr, topics, window_s, first_wait_s=60.0):
                             pull_batch_size=256)
     await consumer.start()
     t0 = time.perf_counter()
-    while time.perf_counter() - (state["first"] or t0) < (window_s if state["first"]
-                                                          else first_wait_s):
-        await asyncio.sleep(0.05)
+    while state["count"] < want and time.perf_counter() - (state["first"] or t0) < \
+            (window_s if state["first"] else first_wait_s):
+        await asyncio.sleep(0.02)
+    count, first, last = state["count"], state["first"], state["last"]
     await consumer.shutdown()
-    if state["first"] is None or state["last"] <= state["first"]:
-        return 0.0, state["count"]
-    return state["count"] / (state["last"] - state["first"]), state["count"]
+    if first is None or last <= first:
+        return 0.0, count
+    return count / (last - first), count
 
 
 class CheckpointWatch:
@@ -334,27 +338,43 @@ def turns(counts, rounds):
     return [counts[r % len(counts):] + counts[:r % len(counts)] for r in range(rounds)]
 
 
-async def rounds_of_phases(brokers, rounds, seconds):
-    """Every speed phase for every broker, in rounds (module docstring): {kind: {N: [rate of
-    each round]}}, with push_consume_count's deliveries under the same shape."""
+async def send_rounds(brokers, rounds, seconds, found):
+    """The send rounds (module docstring); returns the messages each broker holds."""
     counts = list(brokers)
-    found = {kind: {n: [] for n in counts} for kind in SPEED_KINDS + ("push_consume_count",)}
+    held = {n: n + len(topics_of(n)) for n in counts}  # population and route learning
     async with contextlib.AsyncExitStack() as stack:
         producers = {n: await learned_producer(stack, brokers[n].addr, topics_of(n))
                      for n in counts}
         for turn in turns(counts, rounds):
-            for n in turn:
-                found["single_send_msgs_s"][n].append(
-                    await single_send(producers[n], topics_of(n), seconds))
-            for n in turn:
-                found["batch_send_msgs_s"][n].append(
-                    await batch_send(producers[n], topics_of(n), seconds))
-    for turn in turns(counts, rounds):
+            for kind, send in (("single_send_msgs_s", single_send),
+                               ("batch_send_msgs_s", batch_send)):
+                for n in turn:
+                    rate, sent = await send(producers[n], topics_of(n), seconds)
+                    found[kind][n].append(rate)
+                    held[n] += sent
+    return held
+
+
+async def push_rounds(brokers, rounds, seconds, held, found):
+    """The push rounds: each phase takes an equal share of what its broker's backlog holds
+    still, the last one the rest, within PUSH_WINDOW_FACTOR × `seconds` of its first."""
+    counts = list(brokers)
+    for r, turn in enumerate(turns(counts, rounds)):
         for n in turn:
+            left = held[n] - sum(found["push_consume_count"][n])
             rate, count = await push_consume(brokers[n].addr, topics_of(n)[:PUSH_TOPICS_MAX],
-                                             seconds)
+                                             max(1, left // (rounds - r)),
+                                             seconds * PUSH_WINDOW_FACTOR)
             found["push_consume_msgs_s"][n].append(rate)
             found["push_consume_count"][n].append(count)
+
+
+async def rounds_of_phases(brokers, rounds, seconds):
+    """Every speed phase for every broker, in rounds (module docstring): {kind: {N: [rate of
+    each round]}}, with push_consume_count's deliveries under the same shape."""
+    found = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS + ("push_consume_count",)}
+    held = await send_rounds(brokers, rounds, seconds, found)
+    await push_rounds(brokers, rounds, seconds, held, found)
     return found
 
 
