@@ -21,9 +21,11 @@ the speed figures are measured in the same run under the same conditions:
   - push rounds (R, in the same rotating order): an SDK PushConsumer (group scale-push, from
     the first offset, then from its committed ones) drains the next share of the backlog the
     send rounds left (R × 2 × S seconds of sends): an equal share of what is left each round,
-    the rest in the last, so every round finds a like backlog; subscribed to at most
-    PUSH_TOPICS_MAX topics; messages per second between its first and last delivery, the
-    phase bounded to PUSH_WINDOW_FACTOR × S seconds from its first delivery
+    the rest in the last. With at least R topics the share is every R-th topic (of at most
+    PUSH_TOPICS_MAX), so every queue the consumer owns is still full as in a single drain;
+    the 8-queue broker's one topic is shared by messages instead (8 deep queues). Messages
+    per second between the phase's first and last delivery; the phase ends at its share,
+    after PUSH_IDLE_S without a delivery, or PUSH_WINDOW_FACTOR × S seconds from its first
   - after the rounds, per broker in turn: offsets persist (one group commits every queue,
     then 8 queues: the bytes the second persist wrote, against the bytes the offsets files
     hold after the first); fds and RSS loaded; a batched then a single send phase of 2×S
@@ -35,7 +37,8 @@ the speed figures are measured in the same run under the same conditions:
 Prints ONE JSON line, keys `<metric>_q<N>`. For each speed figure `<kind>` (single_send_msgs_s,
 batch_send_msgs_s, push_consume_msgs_s): `<kind>_rounds_q<N>` holds every round's rate,
 `<kind>_q<N>` their median, `<kind>_ratio_rounds_q<N>` every round's rate over the first
-queue count's rate in the same round and `<kind>_ratio_q<N>` the median of those ratios.
+queue count's rate in the same round (null where that rate was 0; no round is left out) and
+`<kind>_ratio_q<N>` the median of those ratios.
 `--quick` uses 8 and 10,000 queues, 2 rounds of 1 s phases (under a minute on an idle 2-core
 machine); the full run adds 100,000 queues, 3 rounds of 3 s phases.
 The client and the brokers share this machine's cores: figures are for them all together.
@@ -74,6 +77,7 @@ OFFSETS_FLUSH_MS = 300
 ROUNDS_MAX_S = 3600.0  # longer than any run: the round producers never refresh their routes
 SPEED_KINDS = ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s")
 PUSH_WINDOW_FACTOR = 4  # a push phase's bound, in send-phase lengths
+PUSH_IDLE_S = 1.0  # a push phase ends once its consumer got nothing for this long
 _CHECKPOINT_DISPATCHED = struct.Struct(">q")
 
 
@@ -174,9 +178,10 @@ async def batch_send(p, topics, seconds):
 
 async def push_consume(addr, topics, want, window_s, first_wait_s=60.0):
     """(messages a PushConsumer delivers per second between its first and last delivery,
-    messages delivered) until it has `want` messages or `window_s` have passed since the
-    first; waits at most `first_wait_s` for the first (the consumer's start over thousands
-    of topics is not timed). Deliveries during its shutdown are not counted."""
+    messages delivered) until it has `want` messages, `window_s` have passed since the
+    first, or none came for PUSH_IDLE_S (all drained); waits at most `first_wait_s` for the
+    first (the consumer's start over thousands of topics is not timed). Deliveries during
+    its shutdown are not counted."""
     state = {"count": 0, "first": None, "last": None}
 
     def listener(msgs):
@@ -190,7 +195,8 @@ async def push_consume(addr, topics, want, window_s, first_wait_s=60.0):
     await consumer.start()
     t0 = time.perf_counter()
     while state["count"] < want and time.perf_counter() - (state["first"] or t0) < \
-            (window_s if state["first"] else first_wait_s):
+            (window_s if state["first"] else first_wait_s) \
+            and not (state["last"] and time.perf_counter() - state["last"] > PUSH_IDLE_S):
         await asyncio.sleep(0.02)
     count, first, last = state["count"], state["first"], state["last"]
     await consumer.shutdown()
@@ -357,12 +363,17 @@ async def send_rounds(brokers, rounds, seconds, found):
 
 async def push_rounds(brokers, rounds, seconds, held, found):
     """The push rounds: each phase takes an equal share of what its broker's backlog holds
-    still, the last one the rest, within PUSH_WINDOW_FACTOR × `seconds` of its first."""
+    still (the last one the rest): with at least `rounds` topics, the share is every
+    `rounds`-th topic, so the phase's consumer finds every queue it owns still full; with
+    fewer, a share of the messages (a few deep queues, drained in turns)."""
     counts = list(brokers)
     for r, turn in enumerate(turns(counts, rounds)):
         for n in turn:
+            topics = topics_of(n)[:PUSH_TOPICS_MAX]
+            if len(topics) >= rounds:
+                topics = topics[r::rounds]
             left = held[n] - sum(found["push_consume_count"][n])
-            rate, count = await push_consume(brokers[n].addr, topics_of(n)[:PUSH_TOPICS_MAX],
+            rate, count = await push_consume(brokers[n].addr, topics,
                                              max(1, left // (rounds - r)),
                                              seconds * PUSH_WINDOW_FACTOR)
             found["push_consume_msgs_s"][n].append(rate)
