@@ -1,39 +1,57 @@
 """Queue-count scaling through a real broker process: the same figures at 8 queues and at many.
 
-    .venv/bin/python bench/scale_bench.py [--quick] [--seconds S] [--queues 8,10000,100000]
+    .venv/bin/python bench/scale_bench.py [--quick] [--seconds S] [--rounds R]
+                                          [--queues 8,10000,100000]
 
-For each queue count N (topics of 8 queues; interleaved: every configuration gets a fresh
-broker, started in turn, with the same phases) it measures:
-  - topic creation: UPDATE_AND_CREATE_TOPIC pipelined over one connection (topics/s), and
-    the topic journal's fdatasyncs meanwhile (the broker's runtime info, topicJournalSyncs)
-  - population: one message to every queue (raw client, pipelined), so every queue exists
-  - single send: SDK Producer.send of 1 KiB over all topics in turn, 256 in flight (msgs/s;
-    the producer learns every topic's route first, untimed)
-  - batched send: SDK send_batch of 32 to one topic at a time, rotating, 4 in flight (msgs/s)
-  - idle restart: SIGTERM + start right after the population (seconds, and the stop alone),
-    the bytes that clean recovery scanned and looked at past the log end, then the broker's
-    fds and RSS anon / file; per idle queue = the excess over the 8-queue broker's
-  - offsets persist: one group commits every queue, then 8 queues: the bytes the second
-    persist wrote, against the bytes the offsets files hold after the first
+One broker per queue count N (topics of 8 queues), all started first and alive together, so
+the speed figures are measured in the same run under the same conditions:
+  - setup, per broker in turn: topic creation (UPDATE_AND_CREATE_TOPIC pipelined over one
+    connection, topics/s, and the topic journal's fdatasyncs meanwhile: the broker's runtime
+    info, topicJournalSyncs); population: one message to every queue (raw client,
+    pipelined), so every queue exists; idle restart: SIGTERM + start right after the
+    population (seconds, and the stop alone), the bytes that clean recovery scanned and
+    looked at past the log end, then the broker's fds and RSS anon / file; per idle queue =
+    the excess over the 8-queue broker's
+  - send rounds (R of them, each phase S seconds): every broker in turn gets a single-send
+    phase, then every broker a batched-send phase; the order of the brokers rotates by one
+    each round, so none always follows the same neighbour. single send: SDK Producer.send of
+    1 KiB over all topics in turn, 256 in flight (msgs/s); batched send: SDK send_batch of 32
+    to one topic at a time, rotating, 4 in flight (msgs/s); one producer per broker, its
+    routes learned before the first round (untimed) and not refreshed during the rounds
+  - push rounds (R, in the same rotating order): an SDK PushConsumer (group scale-push, from
+    the first offset, then from its committed ones) drains the next share of the backlog the
+    send rounds left (R × 2 × S seconds of sends): an equal share of what is left each round,
+    the rest in the last. With at least R topics the share is every R-th topic (of at most
+    PUSH_TOPICS_MAX), so every queue the consumer owns is still full as in a single drain;
+    the 8-queue broker's one topic is shared by messages instead (8 deep queues). Messages
+    per second between the phase's first and last delivery; the phase ends at its share,
+    after PUSH_IDLE_S without a delivery, or PUSH_WINDOW_FACTOR × S seconds from its first
+  - after the rounds, per broker in turn: offsets persist (one group commits every queue,
+    then 8 queues: the bytes the second persist wrote, against the bytes the offsets files
+    hold after the first); fds and RSS loaded; a batched then a single send phase of 2×S
+    each, sampling <store>/checkpoint every 20 ms (checkpoint lag p99: seconds between moves
+    of its dispatched offset); crash scan: SIGKILL right after that single send, start
+    (seconds), and the bytes recovery reports it scanned
   - fdatasync_ms: the mean of 100 fdatasyncs of a small write in the run's directory, at the
-    start: the per-write cost behind topic creation (one journal fdatasync per topic)
-  - checkpoint lag p99: seconds between moves of the checkpoint file's dispatched offset,
-    sampled every 20 ms during the send phases
-  - push consume: SDK PushConsumer draining what the sends left, subscribed to at most
-    PUSH_TOPICS_MAX topics, over one phase length from its first message (msgs/s)
-  - crash scan: SIGKILL after a send phase, start (seconds), and the bytes recovery reports
-    it scanned.
-Prints ONE JSON line, keys `<metric>_q<N>`. `--quick` uses 8 and 10,000 queues with short
-phases (under a minute on an idle 2-core machine); the full run adds 100,000.
-The client and the broker share this machine's cores: figures are for both together.
+    start: the per-write cost behind topic creation (one journal fdatasync per topic).
+Prints ONE JSON line, keys `<metric>_q<N>`. For each speed figure `<kind>` (single_send_msgs_s,
+batch_send_msgs_s, push_consume_msgs_s): `<kind>_rounds_q<N>` holds every round's rate,
+`<kind>_q<N>` their median, `<kind>_ratio_rounds_q<N>` every round's rate over the first
+queue count's rate in the same round (null where that rate was 0; no round is left out) and
+`<kind>_ratio_q<N>` the median of those ratios.
+`--quick` uses 8 and 10,000 queues, 2 rounds of 1 s phases (under a minute on an idle 2-core
+machine); the full run adds 100,000 queues, 3 rounds of 3 s phases.
+The client and the brokers share this machine's cores: figures are for them all together.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
+import statistics
 import struct
 import sys
 import tempfile
@@ -56,6 +74,10 @@ IN_FLIGHT = 256
 BATCH = 32
 PUSH_TOPICS_MAX = 12500  # every topic of the 100,000-queue run
 OFFSETS_FLUSH_MS = 300
+ROUNDS_MAX_S = 3600.0  # longer than any run: the round producers never refresh their routes
+SPEED_KINDS = ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s")
+PUSH_WINDOW_FACTOR = 4  # a push phase's bound, in send-phase lengths
+PUSH_IDLE_S = 1.0  # a push phase ends once its consumer got nothing for this long
 _CHECKPOINT_DISPATCHED = struct.Struct(">q")
 
 
@@ -110,52 +132,56 @@ async def learn_routes(p, topics):
     await asyncio.gather(*[one(t) for t in topics], return_exceptions=True)
 
 
-async def single_send(addr, topics, seconds):
-    async with Producer("scale-single", addr) as p:
-        await learn_routes(p, topics)
-        loop = asyncio.get_running_loop()
-        stop_at, ok, i = loop.time() + seconds, 0, 0
-        sem = asyncio.Semaphore(IN_FLIGHT)
+async def single_send(p, topics, seconds):
+    """Producer `p` (routes learned) sends one message at a time over `topics` in turn,
+    IN_FLIGHT outstanding, for `seconds`: (sends acknowledged per second, sends acknowledged)."""
+    loop = asyncio.get_running_loop()
+    stop_at, ok, i = loop.time() + seconds, 0, 0
+    sem = asyncio.Semaphore(IN_FLIGHT)
 
-        async def one(topic):
-            nonlocal ok
-            try:
-                if (await p.send(Message(topic, BODY))).ok:
-                    ok += 1
-            finally:
-                sem.release()
-        t0 = time.perf_counter()
-        tasks = set()
+    async def one(topic):
+        nonlocal ok
+        try:
+            if (await p.send(Message(topic, BODY))).ok:
+                ok += 1
+        finally:
+            sem.release()
+    t0 = time.perf_counter()
+    tasks = set()
+    while loop.time() < stop_at:
+        await sem.acquire()
+        task = asyncio.ensure_future(one(topics[i % len(topics)]))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        i += 1
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return ok / (time.perf_counter() - t0), ok
+
+
+async def batch_send(p, topics, seconds):
+    """Producer `p` sends batches of BATCH to one topic at a time, rotating, 4 in flight, for
+    `seconds`: (messages acknowledged per second, messages acknowledged)."""
+    loop = asyncio.get_running_loop()
+    stop_at, sent, turn = loop.time() + seconds, 0, [0]
+
+    async def worker():
+        nonlocal sent
         while loop.time() < stop_at:
-            await sem.acquire()
-            task = asyncio.ensure_future(one(topics[i % len(topics)]))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-            i += 1
-        await asyncio.gather(*tasks, return_exceptions=True)
-        return ok / (time.perf_counter() - t0)
+            topic = topics[turn[0] % len(topics)]
+            turn[0] += 1
+            if (await p.send_batch([Message(topic, BODY) for _ in range(BATCH)])).ok:
+                sent += BATCH
+    t0 = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(4)])
+    return sent / (time.perf_counter() - t0), sent
 
 
-async def batch_send(addr, topics, seconds):
-    async with Producer("scale-batch", addr) as p:
-        await learn_routes(p, topics)
-        loop = asyncio.get_running_loop()
-        stop_at, sent, turn = loop.time() + seconds, 0, [0]
-
-        async def worker():
-            nonlocal sent
-            while loop.time() < stop_at:
-                topic = topics[turn[0] % len(topics)]
-                turn[0] += 1
-                if (await p.send_batch([Message(topic, BODY) for _ in range(BATCH)])).ok:
-                    sent += BATCH
-        t0 = time.perf_counter()
-        await asyncio.gather(*[worker() for _ in range(4)])
-        return sent / (time.perf_counter() - t0)
-
-
-async def push_consume(addr, topics, window_s):
-    """Messages a PushConsumer delivers per second over `window_s` from its first message."""
+async def push_consume(addr, topics, want, window_s, first_wait_s=60.0):
+    """(messages a PushConsumer delivers per second between its first and last delivery,
+    messages delivered) until it has `want` messages, `window_s` have passed since the
+    first, or none came for PUSH_IDLE_S (all drained); waits at most `first_wait_s` for the
+    first (the consumer's start over thousands of topics is not timed). Deliveries during
+    its shutdown are not counted."""
     state = {"count": 0, "first": None, "last": None}
 
     def listener(msgs):
@@ -168,13 +194,15 @@ async def push_consume(addr, topics, window_s):
                             pull_batch_size=256)
     await consumer.start()
     t0 = time.perf_counter()
-    while time.perf_counter() - (state["first"] or t0) < window_s \
-            and time.perf_counter() - t0 < window_s * 3:
-        await asyncio.sleep(0.05)
+    while state["count"] < want and time.perf_counter() - (state["first"] or t0) < \
+            (window_s if state["first"] else first_wait_s) \
+            and not (state["last"] and time.perf_counter() - state["last"] > PUSH_IDLE_S):
+        await asyncio.sleep(0.02)
+    count, first, last = state["count"], state["first"], state["last"]
     await consumer.shutdown()
-    if state["first"] is None or state["last"] <= state["first"]:
-        return 0.0, state["count"]
-    return state["count"] / (state["last"] - state["first"]), state["count"]
+    if first is None or last <= first:
+        return 0.0, count
+    return count / (last - first), count
 
 
 class CheckpointWatch:
@@ -268,7 +296,9 @@ def fdatasync_ms(directory, count=100):
         os.remove(path)
 
 
-def measure(d, n_queues, args):
+def open_broker(d, n_queues):
+    """Start the broker of `n_queues`, create and fill its queues, restart it idle: (the
+    running broker, its setup figures)."""
     out, tag = {}, f"_q{n_queues}"
     topics = topics_of(n_queues)
     root = os.path.join(d, f"q{n_queues}", "store")
@@ -293,16 +323,92 @@ def measure(d, n_queues, args):
         fds, anon, file_ = proc_figures(b.proc.pid)
         out["broker_fds_idle" + tag] = fds
         out["rss_anon_kib_idle" + tag], out["rss_file_kib_idle" + tag] = anon, file_
-        with CheckpointWatch(root) as watch:
-            out["single_send_msgs_s" + tag] = round(asyncio.run(single_send(b.addr, topics, args.seconds)))
-            out["batch_send_msgs_s" + tag] = round(asyncio.run(batch_send(b.addr, topics, args.seconds)))
-        out["checkpoint_lag_p99_s" + tag] = round(pct(watch.gaps, 99) or -1, 3)
+    except BaseException:
+        b.stop()
+        b.kill()
+        raise
+    return b, out
+
+
+async def learned_producer(stack, addr, topics):
+    """A started producer that knows every route of `topics`; no route refresh during the
+    rounds (12,500 route lookups would land in whichever phase is running)."""
+    p = await stack.enter_async_context(
+        Producer("scale-send", addr, route_refresh_interval_s=ROUNDS_MAX_S))
+    await learn_routes(p, topics)
+    return p
+
+
+def turns(counts, rounds):
+    """Each round's order of the brokers: rotated by one every round."""
+    return [counts[r % len(counts):] + counts[:r % len(counts)] for r in range(rounds)]
+
+
+async def send_rounds(brokers, rounds, seconds, found):
+    """The send rounds (module docstring); returns the messages each broker holds."""
+    counts = list(brokers)
+    held = {n: n + len(topics_of(n)) for n in counts}  # population and route learning
+    async with contextlib.AsyncExitStack() as stack:
+        producers = {n: await learned_producer(stack, brokers[n].addr, topics_of(n))
+                     for n in counts}
+        for turn in turns(counts, rounds):
+            for kind, send in (("single_send_msgs_s", single_send),
+                               ("batch_send_msgs_s", batch_send)):
+                for n in turn:
+                    rate, sent = await send(producers[n], topics_of(n), seconds)
+                    found[kind][n].append(rate)
+                    held[n] += sent
+    return held
+
+
+async def push_rounds(brokers, rounds, seconds, held, found):
+    """The push rounds: each phase takes an equal share of what its broker's backlog holds
+    still (the last one the rest): with at least `rounds` topics, the share is every
+    `rounds`-th topic, so the phase's consumer finds every queue it owns still full; with
+    fewer, a share of the messages (a few deep queues, drained in turns)."""
+    counts = list(brokers)
+    for r, turn in enumerate(turns(counts, rounds)):
+        for n in turn:
+            topics = topics_of(n)[:PUSH_TOPICS_MAX]
+            if len(topics) >= rounds:
+                topics = topics[r::rounds]
+            left = held[n] - sum(found["push_consume_count"][n])
+            rate, count = await push_consume(brokers[n].addr, topics,
+                                             max(1, left // (rounds - r)),
+                                             seconds * PUSH_WINDOW_FACTOR)
+            found["push_consume_msgs_s"][n].append(rate)
+            found["push_consume_count"][n].append(count)
+
+
+async def rounds_of_phases(brokers, rounds, seconds):
+    """Every speed phase for every broker, in rounds (module docstring): {kind: {N: [rate of
+    each round]}}, with push_consume_count's deliveries under the same shape."""
+    found = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS + ("push_consume_count",)}
+    held = await send_rounds(brokers, rounds, seconds, found)
+    await push_rounds(brokers, rounds, seconds, held, found)
+    return found
+
+
+async def tail_load(addr, topics, seconds):
+    async with Producer("scale-tail", addr) as p:
+        await learn_routes(p, topics)
+        await batch_send(p, topics, seconds)
+        await single_send(p, topics, seconds)  # the load right before the kill
+
+
+def close_broker(b, n_queues, seconds):
+    """The figures taken after the rounds (module docstring), then the broker's stop."""
+    out, tag = {}, f"_q{n_queues}"
+    topics, root = topics_of(n_queues), b.root_dir
+    try:
+        fds, anon, file_ = proc_figures(b.proc.pid)
+        out["broker_fds_loaded" + tag] = fds
+        out["rss_anon_kib_loaded" + tag], out["rss_file_kib_loaded" + tag] = anon, file_
         out["offsets_stored_bytes" + tag], out["offsets_persist_8_bytes" + tag] = \
             offsets_persist(b.addr, root, topics)
-        rate, count = asyncio.run(push_consume(b.addr, topics[:PUSH_TOPICS_MAX], args.seconds))
-        out["push_consume_msgs_s" + tag], out["push_consume_count" + tag] = round(rate), count
-        out["broker_fds_loaded" + tag] = proc_figures(b.proc.pid)[0]
-        asyncio.run(single_send(b.addr, topics, args.seconds / 2))  # the load before the kill
+        with CheckpointWatch(root) as watch:
+            asyncio.run(tail_load(b.addr, topics, seconds))
+        out["checkpoint_lag_p99_s" + tag] = round(pct(watch.gaps, 99) or -1, 3)
         b.kill()
         t0 = time.perf_counter()
         b.start(timeout=120)
@@ -311,6 +417,28 @@ def measure(d, n_queues, args):
     finally:
         b.stop()
         b.kill()
+    return out
+
+
+def speed_figures(found, counts):
+    """Every round's rate, the medians, and per-round ratios to the first count's rate in
+    the same round with their median."""
+    out, base = {}, counts[0]
+    for n in counts:
+        out[f"push_consume_count_q{n}"] = sum(found["push_consume_count"][n])
+        out[f"push_consume_count_rounds_q{n}"] = found["push_consume_count"][n]
+        for kind in SPEED_KINDS:
+            rates = [round(x) for x in found[kind][n]]
+            out[f"{kind}_rounds_q{n}"] = rates
+            out[f"{kind}_q{n}"] = round(statistics.median(rates))  # from the rates printed
+            if n == base:
+                continue
+            ratios = [round(x / d, 3) if d else None
+                      for x, d in zip(found[kind][n], found[kind][base], strict=True)]
+            out[f"{kind}_ratio_rounds_q{n}"] = ratios
+            known = [x for x in ratios if x is not None]
+            if known:
+                out[f"{kind}_ratio_q{n}"] = round(statistics.median(known), 3)
     return out
 
 
@@ -323,25 +451,37 @@ def quiet_clients() -> None:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="8 and 10,000 queues, short phases")
-    ap.add_argument("--seconds", type=float, help="length of each send phase")
+    ap.add_argument("--seconds", type=float, help="length of each phase of a round")
+    ap.add_argument("--rounds", type=int, help="rounds of speed phases (3; quick 2)")
     ap.add_argument("--queues", help="comma-separated queue counts (multiples of 8)")
     args = ap.parse_args()
-    args.seconds = args.seconds or (2.0 if args.quick else 8.0)
+    seconds = args.seconds or (1.0 if args.quick else 3.0)
+    rounds = max(1, args.rounds or (2 if args.quick else 3))
     counts = [int(x) for x in args.queues.split(",")] if args.queues else \
         ([8, 10_000] if args.quick else [8, 10_000, 100_000])
     quiet_clients()
-    result = {"cpus": os.cpu_count(), "body_bytes": len(BODY), "queue_counts": counts}
+    result = {"cpus": os.cpu_count(), "body_bytes": len(BODY), "queue_counts": counts,
+              "rounds": rounds, "round_phase_s": seconds,
+              "load_avg_1m": round(os.getloadavg()[0], 1)}
     t0 = time.perf_counter()
+    brokers = {}
     with tempfile.TemporaryDirectory(prefix="tidemq-scale-") as d:
-        result["fdatasync_ms"] = fdatasync_ms(d)
-        for n in counts:
-            result.update(measure(d, n, args))
+        try:
+            result["fdatasync_ms"] = fdatasync_ms(d)
+            for n in counts:
+                brokers[n], figures = open_broker(d, n)
+                result.update(figures)
+            found = asyncio.run(rounds_of_phases(brokers, rounds, seconds))
+            result.update(speed_figures(found, counts))
+            result["client_rss_anon_kib"] = proc_figures(os.getpid())[1]
+            for n in counts:
+                result.update(close_broker(brokers.pop(n), n, seconds * 2))
+        finally:
+            for b in brokers.values():
+                b.stop()
+                b.kill()
     base = counts[0]
     for n in counts[1:]:
-        for key in ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s"):
-            a, b = result.get(f"{key}_q{base}"), result.get(f"{key}_q{n}")
-            if a and b is not None:
-                result[f"{key}_ratio_q{n}"] = round(b / a, 3)
         for kind in ("anon", "file"):
             extra = result[f"rss_{kind}_kib_idle_q{n}"] - result[f"rss_{kind}_kib_idle_q{base}"]
             result[f"rss_{kind}_bytes_per_idle_queue_q{n}"] = round(extra * 1024 / (n - base))

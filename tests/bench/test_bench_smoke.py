@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -52,6 +53,20 @@ def test_store_bench_quick_prints_its_keys_and_leaves_the_store_in_dir(tmp_path)
     assert isinstance(result["compiled"], bool)  # which codec path the figures are for
     written = [name for _, _, files in os.walk(out) for name in files]
     assert any(len(name) == 20 and name.isdigit() for name in written), written[:20]
+
+
+def test_store_bench_keeps_every_round_and_reports_the_median_ratio(tmp_path):
+    result = run_bench("store_bench.py", "--quick", "--rounds", "3", "--dir", str(tmp_path / "s"))
+    rows = result["async_batch_rounds"]
+    assert [row["round"] for row in rows] == [1, 2, 3]
+    assert [row["first"] for row in rows] == ["loop", "store", "loop"]  # the order alternates
+    for row in rows:
+        assert row["loop_records_s"] > 0 and row["store_msgs_s"] > 0
+        assert row["ratio"] == pytest.approx(row["store_msgs_s"] / row["loop_records_s"], abs=2e-3)
+    assert result["async_batch_vs_loop_ratio"] == statistics.median(r["ratio"] for r in rows)
+    assert result["async_batch_msgs_s"] == statistics.median(r["store_msgs_s"] for r in rows)
+    assert result["calibration_loop_records_s"] == \
+        statistics.median(r["loop_records_s"] for r in rows)
 
 
 def test_e2e_bench_prints_its_keys_without_failed_sends():
@@ -114,3 +129,34 @@ def test_codec_bench_times_both_paths_and_says_which_it_used():
     window = result["dedup_window"]
     assert window["keys"] == 100_000 and window["batch"] == 64
     assert window["check_us"] > 0 and window["remember_us"] > 0
+
+
+def test_scale_bench_ratios_are_per_round_and_their_median_is_the_headline():
+    from bench.scale_bench import SPEED_KINDS, speed_figures
+    found = {kind: {8: [100.0, 200.0, 50.0], 800: [90.0, 60.0, 45.0]} for kind in SPEED_KINDS}
+    found["push_consume_count"] = {8: [10, 20, 30], 800: [5, 6, 7]}
+    out = speed_figures(found, [8, 800])
+    assert out["single_send_msgs_s_rounds_q8"] == [100, 200, 50]  # every round, both sides
+    assert out["single_send_msgs_s_rounds_q800"] == [90, 60, 45]
+    assert out["single_send_msgs_s_ratio_rounds_q800"] == [0.9, 0.3, 0.9]
+    assert out["single_send_msgs_s_ratio_q800"] == 0.9  # not the ratio of medians (60/100)
+    assert out["single_send_msgs_s_q8"] == 100 and out["single_send_msgs_s_q800"] == 60
+    assert out["push_consume_count_q800"] == 18
+    assert "single_send_msgs_s_ratio_q8" not in out
+
+
+def test_scale_bench_runs_its_speed_phases_in_rounds_over_brokers_up_together():
+    result = run_bench("scale_bench.py", "--queues", "8,800", "--rounds", "2", "--seconds", "0.5")
+    assert result["rounds"] == 2
+    for kind in ("single_send_msgs_s", "batch_send_msgs_s", "push_consume_msgs_s"):
+        for n in (8, 800):
+            rates = result[f"{kind}_rounds_q{n}"]
+            assert len(rates) == 2 and all(r > 0 for r in rates), (kind, n, rates)
+            assert result[f"{kind}_q{n}"] == round(statistics.median(rates))
+        ratios = result[f"{kind}_ratio_rounds_q800"]
+        assert len(ratios) == 2
+        assert result[f"{kind}_ratio_q800"] == round(statistics.median(ratios), 3)
+    assert result["populate_refused_q800"] == 0
+    assert result["restart_idle_scan_bytes_q800"] == 0
+    assert result["crash_scan_bytes_q800"] > 0
+    assert result["checkpoint_lag_p99_s_q800"] > 0
