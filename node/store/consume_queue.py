@@ -27,8 +27,35 @@ from __future__ import annotations
 
 from .unit_db import PRE_BLANK_SIZE, UNIT, UNIT_BYTES, first_phys_at_or_above
 
-__all__ = ["PRE_BLANK_SIZE", "UNIT", "UNIT_BYTES", "ConsumeQueue"]
+__all__ = ["PRE_BLANK_SIZE", "UNIT", "UNIT_BYTES", "ConsumeQueue", "took_runs"]
 _PRE_BLANK = UNIT.pack(0, PRE_BLANK_SIZE, 0)
+
+
+def took_runs(runs, blobs: dict, tails) -> None:
+    """Dispatch's units of one slice (queue_units' runs: (queue, first, first_phys, end,
+    phys_end), `blobs`: each queue's packed units by key, bytearrays handed over) appended
+    to the queues' tails, as put() would one by one: `first` was each queue's next offset.
+    One call for the slice, inlined per queue: with units spread over many queues every run
+    is one unit, and a call or two per unit cost more than the append. An empty tail becomes
+    its blob uncopied. The caller holds the database lock."""
+    held, dirty = tails.held, tails.dirty
+    added = 0
+    for cq, first, first_phys, end, phys_end in runs:
+        data = blobs[cq.qkey]
+        if first == cq.min_queue_offset:
+            cq.head_phys = first_phys
+        tail = cq.tail
+        if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
+            cq.tail = data
+            held[cq.qkey] = dirty[cq.qkey] = cq
+        else:
+            if len(tail) == cq.staged:  # all staged: dirty again
+                dirty[cq.qkey] = cq
+            tail += data  # a bytearray: extended in place
+        added += len(data)
+        cq.max_queue_offset = end
+        cq.max_phys_end = phys_end
+    tails.nbytes += added
 
 
 class ConsumeQueue:
@@ -53,13 +80,12 @@ class ConsumeQueue:
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
-    def append(self, data, owned: bool = False) -> None:
-        """Add packed units at the end of the tail (the caller holds the database lock);
-        `owned`: data is a bytearray handed over, which an empty tail becomes uncopied."""
+    def append(self, data) -> None:
+        """Add packed units at the end of the tail (the caller holds the database lock)."""
         tail = self.tail
         tails = self.tails
         if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
-            self.tail = data if owned else bytearray(data)
+            self.tail = bytearray(data)
             if tails is not None:
                 tails.held[self.qkey] = tails.dirty[self.qkey] = self
         else:
@@ -107,17 +133,6 @@ class ConsumeQueue:
             self.max_queue_offset = queue_offset + 1
             self.max_phys_end = phys + size
         return True
-
-    def took_run(self, first: int, first_phys: int, end: int, phys_end: int, data) -> None:
-        """Packed units [first, end) arrived in one go (queue_units); `first` was the next
-        offset, as put() would have found it. `data` is a bytearray the caller hands over: an
-        empty tail becomes it, uncopied (with units spread over many queues, most slices
-        start a tail). The caller holds the database lock."""
-        if first == self.min_queue_offset:
-            self.head_phys = first_phys
-        self.append(data, owned=True)
-        self.max_queue_offset = end
-        self.max_phys_end = phys_end
 
     def covers(self, unit: int) -> bool:  # rule 3
         return True
