@@ -214,8 +214,10 @@ class _SendOp:
         p = self.p
         info = p._instance.routes.publish_info_nowait(self.topic)
         if info is not None and info.queues:
-            if p._noted.get(self.topic) is not info:
+            tmpl = self.tmpl
+            if tmpl.noted is not info:  # the topic's state on its template: no lookup
                 p._note_brokers(self.topic, info)
+                tmpl.noted = info
             try:
                 mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
             except errors.TideMQError as err:  # a user selector's bad answer
@@ -390,7 +392,10 @@ class Producer(AsyncLifecycle):
                  **options: Any) -> None:
         self.config = make_config(ProducerConfig, group=group, namesrv_addr=namesrv_or_broker, **options)
         self._serialize_type = serialize_type_for(self.config.header_format)
-        self._templates: dict[tuple[str, bool], SendHeaderTemplate] = {}
+        # topic -> its header template, single sends' and batches' apart: the send path's
+        # one per-topic lookup, by the name alone (no key tuple to build and compare)
+        self._templates: dict[str, SendHeaderTemplate] = {}
+        self._batch_templates: dict[str, SendHeaderTemplate] = {}
         self._request_timeout_s = self.config.request_timeout_s
         # None until start(): typed as set so the send paths, which run after
         # _check_running(), read them without a check each
@@ -577,10 +582,11 @@ class Producer(AsyncLifecycle):
                 self._instance.spawn(self._instance.heartbeat([addr]), name="heartbeat-new")
 
     def _template(self, topic: str, batch: bool) -> SendHeaderTemplate:
-        tmpl = self._templates.get((topic, batch))
+        templates = self._batch_templates if batch else self._templates
+        tmpl = templates.get(topic)
         if tmpl is None:
             cfg = self.config
-            tmpl = self._templates[(topic, batch)] = SendHeaderTemplate(
+            tmpl = templates[topic] = SendHeaderTemplate(
                 cfg.group, topic, default_topic=cfg.default_topic,
                 default_queue_nums=cfg.default_topic_queue_nums,
                 serialize_type=self._serialize_type, v2=cfg.use_v2_header, batch=batch)
@@ -592,7 +598,7 @@ class Producer(AsyncLifecycle):
         wire_body: bytes = body  # type: ignore[assignment]  # bytes once the check below passed
         # A single-send template exists only for a topic that passed check_topic: the usual
         # message then needs only its content checks, inline; anything else gets all of them.
-        tmpl = self._templates.get((topic, False))
+        tmpl = self._templates.get(topic)
         if (tmpl is None or body.__class__ is not bytes
                 or not 0 < len(body) <= cfg.max_message_bytes
                 or msg.delay_level.__class__ is not int or msg.delay_level < 0):

@@ -58,7 +58,7 @@ class SendHeaderTemplate:
     """Encodes send frame heads for one (code, group, topic, header format, batch)."""
 
     __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
-                 "_bin_born_key", "_bin_props_key", "_bare_fmt", "head")
+                 "_bin_born_key", "_bin_props_key", "_bare_fmt", "head", "noted")
 
     def __init__(self, group: str, topic: str, *, default_topic: str = "TBW102",
                  default_queue_nums: int = 4, serialize_type: int = SerializeType.JSON,
@@ -69,6 +69,9 @@ class SendHeaderTemplate:
             code = RequestCode.SEND_MESSAGE_V2 if v2 else RequestCode.SEND_MESSAGE
         self.code = int(code)
         self.serialize_type = serialize_type
+        # the owner's per-topic state, kept here as the send path reads the template anyway:
+        # the route whose brokers the producer last noted (Producer._note_brokers)
+        self.noted: object = None
         k = dict(zip(V1_KEYS, V2_KEYS if v2 else V1_KEYS))
         static_front = [(k["producerGroup"], group), (k["topic"], topic),
                         (k["defaultTopic"], default_topic),

@@ -16,24 +16,62 @@ Rules:
 4. Retention keeps a queue's last unit, so its next offset survives a restart.
 5. Units [min_queue_offset, tail_from) are in the database's runs, [tail_from,
    max_queue_offset) packed in `tail` (dispatch appends there without a database call; the
-   table's flush writes tails as runs or stages them). Every read and cut holds the database
-   lock across both parts, so a flush moving a tail into the database is never seen half done.
-6. The tail's first `staged` bytes are durable in the database's staged rows (a small tail
-   stays in memory across flushes, its units recorded there). A cut first has the table write
-   every tail as runs and empty the staged rows (Tails.compact), so no staged entry can
-   bring back units a cut removed or name a queue key that was dropped and reused.
+   table's flush writes tails as runs). Every read and cut holds the database lock across
+   both parts, so a flush moving a tail into the database is never seen half done.
+6. Staging: units appended to a tail that stays below STAGE_UNITS units are also written, as
+   a staged entry (STAGE_HEAD, then the units), into the table's pending entries by the
+   append itself; a tail that reaches STAGE_UNITS is marked big instead (its next flush
+   writes it as runs). So a flush writes the pending entries as ONE staged row without
+   visiting the queues: at 100,000 queues a pass over every queue a flush touched held the
+   database lock (and the loop's dispatch behind it) for tens of milliseconds. A cut first
+   has the table write every tail as runs and empty the staged rows and the pending entries
+   (Tails.compact), so no staged entry can bring back units a cut removed or name a queue
+   key that was dropped and reused.
 """
 from __future__ import annotations
 
-from .unit_db import PRE_BLANK_SIZE, UNIT, UNIT_BYTES, first_phys_at_or_above
+from .unit_db import PRE_BLANK_SIZE, STAGE_HEAD, STAGE_UNITS, UNIT, UNIT_BYTES, first_phys_at_or_above
 
-__all__ = ["PRE_BLANK_SIZE", "UNIT", "UNIT_BYTES", "ConsumeQueue"]
+__all__ = ["PRE_BLANK_SIZE", "UNIT", "UNIT_BYTES", "ConsumeQueue", "took_runs"]
 _PRE_BLANK = UNIT.pack(0, PRE_BLANK_SIZE, 0)
+_STAGE_LIMIT = STAGE_UNITS * UNIT_BYTES  # tail bytes from which a tail is big (rule 6)
+
+
+def took_runs(runs, blobs: dict, tails) -> None:
+    """Dispatch's units of one slice (queue_units' runs: (queue, first, first_phys, end,
+    phys_end), `blobs`: each queue's packed units by key, bytearrays handed over) appended
+    to the queues' tails and staged (rule 6), as put() would one by one: `first` was each
+    queue's next offset. One call for the slice, inlined per queue: with units spread over
+    many queues every run is one unit, and a call or two per unit cost more than the append.
+    An empty tail becomes its blob uncopied. The caller holds the database lock."""
+    held, big, pending = tails.held, tails.big, tails.pending
+    head = STAGE_HEAD.pack
+    added = 0
+    for cq, first, first_phys, end, phys_end in runs:
+        data = blobs[cq.qkey]
+        if first == cq.min_queue_offset:
+            cq.head_phys = first_phys
+        tail = cq.tail
+        if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
+            cq.tail = tail = data
+            held[cq.qkey] = cq
+        else:
+            tail += data  # a bytearray: extended in place
+        n = len(data)
+        if len(tail) < _STAGE_LIMIT:
+            pending += head(cq.qkey, first, n // UNIT_BYTES)
+            pending += data
+        else:
+            big[cq.qkey] = cq
+        added += n
+        cq.max_queue_offset = end
+        cq.max_phys_end = phys_end
+    tails.nbytes += added
 
 
 class ConsumeQueue:
     __slots__ = ("db", "head_phys", "max_phys_end", "max_queue_offset", "min_queue_offset",
-                 "qkey", "queue_id", "run", "staged", "tail", "tail_from", "tails", "topic")
+                 "qkey", "queue_id", "run", "tail", "tail_from", "tails", "topic")
 
     def __init__(self, db, qkey: int, topic: str, queue_id: int, first=None, last=None,
                  last_end: int = 0, tails=None):
@@ -47,42 +85,44 @@ class ConsumeQueue:
         self.head_phys = -1  # physical offset of the unit at min_queue_offset (-1: unknown)
         self.tail: bytes | bytearray = b""  # rule 5 (a bytearray once it holds units)
         self.tail_from = self.max_queue_offset
-        self.staged = 0  # rule 6: tail bytes already in a staged row
-        self.tails = tails  # the table's Tails (dirty queues, bytes held), or None
+        self.tails = tails  # the table's Tails (held and big tails, pending entries), or None
         self.run: tuple[int, int] | None = None  # last committed run (qoff, units) it extends
 
     parked = False  # nothing is ever unmapped: kept for callers that ask
 
-    def append(self, data, owned: bool = False) -> None:
-        """Add packed units at the end of the tail (the caller holds the database lock);
-        `owned`: data is a bytearray handed over, which an empty tail becomes uncopied."""
+    def append(self, data, stage: bool = True) -> None:
+        """Add packed units at the end of the tail, staged unless `stage` is False (a load
+        replaying staged rows; rule 6). The caller holds the database lock."""
         tail = self.tail
         tails = self.tails
-        if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
-            self.tail = data if owned else bytearray(data)
-            if tails is not None:
-                tails.held[self.qkey] = tails.dirty[self.qkey] = self
-        else:
-            if tails is not None and len(tail) == self.staged:  # all staged: dirty again
-                tails.dirty[self.qkey] = self
-            self.tail += data
         if tails is not None:
+            if stage and len(tail) + len(data) < _STAGE_LIMIT:
+                tails.pending += STAGE_HEAD.pack(self.qkey, self.tail_from + len(tail) // UNIT_BYTES,
+                                                 len(data) // UNIT_BYTES)
+                tails.pending += data
+            elif stage:
+                tails.big[self.qkey] = self
+            if not tail:
+                tails.held[self.qkey] = self
             tails.nbytes += len(data)
+        if not tail:  # an idle queue holds the shared empty bytes, not a bytearray
+            self.tail = bytearray(data)
+        else:
+            self.tail += data
 
     def _cut_tail(self, keep_from: int, keep_to: int) -> None:
         """Keep tail bytes [keep_from, keep_to) only (nothing is staged: rule 6)."""
         before = len(self.tail)
         self.tail = self.tail[keep_from:keep_to] or b""
-        self.staged = 0
         if self.tails is not None:
             self.tails.nbytes -= before - len(self.tail)
             if not self.tail:
-                self.tails.dirty.pop(self.qkey, None)
+                self.tails.big.pop(self.qkey, None)
                 self.tails.held.pop(self.qkey, None)
 
     def _unstage(self) -> None:
         """Before a cut: every tail becomes runs and the staged rows go (rule 6)."""
-        if self.tails is not None and self.tails.staged_bytes:
+        if self.tails is not None and (self.tails.staged_bytes or self.tails.pending):
             self.tails.compact()
 
     def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> bool:
@@ -107,17 +147,6 @@ class ConsumeQueue:
             self.max_queue_offset = queue_offset + 1
             self.max_phys_end = phys + size
         return True
-
-    def took_run(self, first: int, first_phys: int, end: int, phys_end: int, data) -> None:
-        """Packed units [first, end) arrived in one go (queue_units); `first` was the next
-        offset, as put() would have found it. `data` is a bytearray the caller hands over: an
-        empty tail becomes it, uncopied (with units spread over many queues, most slices
-        start a tail). The caller holds the database lock."""
-        if first == self.min_queue_offset:
-            self.head_phys = first_phys
-        self.append(data, owned=True)
-        self.max_queue_offset = end
-        self.max_phys_end = phys_end
 
     def covers(self, unit: int) -> bool:  # rule 3
         return True

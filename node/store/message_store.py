@@ -321,14 +321,11 @@ class MessageStore(StoreReader):
         """Make the consume-queue files this batch's units go into before a byte is written
         (put lock held): a queue that cannot be opened refuses the put, so nothing is
         acknowledged that dispatch could not make visible. A queue that exists covers every
-        unit (consume_queue.py rule 3), so only the batch's new queues are reserved, found by
-        one C-level membership pass over the batch's distinct queues."""
-        queues = self.queues.queues
-        if len(msgs) == 1:  # the common case, without the grouping
-            m = msgs[0]
-            if m.dispatchable and (m.topic, m.queue_id) not in queues:
-                self._reserve_units((m.topic, m.queue_id), 1)
+        unit (consume_queue.py rule 3), so only the batch's new queues are reserved; the
+        usual batch, all of whose queues exist, is one pass over the table's per-topic index."""
+        if self.queues.all_exist(msgs):
             return
+        queues = self.queues.queues
         for key in list(filterfalse(queues.__contains__, batch_queues(msgs))):
             n = sum(1 for m in msgs if m.dispatchable and (m.topic, m.queue_id) == key)
             self._reserve_units(key, n)

@@ -6,13 +6,14 @@ Rules:
 1. load() reads every queue's first and next offsets from the database (no unit is read);
    False means there was nothing to load (directory missing, or only the older layout of one
    directory of files per queue, which is removed): recovery then rebuilds from the log.
-2. flush() writes what dispatch added since the last flush, then commits, all or nothing: a
-   tail of STAGE_UNITS units or more becomes runs, one row per queue (RUN_UNITS units at
-   most per row), in key order, and leaves memory; the new units of every smaller tail go
-   into ONE staged row (rule 6) and the tail stays. A tail, or its staged mark, moves only
-   once the commit succeeded (a failed flush is written again by the next one). Its cost
-   follows what was dispatched since the last flush, not the number of queues, and with
-   messages spread over many queues it is one row per flush, not one per queue.
+2. flush() writes what dispatch added since the last flush, then commits, all or nothing:
+   every big tail (STAGE_UNITS units or more) becomes runs, one row per queue (RUN_UNITS
+   units at most per row), in key order, and leaves memory; the staged entries dispatch
+   wrote for smaller tails (consume_queue.py rule 6) go into ONE staged row and those tails
+   stay. A tail, or the pending entries, move only once the commit succeeded (a failed flush
+   is written again by the next one). Its cost follows what was dispatched since the last
+   flush, not the number of queues, and with messages spread over many queues it is one
+   row per flush and no pass over the queues.
 3. put_units() appends a whole dispatch slice's units to the queues' tails, without a
    database call (the append hot path); ConsumeQueue.put() stays the one-by-one path for
    everything else. Past `tail_bytes` held, dispatch flushes (writes and commits) the tails
@@ -26,13 +27,17 @@ Rules:
    run's known length first, so writing it twice (a failed flush written again) is harmless.
    Any cut or a restart forgets that run: the next flush starts a new one.
 5. queue_ids(topic) answers from a per-topic index, without looking at other topics' queues
-   (periodic services ask every tick).
+   (periodic services ask every tick); all_exist(msgs), the put path's test for new queues,
+   from the same index: one lookup by the topic's name per message, no key tuple built and
+   no probe of the table of every queue (at 100,000 queues each such probe misses the CPU
+   caches).
 6. Staging: once the staged rows pass STAGE_BYTES, the tail bytes held pass `tail_bytes`, or
    a cut needs it (consume_queue.py rule 6), a flush compacts: every tail becomes runs and
-   the staged rows are deleted in the same transaction. load() replays the staged rows in
-   order into the tails (an entry below a queue's next offset is already in its runs and
-   skipped), so what a load answers is what was committed; an entry that does not continue
-   its queue means the database disagrees with itself: it is emptied and rebuilt from the log.
+   the staged rows are deleted in the same transaction (the pending entries are dropped:
+   their units are in those runs). load() replays the staged rows in order into the tails
+   (an entry below a queue's next offset is already in its runs and skipped), so what a load
+   answers is what was committed; an entry that does not continue its queue means the
+   database disagrees with itself: it is emptied and rebuilt from the log.
 """
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ import threading
 from tidemq.protocol import accel
 
 from . import unit_db
-from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue
+from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue, took_runs
 from .unit_db import DB_NAME, UnitDb, last_end, last_phys, run_rows, staged_entries
 
 log = logging.getLogger("tidemq.store")
@@ -66,7 +71,7 @@ def _replay_entry(cq: ConsumeQueue, qoff: int, units) -> None:
     if nxt == cq.min_queue_offset:
         phys, size, _ = UNIT.unpack_from(units, 0)
         cq.head_phys = -1 if size == unit_db.PRE_BLANK_SIZE else phys
-    cq.append(bytes(units))
+    cq.append(bytes(units), stage=False)  # staged already
     cq.max_queue_offset = end
     cq.max_phys_end = last_end(units) or cq.max_phys_end
 
@@ -92,20 +97,23 @@ unit_blobs = accel.pick(unit_blobs)
 
 
 class Tails:
-    """Queues whose tail holds units (`held`), those holding units no flush wrote yet
-    (`dirty`), by key; the bytes held in all tails and in the staged rows (rules 2 and 6);
-    `compact`: the table's compacting flush, which a cut calls first."""
-    __slots__ = ("compact", "dirty", "held", "nbytes", "staged_bytes")
+    """Queues whose tail holds units (`held`), those whose tail reached STAGE_UNITS units and
+    becomes runs at the next flush (`big`), by key; the staged entries dispatch wrote since
+    the last flush (`pending`); the bytes held in all tails and in the staged rows (rules 2
+    and 6); `compact`: the table's compacting flush, which a cut calls first."""
+    __slots__ = ("big", "compact", "held", "nbytes", "pending", "staged_bytes")
 
     def __init__(self, compact) -> None:
         self.compact = compact
-        self.dirty: dict[int, ConsumeQueue] = {}
+        self.big: dict[int, ConsumeQueue] = {}
         self.held: dict[int, ConsumeQueue] = {}
+        self.pending = bytearray()
         self.nbytes = 0
         self.staged_bytes = 0
 
     def reset(self) -> None:
-        self.dirty, self.held, self.nbytes, self.staged_bytes = {}, {}, 0, 0
+        self.big, self.held, self.pending = {}, {}, bytearray()
+        self.nbytes = self.staged_bytes = 0
 
 
 class ConsumeQueueTable:
@@ -133,17 +141,25 @@ class ConsumeQueueTable:
                         self.db.open()
                     qkey = self.db.add_queue(topic, queue_id)
                     cq = ConsumeQueue(self.db, qkey, topic, queue_id, tails=self.tails)
+                    self.queues[(topic, queue_id)] = cq  # before the index: all_exist
                     self._by_topic.setdefault(topic, set()).add(queue_id)
-                    self.queues[(topic, queue_id)] = cq
         return cq
+
+    def all_exist(self, msgs) -> bool:
+        """Whether every dispatchable message of `msgs` has its queue already (rule 5)."""
+        by_topic = self._by_topic
+        for m in msgs:
+            qids = by_topic.get(m.topic)
+            if (qids is None or m.queue_id not in qids) and m.dispatchable:
+                return False
+        return True
 
     def put_units(self, rows: list, runs: dict) -> None:
         """Append queue_units()'s rows to their queues' tails and move each queue's offsets
         (rule 3)."""
         blobs = unit_blobs(rows)
         with self.db.lock:
-            for cq, first, first_phys, end, phys_end in runs.values():
-                cq.took_run(first, first_phys, end, phys_end, blobs[cq.qkey])
+            took_runs(runs.values(), blobs, self.tails)
 
     def bound_tails(self) -> None:
         """Past `tail_bytes` held, flush now (rule 3); a failed flush keeps the tails."""
@@ -182,23 +198,10 @@ class ConsumeQueueTable:
         tails = self.tails
         for cq in queues:
             tails.nbytes -= len(cq.tail)
-            tails.dirty.pop(cq.qkey, None)
+            tails.big.pop(cq.qkey, None)
             tails.held.pop(cq.qkey, None)
             cq.tail_from = cq.max_queue_offset  # a tail always ends there
             cq.tail = b""
-            cq.staged = 0
-
-    @staticmethod
-    def _stage_entries(queues: list) -> bytes:
-        """The new units of `queues`' tails as one staged row's entries (rule 6)."""
-        parts: list = []
-        head = unit_db.STAGE_HEAD.pack
-        for cq in queues:
-            tail, staged = cq.tail, cq.staged
-            parts.append(head(cq.qkey, cq.tail_from + staged // UNIT_BYTES,
-                              (len(tail) - staged) // UNIT_BYTES))
-            parts.append(tail[staged:])
-        return b"".join(parts)
 
     def load(self) -> bool:
         """Open the database and learn every queue's offsets (rule 1)."""
@@ -239,9 +242,8 @@ class ConsumeQueueTable:
                     if cq is None or len(units) % UNIT_BYTES or not units:
                         raise ValueError(f"a staged entry for queue key {qkey} is malformed")
                     _replay_entry(cq, qoff, units)
-            for cq in tails.held.values():
-                cq.staged = len(cq.tail)
-            tails.dirty = {}
+            limit = unit_db.STAGE_UNITS * UNIT_BYTES
+            tails.big = {k: cq for k, cq in tails.held.items() if len(cq.tail) >= limit}
 
     def _remove_old_layout(self) -> None:
         """One directory of files per queue (the earlier layout): derived data, rebuilt."""
@@ -269,8 +271,8 @@ class ConsumeQueueTable:
                 cq.destroy()
 
     def flush(self, compact: bool = False) -> bool:
-        """Write the tails (rule 2) or, when compacting, every tail as runs (rule 6), and
-        commit; False when there was nothing to commit."""
+        """Write the big tails and the pending staged entries (rule 2) or, when compacting,
+        every tail as runs (rule 6), and commit; False when there was nothing to commit."""
         db, tails = self.db, self.tails
         with db.lock:
             if db._conn is None:
@@ -278,7 +280,8 @@ class ConsumeQueueTable:
             compact = compact or tails.nbytes > self.tail_bytes or \
                 tails.staged_bytes > unit_db.STAGE_BYTES
             runs: list = []
-            to_runs, to_stage, entries = self._split(compact)
+            to_runs = sorted((tails.held if compact else tails.big).values(), key=_qkey)
+            entries = b"" if compact else bytes(tails.pending)
             try:
                 if to_runs:
                     inserts, appends, runs = self._tail_rows(to_runs)
@@ -295,36 +298,13 @@ class ConsumeQueueTable:
             for cq, run in runs:
                 cq.run = run
             self._drop_tails(to_runs)
-            self._mark_staged(to_stage, len(entries), compact)
+            if compact:  # every tail is runs: the pending entries' units too
+                tails.staged_bytes = 0
+            tails.staged_bytes += len(entries)
+            tails.pending = bytearray()
         if ended:
             db.sync_wal()
         return ended
-
-    def _split(self, compact: bool):
-        """(queues whose tails become runs, by key; queues whose new units are staged; their
-        staged row's entries). Compacting: every held tail becomes runs."""
-        tails = self.tails
-        if compact:
-            return [tails.held[k] for k in sorted(tails.held)], [], b""
-        if not tails.dirty:
-            return [], [], b""
-        to_runs: list = []
-        to_stage: list = []
-        big = unit_db.STAGE_UNITS * UNIT_BYTES
-        for cq in tails.dirty.values():
-            (to_runs if len(cq.tail) >= big else to_stage).append(cq)
-        to_runs.sort(key=_qkey)
-        return to_runs, to_stage, self._stage_entries(to_stage)
-
-    def _mark_staged(self, queues: list, nbytes: int, compacted: bool) -> None:
-        """After the commit: `queues`' tails are staged up to their end (rule 6)."""
-        tails = self.tails
-        if compacted:
-            tails.staged_bytes = 0
-        for cq in queues:
-            cq.staged = len(cq.tail)
-        tails.dirty = {}  # every dirty tail was written or staged
-        tails.staged_bytes += nbytes
 
     def close(self) -> None:
         if self.db._conn is not None:

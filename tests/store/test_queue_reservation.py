@@ -55,3 +55,26 @@ def test_a_queue_that_cannot_be_opened_refuses_the_whole_put(store, monkeypatch,
     monkeypatch.undo()
     store.put(_batch(queue_ids))   # the queue opens now: the same put is taken
     assert store.max_offset > before
+
+
+def test_a_new_queue_among_queues_of_other_topics_is_found(store, monkeypatch):
+    """The per-topic index the put consults tells a new queue of a known topic apart from
+    the same queue id of another topic."""
+    store.put(_batch(range(8), "A") + _batch(range(2), "B"))
+    opens = _OpenFails()
+    monkeypatch.setattr(store.queues, "get_or_create", opens)
+    store.put(_batch([7], "A") + _batch([1, 0], "B"))
+    assert opens.calls == []
+    with pytest.raises(QueueUnavailable, match="B/7 cannot be opened"):
+        store.put(_batch([0, 7], "A") + _batch([1, 7, 7], "B"))
+    assert opens.calls == [("B", 7)]
+
+
+def test_a_removed_topics_queues_are_reserved_again(store, monkeypatch):
+    store.put(_batch(range(2)))
+    store.queues.remove_topic("T")
+    opens = _OpenFails()
+    monkeypatch.setattr(store.queues, "get_or_create", opens)
+    with pytest.raises(QueueUnavailable, match="T/1 cannot be opened"):
+        store.put(_batch([1]))
+    assert opens.calls == [("T", 1)]

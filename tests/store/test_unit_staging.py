@@ -1,7 +1,7 @@
-"""Small tails are staged: a flush writes the new units of every queue whose tail is small into
-ONE staged row of units.db and keeps the tails in memory; a load replays the staged rows into
-the tails. What a load answers must be what the queues answered before, whatever mix of
-staged rows, runs, compactions and cuts produced it."""
+"""Small tails are staged: dispatch writes the new units of every queue whose tail is small as
+staged entries, a flush writes them as ONE staged row of units.db and keeps the tails in
+memory; a load replays the staged rows into the tails. What a load answers must be what the
+queues answered before, whatever mix of staged rows, runs, compactions and cuts produced it."""
 import sqlite3
 
 import pytest
@@ -65,7 +65,7 @@ def test_a_flush_over_many_small_tails_writes_one_row_and_a_load_replays_it(tmp_
     assert _count(table, "SELECT count(*) FROM staged") == 2
     assert before != _answers(table)
     table = _reloaded_alike(table, tmp_path)
-    assert table.tails.staged_bytes > 0 and not table.tails.dirty
+    assert table.tails.staged_bytes > 0 and not table.tails.big and not table.tails.pending
     table.close()
 
 
@@ -84,7 +84,7 @@ def test_a_tail_that_grows_becomes_runs_and_its_staged_entries_are_skipped(tmp_p
             table.flush()
     table.flush()
     assert _count(table, "SELECT count(*) FROM units") >= 2  # busy's tail became runs
-    assert idle.tail and idle.staged == len(idle.tail)        # idle's stays staged
+    assert idle.tail and not table.tails.big and not table.tails.pending  # idle's: staged
     _reloaded_alike(table, tmp_path).close()
 
 
@@ -118,7 +118,7 @@ def test_a_cut_compacts_first_so_a_load_never_brings_cut_units_back(tmp_path):
     table.close()
 
 
-def test_a_failed_staging_flush_moves_no_mark_and_the_next_one_writes_it_all(tmp_path):
+def test_a_failed_staging_flush_keeps_the_pending_entries_and_the_next_one_writes_them(tmp_path):
     """The database may not grow (SQLITE_FULL): the flush fails whole, every tail keeps its
     unstaged units, and once it may grow the next flush stages them; nothing is lost."""
     table = _table(tmp_path)
@@ -130,11 +130,11 @@ def test_a_failed_staging_flush_moves_no_mark_and_the_next_one_writes_it_all(tmp
     for q in range(QUEUES):
         cq = table.get_or_create(f"T{q // 8}", q % 8)
         cq.put(cq.max_queue_offset, phys + q * 10, 10, q)
-    staged = {k: cq.staged for k, cq in table.queues.items()}
+    pending = bytes(table.tails.pending)
+    assert len(pending) == QUEUES * (unit_db.STAGE_HEAD.size + unit_db.UNIT_BYTES)
     with pytest.raises(sqlite3.OperationalError, match="full"):
         table.flush()
-    assert {k: cq.staged for k, cq in table.queues.items()} == staged
-    assert len(table.tails.dirty) == QUEUES
+    assert table.tails.pending == pending  # kept whole for the next flush
     conn.execute("PRAGMA max_page_count=1073741823")
     assert table.flush()
     assert all(len(a[3]) == 2 for a in _answers(table).values())
