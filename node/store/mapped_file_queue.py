@@ -13,6 +13,10 @@ Rules:
 5. cancel_preparation() (a closing store) stops every warm-up within one chunk; a file the
    maintenance thread was still preparing is removed, so only whole prepared files outlive
    the process (a clean restart keeps one: truncate(keep_next=True)).
+6. `files` is shared with threads that do not hold the put lock (retention deletes head files,
+   readers look files up): removals replace the list instead of shifting it (find() reads it
+   once), and every change, the writer's append included, happens under `_lock`, so a removal
+   that copied the list cannot store it back over a file the writer appended meanwhile.
 """
 from __future__ import annotations
 
@@ -110,8 +114,7 @@ class MappedFileQueue:
         """The file holding `offset`, or None outside [min_offset, last file end). Readers
         call it while retention deletes head files: it reads `files` once, and removals
         replace that list instead of shifting it, so the index it computes names the right
-        file (a shifted list once handed a reader the next file, whose negative position
-        read another file's bytes)."""
+        file (rule 6)."""
         files = self.files
         if not files:
             return None
@@ -350,8 +353,9 @@ class MappedFileQueue:
         next_start = offset - offset % self.file_bytes + self.file_bytes
         kept = None
         while self.files and self.files[-1].start_offset > offset:
-            mf = self.files[-1]
-            self.files = self.files[:-1]  # replaced, never shifted: see find()
+            with self._lock:  # rule 6
+                mf = self.files[-1]
+                self.files = self.files[:-1]
             if keep_next and mf.start_offset == next_start:
                 kept = mf
             else:
@@ -379,8 +383,9 @@ class MappedFileQueue:
         """Delete up to `count` files from the front (never the last one)."""
         gone = []
         while count > 0 and len(self.files) > 1:
-            mf = self.files[0]
-            self.files = self.files[1:]  # replaced, never shifted: see find()
+            with self._lock:  # rule 6
+                mf = self.files[0]
+                self.files = self.files[1:]
             mf.destroy(self.fs)
             gone.append(mf)
             count -= 1

@@ -16,6 +16,7 @@ from tidemq.node.store.fileio import OsMapping
 from tidemq.node.store.mapped_file_queue import MappedFileQueue
 from tidemq.node.store.message_store import MessageStore
 from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 
@@ -143,3 +144,53 @@ def test_a_pull_overtaken_by_a_head_cut_is_told_where_the_queue_starts(store):
     assert fired == [3]
     lo = store.min_queue_offset("T", 0)
     assert lo > 0 and r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset == lo
+
+
+def _tracing_store(fn, attr: str, action):
+    """A trace that runs `action` once in `fn` just before it stores `self.<attr>`: after the
+    new value is computed, a window no line boundary shows (a thread switch can land there)."""
+    import dis
+
+    code = fn.__code__
+    at = {i.offset for i in dis.get_instructions(code)
+          if i.opname == "STORE_ATTR" and i.argval == attr}
+    fired = []
+
+    def local(frame, event, _arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode" and frame.f_lasti in at and not fired:
+            fired.append(action())
+        return local
+
+    return (lambda frame, event, _arg: local if frame.f_code is code else None), fired
+
+
+def test_a_roll_overtaken_by_retention_keeps_the_new_file(store):
+    """The writer rolls into a new file while retention replaces the file list: the new file
+    stays in the list (a removal that stored its copy back over the writer's append once
+    dropped the file, so its acknowledged records could not be read, and the next put made the
+    file afresh and wrote over them)."""
+    queue = store.commit_log.queue
+    rolled = []
+
+    def put_until_roll():  # one batch: the put then waits for dispatch (retention's lock)
+        last = queue.files[-1]
+        n = (last.size - last.wrote) // 400 + 2
+        rolled.append(store.put([message(5000 + i, 400, queues=2) for i in range(n)]))
+
+    def overtake():
+        writer = threading.Thread(target=put_until_roll)
+        writer.start()
+        writer.join(0.5)  # a writer that need not wait for the removal is done by now
+        return writer
+
+    tracer, fired = _tracing_store(MappedFileQueue.delete_first, "files", overtake)
+    _traced(tracer, store.retention.run_once)
+    fired[0].join(10)
+    assert not fired[0].is_alive()
+    end = rolled[0].end_offset
+    assert queue.files[-1].start_offset < end <= queue.files[-1].end_offset
+    store.put([message(9000, 400, queues=2)])  # the next put goes after it, not over it
+    for i, (phys, _size, _q) in enumerate(rolled[0].placed):
+        data = store.get_record(phys)
+        assert data and rec.decode_record(data).body == message(5000 + i, 400, queues=2).body
