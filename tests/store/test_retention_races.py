@@ -194,3 +194,31 @@ def test_a_roll_overtaken_by_retention_keeps_the_new_file(store):
     for i, (phys, _size, _q) in enumerate(rolled[0].placed):
         data = store.get_record(phys)
         assert data and rec.decode_record(data).body == message(5000 + i, 400, queues=2).body
+
+
+def test_a_record_lookup_overtaken_by_retention_finds_nothing(store):
+    """Retention deletes the file a key query, a view by message id or the duplicate window's
+    rebuild is reading a record header from: the record is simply gone (an exception from the
+    closed file once reached the client, or ended the rebuild)."""
+    from tidemq.node.store.commit_log import CommitLog
+
+    phys = store.commit_log.queue.files[1].start_offset
+    assert store.get_record(phys)
+    tracer, fired = _tracing(CommitLog.record_size_at, "_MAGIC.unpack_from",
+                             store.retention.run_once)
+    assert _traced(tracer, lambda: store.get_record(phys)) == b""
+    assert fired == [3]
+
+
+def test_a_transfer_read_overtaken_by_retention_reads_nothing(store):
+    """Retention deletes the file the HA master is reading a TRANSFER batch from: the read
+    returns nothing and the log start has moved past it (what the master session takes as a
+    slave that fell behind the retained log), instead of raising on the closed file."""
+    from tidemq.node.store.commit_log import CommitLog
+
+    offset = store.commit_log.queue.files[2].start_offset
+    assert len(store.read_raw(offset, 4096)) == 4096
+    tracer, fired = _tracing(CommitLog.read_raw, "pos = offset - mf.start_offset",
+                             store.retention.run_once)
+    assert _traced(tracer, lambda: store.read_raw(offset, 4096)) == b""
+    assert fired == [3] and offset < store.min_offset
