@@ -14,6 +14,7 @@ from tidemq.node.store.consumed import ConsumerProgress
 from tidemq.node.store.disk_guard import DiskUsage
 from tidemq.node.store.fileio import OsMapping
 from tidemq.node.store.mapped_file_queue import MappedFileQueue
+from tidemq.node.store.message import DR_PHYS
 from tidemq.node.store.message_store import MessageStore
 from tidemq.node.store.reader import GetStatus
 from tidemq.protocol import record as rec
@@ -39,15 +40,17 @@ def store(tmp_path):
     s.close()
 
 
-def _tracing(fn, marker: str, action):
-    """A trace that runs `action` once in `fn`, just before its line containing `marker`."""
+def _tracing(fn, marker: str, action, when=None):
+    """A trace that runs `action` once in `fn`, just before its line containing `marker`
+    (the first time `when(locals)` holds, when given)."""
     code = fn.__code__
     source, first = inspect.getsourcelines(fn)
     line = first + next(i for i, text in enumerate(source) if marker in text)
     fired = []
 
     def local(frame, event, _arg):
-        if event == "line" and frame.f_lineno == line and not fired:
+        if event == "line" and frame.f_lineno == line and not fired \
+                and (when is None or when(frame.f_locals)):
             fired.append(action())
         return local
 
@@ -222,3 +225,20 @@ def test_a_transfer_read_overtaken_by_retention_reads_nothing(store):
                              store.retention.run_once)
     assert _traced(tracer, lambda: store.read_raw(offset, 4096)) == b""
     assert fired == [3] and offset < store.min_offset
+
+
+def test_a_duplicate_window_walk_overtaken_by_retention_keeps_what_is_left(store):
+    """Retention deletes the index file the duplicate window's walk (a rebuild, or a slave's
+    shadow refresh on its own thread) is reading: the walk ends there with every record still
+    in the log (the closed file once raised out of the walk, leaving the window unbuilt)."""
+    from tidemq.node.sending.dedup import _walk
+
+    oldest = store.index.files[0]
+    tracer, fired = _tracing(_walk, "_ENTRY_PHYS_TS.unpack_from", store.retention.run_once,
+                             when=lambda local: local["f"] is oldest)
+    found, _props, _top = _traced(tracer, lambda: _walk(store, 10 ** 9, 10 ** 6, store.clock))
+    assert fired == [3] and store.min_offset > 0
+    lo = store.min_offset  # records read before the deletion may lie below it: fine
+    again, _props, _top = _walk(store, 10 ** 9, 10 ** 6, store.clock)
+    kept = sorted(r[DR_PHYS] for r in found if r[DR_PHYS] >= lo)
+    assert kept == sorted(r[DR_PHYS] for r in again) and len(kept) > 400
