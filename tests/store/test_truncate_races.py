@@ -1,0 +1,54 @@
+"""A slave's truncation (and an undone append) cuts the log while other threads use it: the
+flusher syncing the file being cut. Each test forces one interleaving with a line trace, as
+test_retention_races.py does, and checks that no byte counts as durable without an fsync
+covering it."""
+import threading
+
+import pytest
+
+from tidemq.node.store.mapped_file import MappedFile
+from tidemq.node.store.message_store import MessageStore
+from tidemq.protocol import record as rec
+
+from .helpers import message, small_config
+from .test_retention_races import _traced, _tracing
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A store whose flusher stays idle (the test flushes), 8 flushed messages, then 32 not."""
+    s = MessageStore(small_config(tmp_path, flush_interval_ms=600_000,
+                                  flush_thorough_interval_ms=600_000)).open()
+    s.put([message(i, 400) for i in range(8)])
+    s.flush_log(0)
+    s.put([message(i, 400) for i in range(8, 40)])
+    yield s
+    s.close()
+
+
+def _on_thread(fn, *args):
+    """An action that runs fn(*args) on another thread, waiting a little for it."""
+    def action():
+        t = threading.Thread(target=fn, args=args)
+        t.start()
+        t.join(0.5)  # a call that need not wait for the traced thread is done by now
+        return t
+    return action
+
+
+def test_a_flush_overtaken_by_a_cut_never_marks_later_bytes_durable(store):
+    """The log is cut while the flusher's fsync of that file is in flight: the cut waits for
+    it, and bytes written at the cut point afterwards are flushed by the next flush (a flush
+    that set `flushed` back to its old end above the cut once skipped them, so a slave
+    acknowledged bytes no fsync covered, and flushed_offset ran past the log end)."""
+    cut = store.get_messages("T", 0, 3, 1).messages[0]  # message 12: after the flushed ones
+    phys = rec.decode_record(cut).physical_offset
+    assert store.flushed_offset < phys < store.max_offset
+    tracer, fired = _tracing(MappedFile.flush, "self._mapping.sync()",
+                             _on_thread(store.truncate, phys))
+    _traced(tracer, lambda: store.flush_log(0))
+    fired[0].join(10)
+    assert not fired[0].is_alive() and store.max_offset == phys
+    assert store.flushed_offset <= store.max_offset
+    store.put([message(100, 400)])
+    assert store.flush_log(0) and store.flushed_offset == store.max_offset
