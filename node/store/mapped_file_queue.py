@@ -379,12 +379,16 @@ class MappedFileQueue:
             self.fs.fsync_dir(self.directory)
         return looked
 
-    def delete_first(self, count: int) -> list[MappedFile]:
-        """Delete up to `count` files from the front (never the last one)."""
+    def delete_first(self, count: int, only: list | None = None) -> list[MappedFile]:
+        """Delete up to `count` files from the front (never the last one); with `only`, just
+        those files, in order, while they are still at the front (the caller chose them
+        before the queue may have been cut or reset)."""
         gone = []
         while count > 0 and len(self.files) > 1:
             with self._lock:  # rule 6
                 mf = self.files[0]
+                if only is not None and (len(gone) >= len(only) or mf is not only[len(gone)]):
+                    break
                 self.files = self.files[1:]
             mf.destroy(self.fs)
             gone.append(mf)

@@ -550,11 +550,15 @@ class MessageStore(StoreReader):
         self.raw_parsed_offset = offset
 
     # -- retention -----------------------------------------------------------------------
-    def delete_log_head(self, files: int) -> None:
+    def delete_log_head(self, files: int, only: list | None = None) -> int:
+        """Delete up to `files` head files of the log (only those of `only`, when given: a
+        truncation or reset since they were chosen leaves other files at the head) and the
+        units and index entries that point into them; returns the files deleted."""
         with self.dispatcher.lock:
-            self.commit_log.queue.delete_first(files)
+            gone = self.commit_log.queue.delete_first(files, only)
             lo = self.commit_log.min_offset
             for cq in list(self.queues.queues.values()):
                 cq.delete_below_phys(lo)
             if self.index is not None:
                 self.index.delete_below_phys(lo)
+        return len(gone)

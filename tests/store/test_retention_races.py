@@ -242,3 +242,25 @@ def test_a_duplicate_window_walk_overtaken_by_retention_keeps_what_is_left(store
     again, _props, _top = _walk(store, 10 ** 9, 10 ** 6, store.clock)
     kept = sorted(r[DR_PHYS] for r in found if r[DR_PHYS] >= lo)
     assert kept == sorted(r[DR_PHYS] for r in again) and len(kept) > 400
+
+
+def test_a_reset_during_a_retention_pass_keeps_the_new_files(store):
+    """A slave's log is reset (and refilled) while a retention pass that chose the old head
+    files is still deciding: the pass deletes none of the new files (it once deleted as many
+    files from the new head as it had chosen, taking freshly replicated, unconsumed records
+    with them)."""
+    from tidemq.node.store.retention import Retention
+
+    start = store.max_offset + 10 * store.commit_log.file_bytes
+
+    def reset_and_refill():
+        store.reset_log(start)
+        for first in range(0, 400, 4):
+            store.put([message(i, 400, queues=2) for i in range(first, first + 4)])
+
+    tracer, fired = _tracing(Retention.run_once, "delete_log_head(", reset_and_refill)
+    deleted = _traced(tracer, lambda: store.retention.run_once())
+    assert fired and deleted == 0 and len(store.commit_log.queue.files) > 3
+    assert store.min_offset == start - start % store.commit_log.file_bytes
+    r = store.get_messages("T", 0, 0, 1000, 1 << 30)
+    assert len(r.messages) == 200
