@@ -132,6 +132,7 @@ class MessageStore(StoreReader):
         self.put_refusal: str | None = None
         self.after_put = None
         self.cut_listener = None  # fn(offset) after truncate()/reset_log() (any thread)
+        self.log_cuts = 0         # truncate()/reset_log() calls begun (reader.py)
         self._catch_up: threading.Thread | None = None
         self._closing = False
 
@@ -503,6 +504,7 @@ class MessageStore(StoreReader):
         """Durably cut the log and everything derived from it back to `offset` (a record
         boundary) before returning."""
         with self._checkpoint_lock, self.put_lock:
+            self.log_cuts += 1  # before any byte changes (reader.py)
             self.dispatcher.drop_pending_from(offset)
             with self.dispatcher.lock:
                 self._truncate_locked(offset)
@@ -518,6 +520,7 @@ class MessageStore(StoreReader):
         a crash in between leaves an empty log at the old checkpoint offset, which the next
         handshake resets again -- never stale bytes."""
         with self._checkpoint_lock, self.put_lock:
+            self.log_cuts += 1  # before any byte changes (reader.py)
             self.dispatcher.drop_pending_from(-1)
             with self.dispatcher.lock:
                 self.commit_log.queue.destroy()

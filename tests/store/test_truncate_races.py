@@ -52,3 +52,21 @@ def test_a_flush_overtaken_by_a_cut_never_marks_later_bytes_durable(store):
     assert store.flushed_offset <= store.max_offset
     store.put([message(100, 400)])
     assert store.flush_log(0) and store.flushed_offset == store.max_offset
+
+
+def test_a_pull_overtaken_by_a_cut_serves_no_cut_bytes(store):
+    """A slave's log is cut (its truncation runs off the event loop) while a pull it serves is
+    reading records the cut removes: the pull answers as one made after the cut (it once
+    served the zeroed bytes as messages)."""
+    from tidemq.node.store.reader import StoreReader
+
+    before = store.get_messages("T", 0, 0, 32)
+    cut = rec.decode_record(before.messages[2]).physical_offset
+    tracer, fired = _tracing(StoreReader.get_messages, "data = read(phys, size)",
+                             lambda: store.truncate(cut), when=lambda local: local["n"] == 2)
+    raced = _traced(tracer, lambda: store.get_messages("T", 0, 0, 32))
+    assert fired and store.max_offset == cut
+    after = store.get_messages("T", 0, 0, 32)
+    assert [bytes(m) for m in raced.messages] == [bytes(m) for m in after.messages] \
+        == [bytes(m) for m in before.messages[:2]]
+    assert raced.next_begin_offset == after.next_begin_offset == 2
