@@ -225,9 +225,16 @@ class StoreReader:
 
     def earliest_msg_time(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)
-        if cq is None or cq.max_queue_offset <= cq.min_queue_offset:
+        if cq is None:
             return 0
-        return self._unit_store_time(cq, cq.min_queue_offset) or 0
+        while True:
+            lo = cq.min_queue_offset
+            if cq.max_queue_offset <= lo:
+                return 0
+            ts = self._unit_store_time(cq, lo)
+            if ts is not None or cq.min_queue_offset == lo:
+                return ts or 0
+            # retention cut the queue's head while we read it: the new head's time
 
     def _unit_store_time(self, cq, queue_offset: int):
         unit = cq.get(queue_offset)

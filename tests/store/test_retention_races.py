@@ -264,3 +264,15 @@ def test_a_reset_during_a_retention_pass_keeps_the_new_files(store):
     assert store.min_offset == start - start % store.commit_log.file_bytes
     r = store.get_messages("T", 0, 0, 1000, 1 << 30)
     assert len(r.messages) == 200
+
+
+def test_an_earliest_time_overtaken_by_retention_reads_the_new_head(store):
+    """Retention deletes the queue's first record while its store time is being read: the
+    answer is the new first record's time (it once answered 0, "no message")."""
+    from tidemq.node.store.reader import StoreReader
+
+    tracer, fired = _tracing(StoreReader._unit_store_time, "data = self.commit_log.read(",
+                             store.retention.run_once)
+    got = _traced(tracer, lambda: store.earliest_msg_time("T", 0))
+    assert fired == [3] and store.min_queue_offset("T", 0) > 0
+    assert got == store.earliest_msg_time("T", 0) > 0
