@@ -17,6 +17,7 @@ Rules:
    readers look files up): removals replace the list instead of shifting it (find() reads it
    once), and every change, the writer's append included, happens under `_lock`, so a removal
    that copied the list cannot store it back over a file the writer appended meanwhile.
+   Readers without the lock look at the list once per answer (a reset may empty it).
 """
 from __future__ import annotations
 
@@ -94,21 +95,25 @@ class MappedFileQueue:
     # -- geometry ------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
-        return self.files[0].start_offset if self.files else 0
+        files = self.files  # one look (rule 6): a reset may empty the list meanwhile
+        return files[0].start_offset if files else 0
 
     @property
     def max_offset(self) -> int:
-        return self.files[-1].end_offset if self.files else 0
+        files = self.files  # one look (rule 6)
+        return files[-1].end_offset if files else 0
 
     @property
     def flushed_offset(self) -> int:
-        for mf in reversed(self.files):
+        files = self.files  # one look (rule 6)
+        for mf in reversed(files):
             if mf.flushed:
                 return mf.start_offset + mf.flushed
-        return self.min_offset
+        return files[0].start_offset if files else 0
 
     def last(self) -> MappedFile | None:
-        return self.files[-1] if self.files else None
+        files = self.files  # one look (rule 6)
+        return files[-1] if files else None
 
     def find(self, offset: int) -> MappedFile | None:
         """The file holding `offset`, or None outside [min_offset, last file end). Readers

@@ -149,14 +149,16 @@ def test_a_pull_overtaken_by_a_head_cut_is_told_where_the_queue_starts(store):
     assert lo > 0 and r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset == lo
 
 
-def _tracing_store(fn, attr: str, action):
-    """A trace that runs `action` once in `fn` just before it stores `self.<attr>`: after the
-    new value is computed, a window no line boundary shows (a thread switch can land there)."""
+def _tracing_op(fn, opname: str, argval, action, after: bool = False):
+    """A trace that runs `action` once in `fn` just before (or after) its first instruction
+    `opname` of `argval` (e.g. before STORE_ATTR files: the new value is computed), a window
+    no line boundary shows (a thread switch can land there)."""
     import dis
 
     code = fn.__code__
-    at = {i.offset for i in dis.get_instructions(code)
-          if i.opname == "STORE_ATTR" and i.argval == attr}
+    ops = list(dis.get_instructions(code))
+    i = next(n for n, op in enumerate(ops) if op.opname == opname and op.argval == argval)
+    at = {ops[i + after].offset}
     fired = []
 
     def local(frame, event, _arg):
@@ -187,7 +189,7 @@ def test_a_roll_overtaken_by_retention_keeps_the_new_file(store):
         writer.join(0.5)  # a writer that need not wait for the removal is done by now
         return writer
 
-    tracer, fired = _tracing_store(MappedFileQueue.delete_first, "files", overtake)
+    tracer, fired = _tracing_op(MappedFileQueue.delete_first, "STORE_ATTR", "files", overtake)
     _traced(tracer, store.retention.run_once)
     fired[0].join(10)
     assert not fired[0].is_alive()

@@ -7,11 +7,12 @@ import threading
 import pytest
 
 from tidemq.node.store.mapped_file import MappedFile
+from tidemq.node.store.mapped_file_queue import MappedFileQueue
 from tidemq.node.store.message_store import MessageStore
 from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
-from .test_retention_races import _traced, _tracing
+from .test_retention_races import _traced, _tracing, _tracing_op
 
 
 @pytest.fixture
@@ -70,3 +71,16 @@ def test_a_pull_overtaken_by_a_cut_serves_no_cut_bytes(store):
     assert [bytes(m) for m in raced.messages] == [bytes(m) for m in after.messages] \
         == [bytes(m) for m in before.messages[:2]]
     assert raced.next_begin_offset == after.next_begin_offset == 2
+
+
+@pytest.mark.parametrize("bound", ["min_offset", "max_offset"])
+def test_a_log_bound_read_during_a_reset_never_raises(store, bound):
+    """A slave's log is reset (every file goes) while another thread reads where the log
+    starts or ends (a client's offset query, a metric): the read answers from one look at the
+    file list (it once looked twice and raised IndexError on the emptied list)."""
+    before = getattr(store, bound)
+    tracer, fired = _tracing_op(getattr(MappedFileQueue, bound).fget, "LOAD_ATTR", "files",
+                                lambda: store.reset_log(1 << 20), after=True)
+    got = _traced(tracer, lambda: getattr(store, bound))
+    assert fired and not store.commit_log.queue.files
+    assert got == before and getattr(store, bound) == 1 << 20
