@@ -547,8 +547,8 @@ class MessageStore(StoreReader):
             self.index.truncate(offset)
         self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
         self.confirmed = min(self.confirmed, offset)
-        self.queue_table = raise_next_offsets(
-            {k: cq.max_queue_offset for k, cq in self.queues.queues.items()},
+        self.queue_table = raise_next_offsets(  # a copy: a topic deletion may run meanwhile
+            {k: cq.max_queue_offset for k, cq in list(self.queues.queues.items())},
             self.dispatcher.waiting())
         self.raw_parsed_offset = offset
 

@@ -84,3 +84,24 @@ def test_a_log_bound_read_during_a_reset_never_raises(store, bound):
     got = _traced(tracer, lambda: getattr(store, bound))
     assert fired and not store.commit_log.queue.files
     assert got == before and getattr(store, bound) == 1 << 20
+
+
+def test_a_truncation_overtaken_by_a_topic_deletion_completes(store):
+    """A topic is deleted (on the event loop) while a slave's truncation (off it) collects the
+    queues' next offsets: the truncation completes, its parse position at the cut (it once
+    raised "dictionary changed size during iteration" halfway, leaving the parse position
+    past the cut, so the next replicated bytes were parsed from the middle of a record)."""
+    comp = next(c for c in MessageStore._truncate_locked.__code__.co_consts
+                if getattr(c, "co_name", "") == "<dictcomp>")
+    fired = []
+
+    def local(frame, event, _arg):
+        if event == "line" and not fired:
+            fired.append(store.queues.remove_topic("T"))
+        return local
+
+    cut = rec.decode_record(store.get_messages("T", 0, 3, 1).messages[0]).physical_offset
+    _traced(lambda frame, event, _arg: local if frame.f_code is comp else None,
+            lambda: store.truncate(cut))
+    assert fired and store.queues.get("T", 0) is None
+    assert store.max_offset == store.raw_parsed_offset == store.confirmed_offset == cut
