@@ -278,3 +278,18 @@ def test_an_earliest_time_overtaken_by_retention_reads_the_new_head(store):
     got = _traced(tracer, lambda: store.earliest_msg_time("T", 0))
     assert fired == [3] and store.min_queue_offset("T", 0) > 0
     assert got == store.earliest_msg_time("T", 0) > 0
+
+
+def test_a_duplicate_window_walk_overtaken_by_a_cut_goes_on_to_older_files(store):
+    """A slave's truncation deletes the newest index file under the walk: the walk goes on
+    through the older files, which keep their records."""
+    from tidemq.node.sending.dedup import _walk
+
+    newest = store.index.files[-1]
+    cut = newest.begin_phys
+    tracer, fired = _tracing(_walk, "_ENTRY_PHYS_TS.unpack_from", lambda: store.truncate(cut),
+                             when=lambda local: local["f"] is newest)
+    found, _props, _top = _traced(tracer, lambda: _walk(store, 10 ** 9, 10 ** 6, store.clock))
+    again, _props, _top = _walk(store, 10 ** 9, 10 ** 6, store.clock)
+    assert fired and newest not in store.index.files and len(again) > 400
+    assert sorted(r[DR_PHYS] for r in found) == sorted(r[DR_PHYS] for r in again)
