@@ -105,3 +105,17 @@ def test_a_truncation_overtaken_by_a_topic_deletion_completes(store):
             lambda: store.truncate(cut))
     assert fired and store.queues.get("T", 0) is None
     assert store.max_offset == store.raw_parsed_offset == store.confirmed_offset == cut
+
+
+def test_a_retention_pass_overtaken_by_a_reset_deletes_nothing(store):
+    """A slave's reset removes the files a retention pass is looking at: the pass ends with
+    nothing deleted (a file's age read from its removed path once raised out of the pass)."""
+    from tidemq.node.store.retention import Retention
+
+    for first in range(40, 240, 8):
+        store.put([message(i, 400) for i in range(first, first + 8)])
+    assert len(store.commit_log.queue.files) > 1
+    tracer, fired = _tracing(Retention.run_once, "expired = now - mf.mtime()",
+                             lambda: store.reset_log(1 << 20))
+    assert _traced(tracer, lambda: store.retention.run_once(manual=True)) == 0
+    assert fired and store.min_offset == 1 << 20
