@@ -38,10 +38,11 @@ def _on_thread(fn, *args):
 
 
 def test_a_flush_overtaken_by_a_cut_never_marks_later_bytes_durable(store):
-    """The log is cut while the flusher's fsync of that file is in flight: the cut waits for
-    it, and bytes written at the cut point afterwards are flushed by the next flush (a flush
-    that set `flushed` back to its old end above the cut once skipped them, so a slave
-    acknowledged bytes no fsync covered, and flushed_offset ran past the log end)."""
+    """The log is cut while the flusher's fsync of that file is in flight: the flush leaves
+    the file's flushed mark to the cut, and bytes written at the cut point afterwards are
+    flushed by the next flush (a flush that set `flushed` back to its old end above the cut
+    once skipped them, so a slave acknowledged bytes no fsync covered, and flushed_offset ran
+    past the log end)."""
     cut = store.get_messages("T", 0, 3, 1).messages[0]  # message 12: after the flushed ones
     phys = rec.decode_record(cut).physical_offset
     assert store.flushed_offset < phys < store.max_offset
@@ -119,3 +120,20 @@ def test_a_retention_pass_overtaken_by_a_reset_deletes_nothing(store):
                              lambda: store.reset_log(1 << 20))
     assert _traced(tracer, lambda: store.retention.run_once(manual=True)) == 0
     assert fired and store.min_offset == 1 << 20
+
+
+def test_a_key_index_flush_during_another_flush_syncs_its_own_entries(store):
+    """The dispatch thread flushes a full key-index file while the checkpoint thread's flush
+    of it is in its fsync: the second flush syncs too, without waiting for the first (one
+    that waited found the file's flushed mark at its end and skipped the sync its entries
+    needed, so a power cut lost them while the checkpoint counted them indexed)."""
+    f = store.index.files[-1]
+    mapping = f.mf._mapping
+    syncs = []
+    real_sync = mapping.sync
+    mapping.sync = lambda: (syncs.append(threading.current_thread()), real_sync())[1]
+    tracer, fired = _tracing(MappedFile.flush, "self._mapping.sync()",
+                             _on_thread(f.flush))
+    _traced(tracer, f.flush)
+    fired[0].join(10)
+    assert len(syncs) == 2 and syncs[0] is not threading.current_thread()
