@@ -285,7 +285,10 @@ def _walk(store, window_ms: int, max_keys: int, clock, above_phys: int = -1, sto
             budget -= 1
             if stop is not None and budget % _STOP_CHECK_EVERY == 0 and stop():
                 return None
-            phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
+            try:
+                phys, diff_s = _ENTRY_PHYS_TS.unpack_from(f.buf, base + n * index_file.ENTRY_BYTES)
+            except (TypeError, ValueError):  # deleted meanwhile (retention, a slave's cut):
+                break                        # its records left the log; older files go on
             n -= 1
             # timeDiffSec is floored to seconds: one second of slack keeps the window whole
             if phys <= above_phys or f.begin_ts + diff_s * 1000 < cutoff - 1000:

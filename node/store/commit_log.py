@@ -234,14 +234,20 @@ class CommitLog:
             return b""
         end = min(mf.end_offset, offset + max_bytes, self.max_offset if limit is None else limit)
         pos = offset - mf.start_offset
-        return mf.buf[pos:pos + max(0, end - offset)]
+        try:
+            return mf.buf[pos:pos + max(0, end - offset)]
+        except (TypeError, ValueError):  # closed by retention: the caller sees the log start
+            return b""                   # moved past `offset`, as for a file already gone
 
     def record_size_at(self, offset: int) -> int:
         """Size of the record at `offset`, 0 for a BLANK filler, -1 if unreadable."""
         mf = self.queue.find(offset)
         if mf is None or offset + 8 > mf.end_offset:
             return -1
-        size, magic = _MAGIC.unpack_from(mf.buf, offset - mf.start_offset)
+        try:
+            size, magic = _MAGIC.unpack_from(mf.buf, offset - mf.start_offset)
+        except (TypeError, ValueError):  # closed by retention meanwhile, as read() says
+            return -1
         if magic == rec.BLANK_MAGIC:
             return 0
         return size if magic in (rec.MAGIC_V1, rec.MAGIC_V2) and size > 0 else -1

@@ -331,7 +331,8 @@ class IndexService:
 
     def truncate(self, phys_cut: int, crashed: bool = False) -> None:
         while self.files and self.files[-1].count > 1 and self.files[-1].begin_phys >= phys_cut:
-            self.files.pop().destroy(self.fs)
+            gone, self.files = self.files[-1], self.files[:-1]  # replaced: a walk over the
+            gone.destroy(self.fs)                              # old list reaches older files
         if self.files:
             if crashed:  # keep every entry of the run below phys_cut, as this always did
                 last = self.files[-1]

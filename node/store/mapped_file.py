@@ -2,10 +2,19 @@
 
 Positions are relative to the file start: `wrote` is the append pointer, `flushed` the end of
 what is known durable. Readers never look past `wrote`.
+
+A cut (a slave's truncation, an undone append) counts itself (`cuts`) under a lock, and a
+flush (the flusher's thread) records `flushed` only when no cut began since it read `wrote`:
+a flush that read `wrote` before the cut would otherwise set `flushed` back above the cut
+once its fsync returned, and later bytes written below that mark would count as durable
+without an fsync covering them (a slave acknowledges what it flushed). Flushes themselves
+are not serialized: one that waited for another could find `flushed` already at its end and
+skip a sync it owes (the key index forces its syncs by lowering `flushed`).
 """
 from __future__ import annotations
 
 import os
+import threading
 
 from .fileio import ZEROS as _ZEROS
 
@@ -26,6 +35,8 @@ class MappedFile:
         self.buf = self._mapping.buf
         self.wrote = 0
         self.flushed = 0
+        self.cuts = 0
+        self._cut_lock = threading.Lock()  # see the module docstring
 
     def unmap(self) -> None:
         """Give the mapping and its descriptor back, keeping positions (remap() restores)."""
@@ -82,13 +93,15 @@ class MappedFile:
     def flush(self, least_pages: int = 0) -> bool:
         """fsync when at least `least_pages` pages are dirty (any dirty byte with 0, or a
         full file). Returns True when something was flushed."""
-        wrote = self.wrote
+        cuts, wrote = self.cuts, self.wrote
         if wrote <= self.flushed:
             return False
         if least_pages and not self.is_full and self.dirty_pages() < least_pages:
             return False
         self._mapping.sync()
-        self.flushed = wrote
+        with self._cut_lock:
+            if self.cuts == cuts:  # else a cut since: `flushed` is the cut's (docstring)
+                self.flushed = wrote
         return True
 
     def cut(self, pos: int, stale_end: int | None = None) -> int:
@@ -96,14 +109,16 @@ class MappedFile:
         before returning, so a crash after the cut cannot bring the stale tail back
         (apache/rocketmq#10666). `stale_end` defaults to what this process wrote; recovery,
         which cannot know, passes stale_data_end(). Returns the bytes looked at past `pos`."""
-        old = max(self.wrote, self.flushed) if stale_end is None else stale_end
-        for start in range(pos, old, _CHUNK):
-            end = min(start + _CHUNK, old)
-            zeros = _ZEROS if end - start == _CHUNK else bytes(end - start)
-            if self.buf[start:end] != zeros:  # what is zero already stays clean: the sync
-                self.buf[start:end] = zeros  # below still writes back any dirty page
-        self._mapping.sync()
-        self.wrote = self.flushed = pos
+        with self._cut_lock:  # a flush in flight keeps its end to itself (module docstring)
+            self.cuts += 1
+            old = max(self.wrote, self.flushed) if stale_end is None else stale_end
+            for start in range(pos, old, _CHUNK):
+                end = min(start + _CHUNK, old)
+                zeros = _ZEROS if end - start == _CHUNK else bytes(end - start)
+                if self.buf[start:end] != zeros:  # what is zero already stays clean: the
+                    self.buf[start:end] = zeros  # sync below still writes back dirty pages
+            self._mapping.sync()
+            self.wrote = self.flushed = pos
         return max(0, old - pos)
 
     def stale_window_end(self, pos: int, limit: int | None = None) -> int:

@@ -13,6 +13,11 @@ Rules:
 5. cancel_preparation() (a closing store) stops every warm-up within one chunk; a file the
    maintenance thread was still preparing is removed, so only whole prepared files outlive
    the process (a clean restart keeps one: truncate(keep_next=True)).
+6. `files` is shared with threads that do not hold the put lock (retention deletes head files,
+   readers look files up): removals replace the list instead of shifting it (find() reads it
+   once), and every change, the writer's append included, happens under `_lock`, so a removal
+   that copied the list cannot store it back over a file the writer appended meanwhile.
+   Readers without the lock look at the list once per answer (a reset may empty it).
 """
 from __future__ import annotations
 
@@ -94,28 +99,31 @@ class MappedFileQueue:
     # -- geometry ------------------------------------------------------------------------
     @property
     def min_offset(self) -> int:
-        return self.files[0].start_offset if self.files else 0
+        files = self.files  # one look (rule 6): a reset may empty the list meanwhile
+        return files[0].start_offset if files else 0
 
     @property
     def max_offset(self) -> int:
-        return self.files[-1].end_offset if self.files else 0
+        files = self.files  # one look (rule 6)
+        return files[-1].end_offset if files else 0
 
     @property
     def flushed_offset(self) -> int:
-        for mf in reversed(self.files):
+        files = self.files  # one look (rule 6)
+        for mf in reversed(files):
             if mf.flushed:
                 return mf.start_offset + mf.flushed
-        return self.min_offset
+        return files[0].start_offset if files else 0
 
     def last(self) -> MappedFile | None:
-        return self.files[-1] if self.files else None
+        files = self.files  # one look (rule 6)
+        return files[-1] if files else None
 
     def find(self, offset: int) -> MappedFile | None:
         """The file holding `offset`, or None outside [min_offset, last file end). Readers
         call it while retention deletes head files: it reads `files` once, and removals
         replace that list instead of shifting it, so the index it computes names the right
-        file (a shifted list once handed a reader the next file, whose negative position
-        read another file's bytes)."""
+        file (rule 6)."""
         files = self.files
         if not files:
             return None
@@ -355,8 +363,9 @@ class MappedFileQueue:
         next_start = offset - offset % self.file_bytes + self.file_bytes
         kept = None
         while self.files and self.files[-1].start_offset > offset:
-            mf = self.files[-1]
-            self.files = self.files[:-1]  # replaced, never shifted: see find()
+            with self._lock:  # rule 6
+                mf = self.files[-1]
+                self.files = self.files[:-1]
             if keep_next and mf.start_offset == next_start:
                 kept = mf
             else:
@@ -380,12 +389,17 @@ class MappedFileQueue:
             self.fs.fsync_dir(self.directory)
         return looked
 
-    def delete_first(self, count: int) -> list[MappedFile]:
-        """Delete up to `count` files from the front (never the last one)."""
+    def delete_first(self, count: int, only: list | None = None) -> list[MappedFile]:
+        """Delete up to `count` files from the front (never the last one); with `only`, just
+        those files, in order, while they are still at the front (the caller chose them
+        before the queue may have been cut or reset)."""
         gone = []
         while count > 0 and len(self.files) > 1:
-            mf = self.files[0]
-            self.files = self.files[1:]  # replaced, never shifted: see find()
+            with self._lock:  # rule 6
+                mf = self.files[0]
+                if only is not None and (len(gone) >= len(only) or mf is not only[len(gone)]):
+                    break
+                self.files = self.files[1:]
             mf.destroy(self.fs)
             gone.append(mf)
             count -= 1

@@ -133,6 +133,7 @@ class MessageStore(StoreReader):
         self.put_refusal: str | None = None
         self.after_put = None
         self.cut_listener = None  # fn(offset) after truncate()/reset_log() (any thread)
+        self.log_cuts = 0         # truncate()/reset_log() calls begun (reader.py)
         self._catch_up: threading.Thread | None = None
         self._closing = False
 
@@ -502,6 +503,7 @@ class MessageStore(StoreReader):
         """Durably cut the log and everything derived from it back to `offset` (a record
         boundary) before returning."""
         with self._checkpoint_lock, self.put_lock:
+            self.log_cuts += 1  # before any byte changes (reader.py)
             self.dispatcher.drop_pending_from(offset)
             with self.dispatcher.lock:
                 self._truncate_locked(offset)
@@ -517,6 +519,7 @@ class MessageStore(StoreReader):
         a crash in between leaves an empty log at the old checkpoint offset, which the next
         handshake resets again -- never stale bytes."""
         with self._checkpoint_lock, self.put_lock:
+            self.log_cuts += 1  # before any byte changes (reader.py)
             self.dispatcher.drop_pending_from(-1)
             with self.dispatcher.lock:
                 self.commit_log.queue.destroy()
@@ -543,17 +546,21 @@ class MessageStore(StoreReader):
             self.index.truncate(offset)
         self.dispatcher.dispatched_offset = min(self.dispatcher.dispatched_offset, offset)
         self.confirmed = min(self.confirmed, offset)
-        self.queue_table = raise_next_offsets(
-            {k: cq.max_queue_offset for k, cq in self.queues.queues.items()},
+        self.queue_table = raise_next_offsets(  # a copy: a topic deletion may run meanwhile
+            {k: cq.max_queue_offset for k, cq in list(self.queues.queues.items())},
             self.dispatcher.waiting())
         self.raw_parsed_offset = offset
 
     # -- retention -----------------------------------------------------------------------
-    def delete_log_head(self, files: int) -> None:
+    def delete_log_head(self, files: int, only: list | None = None) -> int:
+        """Delete up to `files` head files of the log (only those of `only`, when given: a
+        truncation or reset since they were chosen leaves other files at the head) and the
+        units and index entries that point into them; returns the files deleted."""
         with self.dispatcher.lock:
-            self.commit_log.queue.delete_first(files)
+            gone = self.commit_log.queue.delete_first(files, only)
             lo = self.commit_log.min_offset
             for cq in list(self.queues.queues.values()):
                 cq.delete_below_phys(lo)
             if self.index is not None:
                 self.index.delete_below_phys(lo)
+        return len(gone)

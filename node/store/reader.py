@@ -1,7 +1,10 @@
 """StoreReader: the read side of MessageStore (consume-queue lookups, key and id queries).
 
 Reads take no lock: they see consume-queue units only up to what the dispatcher wrote, which
-is never past the confirmed offset, and copy record bytes out of the mapped files.
+is never past the confirmed offset, and copy record bytes out of the mapped files. A slave's
+truncation or reset runs on another thread and may cut records a pull has found units for:
+the store counts its cuts (`log_cuts`, raised before any byte changes), and a pull during
+which the count moved is answered afresh, so it never serves bytes a cut zeroed.
 prefetch_units() is a hint before reading many queues in a row (a batched pull): it reads
 the database runs their first unit fetches will want in one query per few hundred queues
 (UnitDb.prefetch); what get_messages() answers does not depend on it.
@@ -81,7 +84,8 @@ def _first_fetch(max_count: int, left: int) -> int:
 
 
 class StoreReader:
-    """Mixed into MessageStore; expects commit_log, queues, index."""
+    """Mixed into MessageStore; expects commit_log, queues, index, log_cuts."""
+    log_cuts = 0  # see the module docstring
 
     def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
                      max_bytes: int = 256 * 1024, tag_codes=None) -> GetResult:
@@ -100,6 +104,7 @@ class StoreReader:
         if max_count <= 0 or max_bytes <= 0:
             return GetResult(_NO_MATCH, offset, lo, hi)
         log_min = self.commit_log.min_offset
+        cuts = self.log_cuts
         read = self.commit_log.cursor().read
         out: list = []
         n = total = last_phys = 0
@@ -141,6 +146,8 @@ class StoreReader:
             if full or pos >= hi or n >= max_count or total >= max_bytes:
                 break
             want = _units_wanted(n, total, pos - offset, max_count, max_bytes, hi - pos)
+        if self.log_cuts != cuts:  # a cut ran meanwhile: what was read may be zeros
+            return self.get_messages(topic, queue_id, offset, max_count, max_bytes, tag_codes)
         result = GetResult(_FOUND if n else status, pos, lo, hi, out)
         result.max_phys_offset = last_phys
         return result
@@ -218,9 +225,16 @@ class StoreReader:
 
     def earliest_msg_time(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)
-        if cq is None or cq.max_queue_offset <= cq.min_queue_offset:
+        if cq is None:
             return 0
-        return self._unit_store_time(cq, cq.min_queue_offset) or 0
+        while True:
+            lo = cq.min_queue_offset
+            if cq.max_queue_offset <= lo:
+                return 0
+            ts = self._unit_store_time(cq, lo)
+            if ts is not None or cq.min_queue_offset == lo:
+                return ts or 0
+            # retention cut the queue's head while we read it: the new head's time
 
     def _unit_store_time(self, cq, queue_offset: int):
         unit = cq.get(queue_offset)

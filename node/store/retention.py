@@ -66,7 +66,10 @@ class Retention:
         pin, floor = None, None
         victims, held = [], 0
         for mf in self.store.commit_log.queue.files[:-1]:
-            expired = now - mf.mtime() > reserved_s
+            try:
+                expired = now - mf.mtime() > reserved_s
+            except FileNotFoundError:  # a slave's truncation or reset removed it meanwhile
+                break
             if not ((expired and eligible) or forcibly):
                 break
             if floor is None:  # rule 5: only once some file could go
@@ -81,12 +84,14 @@ class Retention:
         if victims:
             if opt_in:
                 self._account_unconsumed(victims, floor, progress)
-            self.store.delete_log_head(len(victims))
-            self.deleted_files += len(victims)
+            # only these: a slave's reset meanwhile left other (new) files at the head
+            deleted = self.store.delete_log_head(len(victims), victims)
+            self.deleted_files += deleted
             log.info("retention deleted %d commit-log file(s); log now starts at %d",
-                     len(victims), self.store.commit_log.min_offset)
+                     deleted, self.store.commit_log.min_offset)
             self.guard.refresh()
-        return len(victims)
+            return deleted
+        return 0
 
     def _floor(self, progress):
         """(pin, lowest commit-log offset some group still needs): a walk of every queue."""

@@ -14,8 +14,10 @@ from tidemq.node.store.consumed import ConsumerProgress
 from tidemq.node.store.disk_guard import DiskUsage
 from tidemq.node.store.fileio import OsMapping
 from tidemq.node.store.mapped_file_queue import MappedFileQueue
+from tidemq.node.store.message import DR_PHYS
 from tidemq.node.store.message_store import MessageStore
 from tidemq.node.store.reader import GetStatus
+from tidemq.protocol import record as rec
 
 from .helpers import message, small_config
 
@@ -38,15 +40,17 @@ def store(tmp_path):
     s.close()
 
 
-def _tracing(fn, marker: str, action):
-    """A trace that runs `action` once in `fn`, just before its line containing `marker`."""
+def _tracing(fn, marker: str, action, when=None):
+    """A trace that runs `action` once in `fn`, just before its line containing `marker`
+    (the first time `when(locals)` holds, when given)."""
     code = fn.__code__
     source, first = inspect.getsourcelines(fn)
     line = first + next(i for i, text in enumerate(source) if marker in text)
     fired = []
 
     def local(frame, event, _arg):
-        if event == "line" and frame.f_lineno == line and not fired:
+        if event == "line" and frame.f_lineno == line and not fired \
+                and (when is None or when(frame.f_locals)):
             fired.append(action())
         return local
 
@@ -143,3 +147,151 @@ def test_a_pull_overtaken_by_a_head_cut_is_told_where_the_queue_starts(store):
     assert fired == [3]
     lo = store.min_queue_offset("T", 0)
     assert lo > 0 and r.status == GetStatus.OFFSET_TOO_SMALL and r.next_begin_offset == lo
+
+
+def _tracing_op(fn, opname: str, argval, action, after: bool = False):
+    """A trace that runs `action` once in `fn` just before (or after) its first instruction
+    `opname` of `argval` (e.g. before STORE_ATTR files: the new value is computed), a window
+    no line boundary shows (a thread switch can land there)."""
+    import dis
+
+    code = fn.__code__
+    ops = list(dis.get_instructions(code))
+    i = next(n for n, op in enumerate(ops) if op.opname == opname and op.argval == argval)
+    at = {ops[i + after].offset}
+    fired = []
+
+    def local(frame, event, _arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode" and frame.f_lasti in at and not fired:
+            fired.append(action())
+        return local
+
+    return (lambda frame, event, _arg: local if frame.f_code is code else None), fired
+
+
+def test_a_roll_overtaken_by_retention_keeps_the_new_file(store):
+    """The writer rolls into a new file while retention replaces the file list: the new file
+    stays in the list (a removal that stored its copy back over the writer's append once
+    dropped the file, so its acknowledged records could not be read, and the next put made the
+    file afresh and wrote over them)."""
+    queue = store.commit_log.queue
+    rolled = []
+
+    def put_until_roll():  # one batch: the put then waits for dispatch (retention's lock)
+        last = queue.files[-1]
+        n = (last.size - last.wrote) // 400 + 2
+        rolled.append(store.put([message(5000 + i, 400, queues=2) for i in range(n)]))
+
+    def overtake():
+        writer = threading.Thread(target=put_until_roll)
+        writer.start()
+        writer.join(0.5)  # a writer that need not wait for the removal is done by now
+        return writer
+
+    tracer, fired = _tracing_op(MappedFileQueue.delete_first, "STORE_ATTR", "files", overtake)
+    _traced(tracer, store.retention.run_once)
+    fired[0].join(10)
+    assert not fired[0].is_alive()
+    end = rolled[0].end_offset
+    assert queue.files[-1].start_offset < end <= queue.files[-1].end_offset
+    store.put([message(9000, 400, queues=2)])  # the next put goes after it, not over it
+    for i, (phys, _size, _q) in enumerate(rolled[0].placed):
+        data = store.get_record(phys)
+        assert data and rec.decode_record(data).body == message(5000 + i, 400, queues=2).body
+
+
+def test_a_record_lookup_overtaken_by_retention_finds_nothing(store):
+    """Retention deletes the file a key query, a view by message id or the duplicate window's
+    rebuild is reading a record header from: the record is simply gone (an exception from the
+    closed file once reached the client, or ended the rebuild)."""
+    from tidemq.node.store.commit_log import CommitLog
+
+    phys = store.commit_log.queue.files[1].start_offset
+    assert store.get_record(phys)
+    tracer, fired = _tracing(CommitLog.record_size_at, "_MAGIC.unpack_from",
+                             store.retention.run_once)
+    assert _traced(tracer, lambda: store.get_record(phys)) == b""
+    assert fired == [3]
+
+
+def test_a_transfer_read_overtaken_by_retention_reads_nothing(store):
+    """Retention deletes the file the HA master is reading a TRANSFER batch from: the read
+    returns nothing and the log start has moved past it (what the master session takes as a
+    slave that fell behind the retained log), instead of raising on the closed file."""
+    from tidemq.node.store.commit_log import CommitLog
+
+    offset = store.commit_log.queue.files[2].start_offset
+    assert len(store.read_raw(offset, 4096)) == 4096
+    tracer, fired = _tracing(CommitLog.read_raw, "pos = offset - mf.start_offset",
+                             store.retention.run_once)
+    assert _traced(tracer, lambda: store.read_raw(offset, 4096)) == b""
+    assert fired == [3] and offset < store.min_offset
+
+
+def test_a_duplicate_window_walk_overtaken_by_retention_keeps_what_is_left(store):
+    """Retention deletes the index file the duplicate window's walk (a rebuild, or a slave's
+    shadow refresh on its own thread) is reading: the walk ends there with every record still
+    in the log (the closed file once raised out of the walk, leaving the window unbuilt)."""
+    from tidemq.node.sending.dedup import _walk
+
+    oldest = store.index.files[0]
+    tracer, fired = _tracing(_walk, "_ENTRY_PHYS_TS.unpack_from", store.retention.run_once,
+                             when=lambda local: local["f"] is oldest)
+    found, _props, _top = _traced(tracer, lambda: _walk(store, 10 ** 9, 10 ** 6, store.clock))
+    assert fired == [3] and store.min_offset > 0
+    lo = store.min_offset  # records read before the deletion may lie below it: fine
+    again, _props, _top = _walk(store, 10 ** 9, 10 ** 6, store.clock)
+    kept = sorted(r[DR_PHYS] for r in found if r[DR_PHYS] >= lo)
+    assert kept == sorted(r[DR_PHYS] for r in again) and len(kept) > 400
+
+
+def test_a_reset_during_a_retention_pass_keeps_the_new_files(store):
+    """A slave's log is reset (and refilled) while a retention pass that chose the old head
+    files is still deciding: the pass deletes none of the new files (it once deleted as many
+    files from the new head as it had chosen, taking freshly replicated, unconsumed records
+    with them)."""
+    from tidemq.node.store.retention import Retention
+
+    start = store.max_offset + 10 * store.commit_log.file_bytes
+
+    def reset_and_refill():
+        store.reset_log(start)
+        for first in range(0, 400, 4):
+            store.put([message(i, 400, queues=2) for i in range(first, first + 4)])
+
+    tracer, fired = _tracing(Retention.run_once, "delete_log_head(", reset_and_refill)
+    deleted = _traced(tracer, lambda: store.retention.run_once())
+    assert fired and deleted == 0 and len(store.commit_log.queue.files) > 3
+    assert store.min_offset == start - start % store.commit_log.file_bytes
+    r = store.get_messages("T", 0, 0, 1000, 1 << 30)
+    assert len(r.messages) == 200
+
+
+def test_an_earliest_time_overtaken_by_retention_reads_the_new_head(store):
+    """Retention deletes the queue's first record while its store time is being read: the
+    answer is the new first record's time (it once answered 0, "no message")."""
+    from tidemq.node.store.reader import StoreReader
+
+    tracer, fired = _tracing(StoreReader._unit_store_time, "data = self.commit_log.read(",
+                             store.retention.run_once)
+    got = _traced(tracer, lambda: store.earliest_msg_time("T", 0))
+    assert fired == [3] and store.min_queue_offset("T", 0) > 0
+    assert got == store.earliest_msg_time("T", 0) > 0
+
+
+@pytest.mark.parametrize("cut_files", [1, 2])
+def test_a_duplicate_window_walk_overtaken_by_a_cut_goes_on_to_older_files(store, cut_files):
+    """A slave's truncation deletes the newest index files under the walk: the walk goes on
+    through the older files, which keep their records (a list shortened in place under it
+    once ended the walk there)."""
+    from tidemq.node.sending.dedup import _walk
+
+    newest = store.index.files[-1]
+    cut = store.index.files[-cut_files].begin_phys
+    tracer, fired = _tracing(_walk, "_ENTRY_PHYS_TS.unpack_from", lambda: store.truncate(cut),
+                             when=lambda local: local["f"] is newest)
+    found, _props, _top = _traced(tracer, lambda: _walk(store, 10 ** 9, 10 ** 6, store.clock))
+    again, _props, _top = _walk(store, 10 ** 9, 10 ** 6, store.clock)
+    assert fired and newest not in store.index.files and len(again) > 400
+    assert sorted(r[DR_PHYS] for r in found) == sorted(r[DR_PHYS] for r in again)
