@@ -1,9 +1,13 @@
 """How a connection's flush hands its queued replies to the transport
 (node/remoting/connection.py rule 2): small pieces joined into one write, a large body written
 on its own without a copy, and the bytes on the wire exactly the queued ones, in order."""
+import asyncio
 import random
 
+from tests.broker.conftest import run
+from tests.support.raw_client import RawClient, decode_records, properties, pull_ext, send_ext
 from tidemq.node.remoting.connection import WRITE_UNJOINED_BYTES, write_pieces
+from tidemq.protocol.codes import RequestCode as R
 
 BIG = WRITE_UNJOINED_BYTES
 
@@ -36,3 +40,32 @@ def test_the_bytes_and_their_order_never_change():
         assert b"".join(writes) == b"".join(out)
         # no two neighbouring writes are both small: small runs are always joined
         assert not any(len(a) < BIG and len(b) < BIG for a, b in zip(writes, writes[1:]))
+
+
+def test_large_and_small_replies_of_one_flush_arrive_whole_and_in_order(broker):
+    """A real broker: pulls whose replies exceed WRITE_UNJOINED_BYTES pipelined with small
+    requests on one connection; every reply decodes, each pull carries its queue's records
+    in order, each small reply its own answer."""
+    bodies = {q: [b"%d-%04d-" % (q, i) + b"x" * 1000 for i in range(120)] for q in range(2)}
+
+    async def go():
+        async with await RawClient.connect(broker.addr) as c:
+            r = await c.request(R.UPDATE_AND_CREATE_TOPIC, {
+                "topic": "WP", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6})
+            assert r.code == 0, r.remark
+            for q, items in bodies.items():
+                for body in items:
+                    r = await c.request(R.SEND_MESSAGE, send_ext("WP", q, properties()), body)
+                    assert r.code == 0, r.remark
+            for _ in range(3):
+                futs = []
+                for q in (0, 1):
+                    futs.append(c.start(R.PULL_MESSAGE, pull_ext("WP", q, 0, max_nums=200)))
+                    futs.append(c.start(R.GET_MAX_OFFSET, {"topic": "WP", "queueId": q}))
+                replies = await asyncio.wait_for(asyncio.gather(*futs), 30)
+                for q in (0, 1):
+                    pulled, top = replies[2 * q], replies[2 * q + 1]
+                    assert pulled.code == 0 and len(pulled.body) > BIG
+                    assert [m.body for m in decode_records(bytes(pulled.body))] == bodies[q]
+                    assert top.code == 0 and int(top.ext["offset"]) == 120
+    run(go())
