@@ -144,8 +144,12 @@ class PullBatcher:
         if addr in self.unsupported:
             waiter.finish(BatchUnsupported(f"{addr} serves no batched pulls"))
             return waiter
-        self._waiting.setdefault(addr, _WaitList()).rest[mq] = waiter
-        self._schedule()
+        waiting = self._waiting.get(addr)
+        if waiting is None:  # not setdefault: no list built per queue while one exists
+            waiting = self._waiting[addr] = _WaitList()
+        waiting.rest[mq] = waiter
+        if not self._flush_scheduled:
+            self._schedule()
         return waiter
 
     async def pull(self, addr: str, mq: MessageQueue, offset: int,

@@ -9,7 +9,9 @@ Rules:
 2. Replies are never awaited: they are appended to `_out` and written with one
    transport.write per loop turn (or at the end of data_received, or by write_now() once a
    group of deferred replies is complete), so a burst of requests costs one send() syscall,
-   not one per reply.
+   not one per reply. A piece of at least WRITE_UNJOINED_BYTES (a large reply body) is
+   handed to the transport on its own instead of being copied into that write (see
+   write_pieces).
 3. Bounded memory: above write_buffer_high_bytes of unsent replies the connection stops
    handling and reading requests (asyncio flow control: pause_writing -> pause_reading); the
    requests of the last read wait in `_backlog` until the peer reads again. A peer stalled
@@ -47,6 +49,27 @@ from tidemq.protocol.remoting import FrameDecoder, ProtocolError, RemotingComman
 log = logging.getLogger("tidemq.connection")
 _ids = itertools.count(1)
 _UNKNOWN_HOST = encode_host("0.0.0.0", 0)
+WRITE_UNJOINED_BYTES = 64 * 1024  # a piece this large is written alone, not copied (rule 2)
+
+
+def write_pieces(out: list) -> list:
+    """The writes for a flush of `out` (rule 2): each run of small pieces joined into one,
+    each piece of at least WRITE_UNJOINED_BYTES on its own, in order. Joining a batched
+    pull's megabytes with their frame head would copy them once more, into a fresh
+    allocation, only to hand them to send()."""
+    writes: list = []
+    run: list = []
+    for piece in out:
+        if len(piece) < WRITE_UNJOINED_BYTES:
+            run.append(piece)
+            continue
+        if run:
+            writes.append(run[0] if len(run) == 1 else b"".join(run))
+            run = []
+        writes.append(piece)
+    if run:
+        writes.append(run[0] if len(run) == 1 else b"".join(run))
+    return writes
 
 
 class Connection(asyncio.Protocol):
@@ -272,7 +295,11 @@ class Connection(asyncio.Protocol):
         self._out = []
         self._out_bytes = 0
         transport = self.transport
-        transport.write(out[0] if len(out) == 1 else b"".join(out))
+        if len(out) == 1:
+            transport.write(out[0])
+        else:
+            for piece in write_pieces(out):
+                transport.write(piece)
         if transport.get_write_buffer_size() > self.cfg.max_write_buffer_bytes:
             log.warning("closing connection %s: %d bytes of replies unread", self.peer,
                         transport.get_write_buffer_size())
