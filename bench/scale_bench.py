@@ -38,7 +38,10 @@ Prints ONE JSON line, keys `<metric>_q<N>`. For each speed figure `<kind>` (sing
 batch_send_msgs_s, push_consume_msgs_s): `<kind>_rounds_q<N>` holds every round's rate,
 `<kind>_q<N>` their median, `<kind>_ratio_rounds_q<N>` every round's rate over the first
 queue count's rate in the same round (null where that rate was 0; no round is left out) and
-`<kind>_ratio_q<N>` the median of those ratios.
+`<kind>_ratio_q<N>` the median of those ratios. For the two send kinds,
+`<kind>_cpu_us_rounds_q<N>` holds every round's CPU per message, in µs, as [broker user, broker
+system, client user, client system]: the kernel's share shows where a phase's time goes when
+its rate moves from round to round.
 `--quick` uses 8 and 10,000 queues, 2 rounds of 1 s phases (under a minute on an idle 2-core
 machine); the full run adds 100,000 queues, 3 rounds of 3 s phases.
 The client and the brokers share this machine's cores: figures are for them all together.
@@ -238,6 +241,24 @@ class CheckpointWatch:
         self._thread.join()
 
 
+def cpu_s(pid=None):
+    """(user, system) CPU seconds of process `pid` (this one when None)."""
+    if pid is None:
+        t = os.times()
+        return t.user, t.system
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
+
+
+def cpu_us_per_msg(before, after, sent):
+    """[broker user, broker system, client user, client system] µs per message between two
+    (broker cpu_s, client cpu_s) readings."""
+    spent = [b - a for a, b in zip(before[0] + before[1], after[0] + after[1], strict=True)]
+    return [round(x * 1e6 / sent, 1) if sent else None for x in spent]
+
+
 def proc_figures(pid):
     with open(f"/proc/{pid}/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
@@ -355,8 +376,12 @@ async def send_rounds(brokers, rounds, seconds, found):
             for kind, send in (("single_send_msgs_s", single_send),
                                ("batch_send_msgs_s", batch_send)):
                 for n in turn:
+                    pid = brokers[n].proc.pid
+                    before = cpu_s(pid), cpu_s()
                     rate, sent = await send(producers[n], topics_of(n), seconds)
                     found[kind][n].append(rate)
+                    found["cpu"][kind][n].append(cpu_us_per_msg(before, (cpu_s(pid), cpu_s()),
+                                                                sent))
                     held[n] += sent
     return held
 
@@ -384,6 +409,7 @@ async def rounds_of_phases(brokers, rounds, seconds):
     """Every speed phase for every broker, in rounds (module docstring): {kind: {N: [rate of
     each round]}}, with push_consume_count's deliveries under the same shape."""
     found = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS + ("push_consume_count",)}
+    found["cpu"] = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS[:2]}
     held = await send_rounds(brokers, rounds, seconds, found)
     await push_rounds(brokers, rounds, seconds, held, found)
     return found
@@ -473,6 +499,8 @@ def main():
                 result.update(figures)
             found = asyncio.run(rounds_of_phases(brokers, rounds, seconds))
             result.update(speed_figures(found, counts))
+            result.update({f"{kind}_cpu_us_rounds_q{n}": rows
+                           for kind, by_n in found["cpu"].items() for n, rows in by_n.items()})
             result["client_rss_anon_kib"] = proc_figures(os.getpid())[1]
             for n in counts:
                 result.update(close_broker(brokers.pop(n), n, seconds * 2))

@@ -156,6 +156,10 @@ def test_scale_bench_runs_its_speed_phases_in_rounds_over_brokers_up_together():
         ratios = result[f"{kind}_ratio_rounds_q800"]
         assert len(ratios) == 2
         assert result[f"{kind}_ratio_q800"] == round(statistics.median(ratios), 3)
+    for kind in ("single_send_msgs_s", "batch_send_msgs_s"):
+        for n in (8, 800):
+            rows = result[f"{kind}_cpu_us_rounds_q{n}"]
+            assert len(rows) == 2 and all(len(r) == 4 and r[0] > 0 and r[2] > 0 for r in rows)
     assert result["populate_refused_q800"] == 0
     assert result["restart_idle_scan_bytes_q800"] == 0
     assert result["crash_scan_bytes_q800"] > 0
