@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.build_info import build_fields  # noqa: E402
 from bench.ha_bench import scrape  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tests.support.raw_client import batch_body, properties, send_ext, send_ext_v2  # noqa: E402
 from tidemq.protocol.codes import RequestCode, SerializeType  # noqa: E402
@@ -113,12 +114,6 @@ async def latency(addr, frames, count):
     return samples[len(samples) // 2] * 1000, samples[int(len(samples) * 0.99)] * 1000
 
 
-def _cpu_seconds(pid: int) -> float:
-    """Broker CPU time (user + system): per-message cost independent of other load."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def main():
     p = argparse.ArgumentParser()
@@ -140,9 +135,9 @@ def main():
             frames = FrameSource(args, st)
             asyncio.run(throughput(b.addr, frames, args.inflight, 1.0))  # warm up
             fsyncs = "tidemq_store_commitlog_fsyncs_total"
-            cpu0, fsyncs0 = _cpu_seconds(b.proc.pid), scrape(b, fsyncs)
+            cpu0, fsyncs0 = cpu_seconds(b.proc.pid), scrape(b, fsyncs)
             rps = asyncio.run(throughput(b.addr, frames, args.inflight, args.seconds))
-            cpu_us = (_cpu_seconds(b.proc.pid) - cpu0) / (rps * args.seconds) * 1e6
+            cpu_us = (cpu_seconds(b.proc.pid) - cpu0) / (rps * args.seconds) * 1e6
             fsyncs_s = (scrape(b, fsyncs) - fsyncs0) / args.seconds
             p50, p99 = asyncio.run(latency(b.addr, FrameSource(argparse.Namespace(
                 body=args.body, batch=0), st), 3000))

@@ -43,6 +43,7 @@ from bench import (
     security_phases,  # noqa: E402
 )
 from bench.build_info import build_fields  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tidemq.admin import Admin  # noqa: E402
 from tidemq.consumer.pull import PullConsumer  # noqa: E402
@@ -65,9 +66,7 @@ class CpuMeter:
 
     def _broker_cpu(self):
         try:
-            with open(f"/proc/{self.broker_pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return cpu_seconds(self.broker_pid)
         except (OSError, IndexError, ValueError):
             return float("nan")
 

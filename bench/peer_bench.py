@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench import calibration, store_bench  # noqa: E402
 from bench.build_info import build_fields  # noqa: E402
 from bench.e2e_bench import BODY, TOPIC, CpuMeter, async_send  # noqa: E402
+from bench.proc_cpu import cpu_seconds  # noqa: E402
 from tests.support.broker_proc import BrokerProcess  # noqa: E402
 from tidemq.admin import Admin  # noqa: E402
 from tidemq.producer.producer import Producer  # noqa: E402
@@ -47,11 +48,6 @@ def _free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RedisServer:
@@ -113,12 +109,12 @@ def redis_xadd(seconds: float, work_dir: str) -> dict:
             return sent
 
         run(0.3)
-        c0, s0, t0 = time.process_time(), _cpu_s(server.proc.pid), time.perf_counter()
+        c0, s0, t0 = time.process_time(), cpu_seconds(server.proc.pid), time.perf_counter()
         sent = run(seconds)
         elapsed = time.perf_counter() - t0
         return {"redis_xadd_msgs_s": round(sent / elapsed),
                 "redis_client_cpu_us": round((time.process_time() - c0) / sent * 1e6, 1),
-                "redis_server_cpu_us": round((_cpu_s(server.proc.pid) - s0) / sent * 1e6, 1)}
+                "redis_server_cpu_us": round((cpu_seconds(server.proc.pid) - s0) / sent * 1e6, 1)}
     finally:
         server.stop()
 

@@ -63,6 +63,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.proc_cpu import cpu_times
 from tests.support.broker_proc import BrokerProcess
 from tests.support.raw_client import RawClient, properties, send_ext
 from tidemq.consumer.push import PushConsumer
@@ -246,10 +247,7 @@ def cpu_s(pid=None):
     if pid is None:
         t = os.times()
         return t.user, t.system
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick  # utime, stime
+    return cpu_times(pid)
 
 
 def cpu_us_per_msg(before, after, sent):
