@@ -9,7 +9,7 @@ Rules:
 2. EQUAL START OFFSETS ARE ALLOWED (RocketMQ's EpochFileCache refuses them). A master elected
    while nothing new was written starts its epoch where the previous one started or ended;
    refusing the entry would leave the node unable to record the epoch it leads (the
-   epoch-file inconsistency of apache/rocketmq#9942) and its frames would name an epoch that no
+   epoch file disagreeing with the log) and its frames would name an epoch that no
    history holds. An entry followed by one with the same start covers zero bytes; the
    consistent point below stays correct because such an entry's range is empty on both sides.
 3. Log matching: two nodes that hold the same (epoch, start) entry hold the same bytes in

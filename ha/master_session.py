@@ -10,7 +10,8 @@ Rules:
 1. Nothing but a HANDSHAKE is accepted before authentication; a refusal is a REPLY with the
    reason, then Drop.
 2. decide_start(): an empty slave gets the master's whole retained log, from its min offset
-   (not only the last file: apache/rocketmq#3661); otherwise streaming starts at the
+   (not only the last file, where RocketMQ's HAConnection.java starts an empty slave);
+   otherwise streaming starts at the
    consistent point of the two histories (with no common epoch: the earlier first start,
    when neither log holds bytes from before its first epoch; otherwise refused); a point the
    master or the slave no longer holds resets the slave's log to max(point, master min).
@@ -20,7 +21,8 @@ Rules:
    caller shares between sessions, so bootstrap cannot starve producers.
 5. Fencing: an authenticated frame carrying an older epoch is refused (Drop); one carrying a
    newer epoch yields Fenced(epoch) (the master must stop accepting writes), then Drop.
-6. An ACK beyond what this connection sent is a lie (apache/rocketmq#3015): Drop.
+6. An ACK beyond what this connection sent is a lie (it would count bytes the slave cannot
+   hold as replicated): Drop.
    Each ACK sets caught_up_ms: the newest time at which the master's whole log (as it was
    then) is covered by the ACK (Kafka's lastCaughtUpTime; "now" when it covers the max).
 7. A peer silent for peer_timeout_ms is dropped.

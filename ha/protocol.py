@@ -35,7 +35,8 @@ the frame's epoch (i32) and every body byte before the proof:
     slave proof  = HMAC(secret, b"tidemq-ha-slave\\0"  + server_nonce + epoch + body[:-32])
     master proof = HMAC(secret, b"tidemq-ha-master\\0" + client_nonce + epoch + body[:-32])
 
-so a peer without the secret can neither ack (apache/rocketmq#3015) nor order a truncation,
+so a peer without the secret can neither ack (RocketMQ's HAConnection.java takes any
+connected peer's reported offset as an ack) nor order a truncation,
 and a recorded handshake cannot be replayed against a new nonce.
 
 Rules:

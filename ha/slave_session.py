@@ -9,7 +9,7 @@ it differs); cut the log; then append TRANSFER frames and acknowledge them.
 Rules:
 1. ORDER AFTER A REPLY: Truncate (or ResetLog) -> SaveEpochs -> (Flush) -> ACK. The cut is
    durable and the history forgets the cut range before anything is acknowledged
-   (apache/rocketmq#10666: a cut only in memory can resurrect a stale tail).
+   (a cut only in memory can resurrect a stale tail at the next recovery).
 2. ORDER FOR A TRANSFER: [SaveEpochs when the frame opens a newer epoch] -> AppendRaw ->
    [Flush when slave_flush_before_ack] -> [SetConfirmed] -> ACK(new max offset).
 3. A TRANSFER must start exactly at our max offset; otherwise Drop and resynchronise through

@@ -1,8 +1,9 @@
 """Broker state that must follow the log: consumer offsets (including the system groups the
 messaging services keep there) and topic configs travel as records of one system topic in
-the commit log, so slaves get them with the log stream, in log order, not on a 60-second timer
-(apache/rocketmq#1094 and apache/rocketmq#2513), and a replica that the log was cut back on
-forgets them with the log (apache/rocketmq#4771).
+the commit log, so slaves get them with the log stream, in log order, not on a timer that
+copies them over a separate connection (RocketMQ's SlaveSynchronize.java, where a slave's
+offsets can lag or run ahead of its log), and a replica that the log was cut back on forgets
+them with the log.
 
 Topic STATE_TOPIC, queue 0; each record's body is compact JSON:
 

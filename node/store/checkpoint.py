@@ -1,7 +1,7 @@
 """Checkpoint: durable watermarks, in offsets, that tell recovery where to start.
 
-RocketMQ's StoreCheckpoint records store timestamps and derives a start file from them (users
-report ordering trouble, apache/rocketmq#678); TideMQ records commit-log offsets directly.
+RocketMQ's StoreCheckpoint.java records store timestamps and derives a start file from them,
+which depends on clocks and on message order; TideMQ records commit-log offsets directly.
 4 KiB file, big-endian (docs/store-format.md, Checkpoint):
 
     @0  magic u32 'TMCK'   @4 version u32 = 1

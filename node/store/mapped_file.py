@@ -106,8 +106,8 @@ class MappedFile:
 
     def cut(self, pos: int, stale_end: int | None = None) -> int:
         """Durably discard everything from `pos` on: zero-fill [pos, stale_end) and fsync
-        before returning, so a crash after the cut cannot bring the stale tail back
-        (apache/rocketmq#10666). `stale_end` defaults to what this process wrote; recovery,
+        before returning, so a crash after the cut cannot bring the stale tail back (a cut
+        only in memory would let recovery accept it again). `stale_end` defaults to what this process wrote; recovery,
         which cannot know, passes stale_data_end(). Returns the bytes looked at past `pos`."""
         with self._cut_lock:  # a flush in flight keeps its end to itself (module docstring)
             self.cuts += 1

@@ -1,10 +1,11 @@
 """WriteMark: a durable upper bound on every commit-log byte ever written.
 
 After a crash, recovery must zero whatever the crashed run wrote past the end of valid data
-(a stale record left there could pass validation once new writes reach it,
-apache/rocketmq#10666). Without a bound that means scanning the rest of a 1 GiB file (about a
-second); with it, only [end, mark). The mark is raised in STEP_BYTES steps, durably, before any
-byte beyond it is written: one fsync of a 4 KiB file per 64 MiB of log.
+(a stale record left there could pass validation once new writes reach it: recovery, like
+RocketMQ's CommitLog.java recovery, accepts any record whose checks pass). Without a bound
+that means scanning the rest of a 1 GiB file (about a second); with it, only [end, mark).
+The mark is raised in STEP_BYTES steps, durably, before any byte beyond it is written: one
+fsync of a 4 KiB file per 64 MiB of log.
 
 File `write_mark`, 4 KiB: @0 mark i64, @8 crc32 of bytes [0, 8) u32. An unreadable mark means
 "unknown": recovery then scans to the end of the last file.

@@ -125,7 +125,7 @@ def test_handshake_happy_path_empty_slave_gets_every_file_from_min_offset():
     link = Link(m, s).run()
     assert link.synced() and link.closed is None
     transfers = [f for f in link.frames_to_slave if isinstance(f, p.Transfer)]
-    assert transfers[0].offset == 0                    # not the last file (apache/rocketmq#3661)
+    assert transfers[0].offset == 0                    # the whole log, not the last file
     assert s.disk_history.entries == ((1, 0),)
     assert link.group.in_sync() == {"m", "s"}
     assert kinds(link.slave_actions)[:3] == ["Handshake", "Truncate", "SaveEpochs"]
