@@ -49,6 +49,11 @@ Rules:
    with one histogram lookup per run of one latency key and the observation inlined (no call
    per message). The request's own checks skip the calls that cannot refuse it (a standalone
    writable broker, a plain single send).
+10. Past the topic check a request's topic is its TopicConfig's name, one interned str per
+   topic (node/topics.py), not the str its header decoded to: every per-topic and per-queue
+   table the put touches (counters, latency histograms, queues, next offsets) is keyed by that
+   same object, so at thousands of topics a probe finds its key by identity instead of
+   reading another copy's bytes (a cache miss per table per message).
 """
 from __future__ import annotations
 
@@ -240,7 +245,7 @@ class SendProcessor:
         try:
             if self.replication is not None or not self.role.writable:
                 self._check_writable()
-            queue_id = self._queue_for(conn, req)
+            topic, queue_id = self._queue_for(conn, req)
             # bytes: the compiled decoder takes bytes (text would take the pure twin)
             raw_props = req.properties.encode() if req.properties else b""
             props = _decode_properties(raw_props) if raw_props else {}
@@ -249,20 +254,21 @@ class SendProcessor:
             if batch or divert or sys_flag & _TX_MASK:
                 self._check_kind(req, batch, divert)
             if batch:
-                msgs = self._batch_messages(conn, cmd, req, queue_id, raw_props)
+                msgs = self._batch_messages(conn, cmd, req, topic, queue_id, raw_props)
             else:
-                msgs = self._single_message(conn, cmd, req, queue_id, raw_props, props, divert)
+                msgs = self._single_message(conn, cmd, req, topic, queue_id, raw_props, props,
+                                            divert)
         except _Refused as r:
             return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(_PROP_WAIT) != "false")
         if self.dedup.enabled:
-            msgs, dups = self.dedup.split(msgs, req.topic if batch else None)
+            msgs, dups = self.dedup.split(msgs, topic if batch else None)
             if dups:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
-                return self._answer_duplicate(conn, cmd, dups, (req.topic, batch), wait, t0)
-        return self._enqueue(conn, (conn, cmd, msgs, req.topic, queue_id, batch, wait, t0, None))
+                return self._answer_duplicate(conn, cmd, dups, (topic, batch), wait, t0)
+        return self._enqueue(conn, (conn, cmd, msgs, topic, queue_id, batch, wait, t0, None))
 
     def _check_writable(self) -> None:
         """HA's write refusal (retriable: the SDK refreshes its route and retries), then the
@@ -281,8 +287,9 @@ class SendProcessor:
             raise _Refused(ResponseCode.NO_PERMISSION,
                            f"the broker[{self.broker_name}] sending message is forbidden")
 
-    def _queue_for(self, conn, req) -> int:
-        """The topic's config (auto-created when allowed) and the queue the send goes to."""
+    def _queue_for(self, conn, req) -> tuple[str, int]:
+        """(the topic, the queue the send goes to) from the topic's config (auto-created when
+        allowed). The topic is the config's own name object (one str per topic: rule 10)."""
         topic = req.topic
         tc = self.topics.table.get(topic)
         if tc is None or topic == AUTO_CREATE_TOPIC:
@@ -301,14 +308,14 @@ class SendProcessor:
         queue_id = req.queue_id
         if queue_id < 0:
             self._rr += 1
-            return self._rr % tc.write_queue_nums
+            return tc.name, self._rr % tc.write_queue_nums
         if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # queue_count
             raise _Refused(ResponseCode.SYSTEM_ERROR,
                            f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
                            f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
                            f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
                            f"Producer:[{conn.peer}]")
-        return queue_id
+        return tc.name, queue_id
 
     @staticmethod
     def _check_kind(req, batch: bool, divert) -> None:
@@ -321,7 +328,8 @@ class SendProcessor:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"batch request does not support retry group {req.topic}")
 
-    def _batch_messages(self, conn, cmd, req, queue_id: int, raw_props: bytes) -> list:
+    def _batch_messages(self, conn, cmd, req, topic: str, queue_id: int,
+                        raw_props: bytes) -> list:
         """A batch's messages: one decode that also applies the broker's property ownership
         (rule 7), then the store's messages built straight from the entries."""
         try:
@@ -329,22 +337,22 @@ class SendProcessor:
                                    self.max_batch, self._cluster)
         except BatchError as exc:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        return StoreMessage.many_from_wire(req.topic, queue_id, entries, req.sys_flag,
+        return StoreMessage.many_from_wire(topic, queue_id, entries, req.sys_flag,
                                            req.born_ts, conn.born_host, self.store_host,
                                            req.reconsume_times)
 
-    def _single_message(self, conn, cmd, req, queue_id: int, raw_props: bytes, props: dict,
-                        divert) -> list:
+    def _single_message(self, conn, cmd, req, topic: str, queue_id: int, raw_props: bytes,
+                        props: dict, divert) -> list:
         body = cmd.body
         if len(body) > self.max_body:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"the message body is {len(body)} bytes; the limit is {self.max_body}")
         raw = system_properties.from_client(raw_props, self._cluster, props)
         if not divert:
-            return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
+            return StoreMessage.many_from_wire(topic, queue_id, ((req.flag, body, raw),),
                                                req.sys_flag, req.born_ts, conn.born_host,
                                                self.store_host, req.reconsume_times)
-        msg = StoreMessage(req.topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
+        msg = StoreMessage(topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
                            flag=req.flag, sys_flag=req.sys_flag, born_timestamp=req.born_ts,
                            born_host=conn.born_host, store_host=self.store_host,
                            reconsume_times=req.reconsume_times)

@@ -46,6 +46,7 @@ import os
 import shutil
 import sqlite3
 import struct
+import sys
 import threading
 
 from tidemq.protocol import accel
@@ -211,9 +212,10 @@ class ConsumeQueueTable:
         self.db.open()
         if not existed or self.db.discarded:  # unreadable or an older format: rebuilt
             return False
-        topics: dict[str, str] = {}
         for qkey, topic, qid, first, last, end_phys, head_phys in self.db.load():
-            topic = topics.setdefault(topic, topic)  # one string per topic
+            # one string per topic, the topic table's own (topics.py TopicConfig): the put
+            # path's probes then find their keys without comparing bytes
+            topic = sys.intern(topic)
             cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, end_phys or 0,
                               tails=self.tails)
             cq.head_phys = -1 if head_phys is None else head_phys
