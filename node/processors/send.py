@@ -42,12 +42,12 @@ Rules:
    duplicate window; each step raises _Refused, answered once by __call__. The processor gets
    its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
    transactions, store host), never the Broker.
-9. Per group put, not per message: the put counters take one C-level count over the group's
-   topics (one addition when the group holds one topic), and a put's or a durability wait's
-   replies are handed to each connection in one call (one in-flight update, one output
-   append) and written at once (Connection.write_now: not behind the next read's decoding),
-   with one histogram lookup per run of one latency key and the observation inlined (no call
-   per message). The request's own checks skip the calls that cannot refuse it (a standalone
+9. Per group put, not per message: a put's or a durability wait's replies are handed to each
+   connection in one call (one in-flight update, one output append) and written at once
+   (Connection.write_now: not behind the next read's decoding). Per request, one lookup
+   reaches its topic's put counters and latency histogram (node/ops/counters.py PutTopic);
+   the histogram travels with the reply and the observation is inlined (no call per
+   message). The request's own checks skip the calls that cannot refuse it (a standalone
    writable broker, a plain single send).
 10. Past the topic check a request's topic is its TopicConfig's name, one interned str per
    topic (node/topics.py), not the str its header decoded to: every per-topic and per-queue
@@ -92,8 +92,6 @@ _BODY = attrgetter("body")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
 _MSGS = itemgetter(2)  # a pending request's messages (_Pending)
-_TOPIC = itemgetter(3)  # a pending request's topic
-_FIRST = itemgetter(0)
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
 
 _WRITE = int(PermName.WRITE)
@@ -267,7 +265,7 @@ class SendProcessor:
             if dups:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
-                return self._answer_duplicate(conn, cmd, dups, (topic, batch), wait, t0)
+                return self._answer_duplicate(conn, cmd, dups, topic, batch, wait, t0)
         return self._enqueue(conn, (conn, cmd, msgs, topic, queue_id, batch, wait, t0, None))
 
     def _check_writable(self) -> None:
@@ -418,36 +416,47 @@ class SendProcessor:
             self.store.on_durable(end, lambda status: post(done, waiting, status, end))
 
     def _reply_stored(self, pending: list[_Pending], requests) -> list:
-        """Answer now what need not wait for durability; returns what must (rule 3). Requests
-        are the put's dispatch requests (node/store/message.py DR_* fields), in order. The
-        replies are handed to each connection in one call and written at once (rule 9)."""
+        """Count the put and answer now what need not wait for durability; returns what must
+        (rule 3). Requests are the put's dispatch requests (node/store/message.py DR_*
+        fields), in order. One lookup per request reaches its topic's counters and latency
+        histogram (node/ops/counters.py PutTopic); the replies are handed to each connection
+        in one call and written at once (rule 9)."""
         host = self.store_host
-        self._count(pending)
+        m = self.metrics
+        m.put_total += len(requests)
+        topics, put_topic, put_hist = m.put_topics, m.put_topic, m.put_hist
         waiting: list = []
-        now: list = []  # (conn, cmd, reply, t0, latency key) answered at once
+        now: list = []  # (conn, cmd, reply, t0, latency histogram) answered at once
         i = 0
         for conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn in pending:
             n = len(msgs)
+            rec = topics.get(topic) or put_topic(topic)
+            rec.msgs += n
+            rec.bytes += len(msgs[0].body) if n == 1 else body_bytes(msgs)
             if reply_fn is not None:
-                reply = reply_fn
+                reply, hist = reply_fn, None  # no latency: another processor's answer
             else:
                 reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), queue_id,
                          requests[i][DR_QUEUE_OFFSET])
+                hist = (rec.batch or put_hist(rec, topic, True)) if batch else (
+                    rec.single or put_hist(rec, topic, False))
             i += n
-            # last field: the latency key (node/ops/counters.py put_latency)
-            (waiting if wait else now).append((conn, cmd, reply, t0, (topic, batch)))
+            (waiting if wait else now).append((conn, cmd, reply, t0, hist))
         if now:
             self._answer(now, PutStatus.PUT_OK)
         return waiting
 
-    def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
+    def _answer_duplicate(self, conn, cmd, dups, topic: str, batch: bool, wait, t0):
         """A retry of messages already stored: the original result, once the original is
         durable (node/sending/dedup.py rule 2)."""
         reply, end = duplicate_reply(dups, self.store_host)
         conn.defer()
         if wait:
             post, done = self.bridge.post_or_run, self._durable
-            waiting = [(conn, cmd, reply, t0, latency_key)]
+            m = self.metrics
+            rec = m.put_topic(topic)
+            hist = (rec.batch if batch else rec.single) or m.put_hist(rec, topic, batch)
+            waiting = [(conn, cmd, reply, t0, hist)]
             self.store.on_durable(end, lambda status: post(done, waiting, status, end))
         else:
             conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
@@ -466,25 +475,23 @@ class SendProcessor:
 
     def _answer(self, waiting, status) -> None:
         """Release replies (rule 9): each connection's frames are handed over in one call and
-        written at once, and the latency histogram is looked up once per run of one key."""
+        written at once; each reply's latency goes into the histogram it carries."""
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
         elif code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
             self.metrics.flush_slave_timeouts += len(waiting)
-        latency = self.metrics.put_latency
         now = _perf_counter()
         frame = self._reply_frame
-        last_key = hist = counts = last_conn = None
+        last_hist = counts = last_conn = None
         frames: list = []
-        for conn, cmd, reply, t0, key in waiting:
+        for conn, cmd, reply, t0, hist in waiting:
             if reply.__class__ is not tuple:
                 conn.complete(cmd, reply(code))
                 conn.write_now()
                 continue
-            if key != last_key:
-                last_key, hist = key, latency[key]
-                counts = hist.counts
+            if hist is not last_hist:
+                last_hist, counts = hist, hist.counts
             # LatencyHistogram.observe, inlined: a call per message spread over many topics
             seconds = now - t0
             counts[_bisect_left(_BOUNDS_S, seconds)] += 1
@@ -516,29 +523,3 @@ class SendProcessor:
         ext = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
                "MSG_REGION": self.region, "TRACE_ON": "false"}
         return encode_frame(RemotingCommand.make_response(cmd, code, ext))
-
-    def _count(self, pending: list[_Pending]) -> None:
-        """The put counters of one group put (rule 9). When every request holds one message
-        (single sends), the message counts are one C-level Counter.update over the topics and
-        the bytes one addition per message: no per-run bookkeeping, which spread over many
-        topics (every message its own run) cost more than the counting itself."""
-        m = self.metrics
-        put_bytes = m.put_bytes
-        total = sum(map(len, map(_MSGS, pending)))
-        m.put_total += total
-        if total == len(pending):
-            topics = list(map(_TOPIC, pending))
-            sizes = map(len, map(_BODY, map(_FIRST, map(_MSGS, pending))))
-            topic = topics[0]
-            if topics.count(topic) == total:  # one topic: one addition each
-                m.put_msgs[topic] += total
-                put_bytes[topic] += sum(sizes)
-                return
-            m.put_msgs.update(topics)
-            for topic, size in zip(topics, sizes):
-                put_bytes[topic] += size
-            return
-        put_msgs = m.put_msgs
-        for msgs, topic in zip(map(_MSGS, pending), map(_TOPIC, pending)):
-            put_msgs[topic] += len(msgs)
-            put_bytes[topic] += body_bytes(msgs)

@@ -263,7 +263,7 @@ def test_send_keys_per_topic_tables_by_the_topic_configs_own_name(tmp_path):
             assert decode_frame(conn.frames[0]).code == 0
             name = broker.topics.table["InternT"].name
             assert name is sys.intern("InternT")
-            assert [t for t in broker.metrics.put_msgs][0] is name
+            assert [t for t in broker.metrics.put_topics][0] is name
             assert [t for (t, _) in broker.metrics.put_latency][0] is name
             assert [t for (t, _) in broker.store.queues.queues][0] is name
             assert [t for (t, _) in broker.store.queue_table][0] is name
