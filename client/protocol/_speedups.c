@@ -1869,6 +1869,42 @@ qu_result(qu_run *runs, Py_ssize_t n, PyObject *rows, PyObject *index)
     return result;
 }
 
+#define QU_NOT_QUEUED (-2)
+
+/* One request of a slice: the index of its run (found, or started as qu_find starts one) with
+   the run's next offset and end moved past it, and its phys and size; QU_NOT_QUEUED for a
+   PREPARED or ROLLBACK record; -1 when the twin decides. */
+static Py_ssize_t
+qu_request(PyObject *r, qu_run *runs, Py_ssize_t *n, PyObject *index, PyObject *queues,
+           PyObject *blocked, long long *phys, long long *size)
+{
+    PyObject *topic, *qid_obj;
+    long long qid, qoff, sysflag;
+    Py_ssize_t k;
+    if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
+            || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
+        return -1;
+    if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+        return QU_NOT_QUEUED;
+    topic = PyTuple_GET_ITEM(r, 0);
+    qid_obj = PyTuple_GET_ITEM(r, 1);
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
+            || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, phys) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, size) < 0
+            || (k = qu_find(runs, n, index, topic, qid, qid_obj, qoff, queues, blocked)) < 0
+            || runs[k].next != qoff)
+        return -1;
+    if (runs[k].first == NULL) {
+        runs[k].first = PyTuple_GET_ITEM(r, 2);
+        runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
+    }
+    runs[k].next = qoff + 1;
+    runs[k].end = *phys + *size;
+    return k;
+}
+
 static PyObject *
 queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -1888,30 +1924,13 @@ queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *r = PyList_GET_ITEM(args[0], i), *row, *topic, *qid_obj;
-        long long qid, qoff, phys, size, sysflag;
-        Py_ssize_t k;
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
-                || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
-            goto twin;
-        if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+        PyObject *r = PyList_GET_ITEM(args[0], i), *row;
+        long long phys, size;
+        Py_ssize_t k = qu_request(r, runs, &n, index, args[1], args[2], &phys, &size);
+        if (k == QU_NOT_QUEUED)
             continue;
-        topic = PyTuple_GET_ITEM(r, 0);
-        qid_obj = PyTuple_GET_ITEM(r, 1);
-        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
-                || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, &phys) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, &size) < 0
-                || (k = qu_find(runs, &n, index, topic, qid, qid_obj, qoff, args[1], args[2])) < 0
-                || runs[k].next != qoff)
+        if (k < 0)
             goto twin;
-        if (runs[k].first == NULL) {
-            runs[k].first = PyTuple_GET_ITEM(r, 2);
-            runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
-        }
-        runs[k].next = qoff + 1;
-        runs[k].end = phys + size;
         row = PyTuple_Pack(5, runs[k].qkey, PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 3),
                            PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
         if (row == NULL || PyList_Append(rows, row) < 0) {
@@ -3089,39 +3108,21 @@ typedef struct {
     int empty;              /* the queue's tail holds nothing yet */
 } su_run;
 
-/* Pass 1: every request's run (queue_units' checks); -1 when the twin decides. */
+/* Pass 1: every request's run (queue_units' checks, nothing changed); -1: the twin decides. */
 static int
 su_runs(PyObject *requests, PyObject *queues, PyObject *blocked, qu_run *runs, Py_ssize_t *n,
         PyObject *index, su_unit *u)
 {
     Py_ssize_t count = PyList_GET_SIZE(requests);
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *r = PyList_GET_ITEM(requests, i), *topic, *qid_obj;
-        long long qid, qoff, sysflag;
-        Py_ssize_t k;
+        PyObject *r = PyList_GET_ITEM(requests, i);
+        Py_ssize_t k = qu_request(r, runs, n, index, queues, blocked, &u[i].phys, &u[i].size);
         u[i].run = -1;
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
-                || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
-            return -1;
-        if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+        if (k == QU_NOT_QUEUED)
             continue;
-        topic = PyTuple_GET_ITEM(r, 0);
-        qid_obj = PyTuple_GET_ITEM(r, 1);
-        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
-                || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, &u[i].phys) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 4), 0, I32_MAX, &u[i].size) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 5), I64_MIN, I64_MAX, &u[i].tags) < 0
-                || (k = qu_find(runs, n, index, topic, qid, qid_obj, qoff, queues, blocked)) < 0
-                || runs[k].next != qoff)
+        if (k < 0 || u[i].size > I32_MAX  /* unit_blobs' twin raises: so does ours */
+                || as_i64(PyTuple_GET_ITEM(r, 5), I64_MIN, I64_MAX, &u[i].tags) < 0)
             return -1;
-        if (runs[k].first == NULL) {
-            runs[k].first = PyTuple_GET_ITEM(r, 2);
-            runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
-        }
-        runs[k].next = qoff + 1;
-        runs[k].end = u[i].phys + u[i].size;
         u[i].run = k;
     }
     return 0;
