@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -68,6 +69,11 @@ class TopicConfig:
     filter_type: str = "SINGLE_TAG"
     sys_flag: int = 0
     order: bool = False
+
+    def __post_init__(self) -> None:
+        # one str object per topic name: the send path's per-topic tables (metrics, queues)
+        # are keyed by it, and a key that IS the probe compares without reading its bytes
+        object.__setattr__(self, "name", sys.intern(self.name))
 
     @property
     def queue_count(self) -> int:

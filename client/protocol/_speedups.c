@@ -1869,6 +1869,42 @@ qu_result(qu_run *runs, Py_ssize_t n, PyObject *rows, PyObject *index)
     return result;
 }
 
+#define QU_NOT_QUEUED (-2)
+
+/* One request of a slice: the index of its run (found, or started as qu_find starts one) with
+   the run's next offset and end moved past it, and its phys and size; QU_NOT_QUEUED for a
+   PREPARED or ROLLBACK record; -1 when the twin decides. */
+static Py_ssize_t
+qu_request(PyObject *r, qu_run *runs, Py_ssize_t *n, PyObject *index, PyObject *queues,
+           PyObject *blocked, long long *phys, long long *size)
+{
+    PyObject *topic, *qid_obj;
+    long long qid, qoff, sysflag;
+    Py_ssize_t k;
+    if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
+            || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
+        return -1;
+    if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+        return QU_NOT_QUEUED;
+    topic = PyTuple_GET_ITEM(r, 0);
+    qid_obj = PyTuple_GET_ITEM(r, 1);
+    if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
+            || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, phys) < 0
+            || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, size) < 0
+            || (k = qu_find(runs, n, index, topic, qid, qid_obj, qoff, queues, blocked)) < 0
+            || runs[k].next != qoff)
+        return -1;
+    if (runs[k].first == NULL) {
+        runs[k].first = PyTuple_GET_ITEM(r, 2);
+        runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
+    }
+    runs[k].next = qoff + 1;
+    runs[k].end = *phys + *size;
+    return k;
+}
+
 static PyObject *
 queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -1888,30 +1924,13 @@ queue_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *k
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *r = PyList_GET_ITEM(args[0], i), *row, *topic, *qid_obj;
-        long long qid, qoff, phys, size, sysflag;
-        Py_ssize_t k;
-        if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 10
-                || as_i64(PyTuple_GET_ITEM(r, 9), I64_MIN, I64_MAX, &sysflag) < 0)
-            goto twin;
-        if ((sysflag & 0xC) == 4 || (sysflag & 0xC) == 0xC)  /* PREPARED, ROLLBACK: not queued */
+        PyObject *r = PyList_GET_ITEM(args[0], i), *row;
+        long long phys, size;
+        Py_ssize_t k = qu_request(r, runs, &n, index, args[1], args[2], &phys, &size);
+        if (k == QU_NOT_QUEUED)
             continue;
-        topic = PyTuple_GET_ITEM(r, 0);
-        qid_obj = PyTuple_GET_ITEM(r, 1);
-        if (!PyUnicode_CheckExact(topic) || !PyLong_CheckExact(qid_obj)
-                || as_i64(qid_obj, I64_MIN, I64_MAX, &qid) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 2), I64_MIN, I64_MAX - 1, &qoff) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 3), 0, I64_MAX / 2, &phys) < 0
-                || as_i64(PyTuple_GET_ITEM(r, 4), 0, I64_MAX / 2, &size) < 0
-                || (k = qu_find(runs, &n, index, topic, qid, qid_obj, qoff, args[1], args[2])) < 0
-                || runs[k].next != qoff)
+        if (k < 0)
             goto twin;
-        if (runs[k].first == NULL) {
-            runs[k].first = PyTuple_GET_ITEM(r, 2);
-            runs[k].first_phys = PyTuple_GET_ITEM(r, 3);
-        }
-        runs[k].next = qoff + 1;
-        runs[k].end = phys + size;
         row = PyTuple_Pack(5, runs[k].qkey, PyTuple_GET_ITEM(r, 2), PyTuple_GET_ITEM(r, 3),
                            PyTuple_GET_ITEM(r, 4), PyTuple_GET_ITEM(r, 5));
         if (row == NULL || PyList_Append(rows, row) < 0) {
@@ -3053,6 +3072,249 @@ join_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
     return out;
 }
 
+/* ------------------------------------------------------------------ a dispatch slice into the tails */
+
+/* slice_units(requests, queues, blocked, tails) -> {(topic, qid): next offset} or None: the twin of
+   tidemq.node.store.queue_table.slice_units, which is queue_units, unit_blobs and took_runs in
+   turn. Here the runs are found as queue_units finds them (nothing changes until every request
+   passed), then every run's units are packed into one C buffer and appended to its queue's tail
+   and staged in the same loop: no rows, no per-queue blob, no runs dict, no Python loop, which
+   over thousands of queues (every run one unit) cost more than the units themselves. The
+   staged-entry head is STAGE_HEAD (>qqI); the stage limit is provided by Python. */
+static PyObject *su_tail, *su_min_qoff, *su_head_phys, *su_max_phys_end, *su_held, *su_big,
+    *su_pending, *su_nbytes;
+
+static int
+su_names(void)
+{
+    if (su_tail != NULL)
+        return 0;
+#define SU_INTERN(v, text) if ((v = PyUnicode_InternFromString(text)) == NULL) return -1
+    SU_INTERN(su_min_qoff, "min_queue_offset"); SU_INTERN(su_head_phys, "head_phys");
+    SU_INTERN(su_max_phys_end, "max_phys_end"); SU_INTERN(su_held, "held"); SU_INTERN(su_big, "big");
+    SU_INTERN(su_pending, "pending"); SU_INTERN(su_nbytes, "nbytes"); SU_INTERN(su_tail, "tail");
+#undef SU_INTERN
+    return 0;
+}
+
+typedef struct {
+    long long phys, size, tags;
+    Py_ssize_t run;  /* its run, -1: not queued */
+} su_unit;
+
+typedef struct {
+    Py_ssize_t units, at;   /* units in the run; its first byte in the packed buffer */
+    long long qkey, first;
+    int empty;              /* the queue's tail holds nothing yet */
+} su_run;
+
+/* Pass 1: every request's run (queue_units' checks, nothing changed); -1: the twin decides. */
+static int
+su_runs(PyObject *requests, PyObject *queues, PyObject *blocked, qu_run *runs, Py_ssize_t *n,
+        PyObject *index, su_unit *u)
+{
+    Py_ssize_t count = PyList_GET_SIZE(requests);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *r = PyList_GET_ITEM(requests, i);
+        Py_ssize_t k = qu_request(r, runs, n, index, queues, blocked, &u[i].phys, &u[i].size);
+        u[i].run = -1;
+        if (k == QU_NOT_QUEUED)
+            continue;
+        if (k < 0 || u[i].size > I32_MAX  /* unit_blobs' twin raises: so does ours */
+                || as_i64(PyTuple_GET_ITEM(r, 5), I64_MIN, I64_MAX, &u[i].tags) < 0)
+            return -1;
+        u[i].run = k;
+    }
+    return 0;
+}
+
+/* Before anything changes: each run's queue has a tail took_runs can extend, and its staged
+   head packs; the units are packed run by run into buf. -1 when the twin decides. */
+static int
+su_pack(qu_run *runs, Py_ssize_t n, su_run *s, su_unit *u, Py_ssize_t count, unsigned char **buf)
+{
+    Py_ssize_t at = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *tail = PyObject_GetAttr(runs[k].cq, su_tail);
+        int ok = tail != NULL && ((PyBytes_CheckExact(tail) && PyBytes_GET_SIZE(tail) == 0)
+                                  || PyByteArray_CheckExact(tail));
+        s[k].empty = ok && PyObject_Length(tail) == 0;
+        Py_XDECREF(tail);
+        if (!ok || as_i64(runs[k].qkey, I64_MIN, I64_MAX, &s[k].qkey) < 0
+                || as_i64(runs[k].first, I64_MIN, I64_MAX, &s[k].first) < 0)
+            return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (u[i].run >= 0)
+            s[u[i].run].units++;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        s[k].at = at;
+        at += s[k].units * 20;
+    }
+    if ((*buf = PyMem_Malloc(at > 0 ? (size_t)at : 1)) == NULL)
+        return -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (u[i].run < 0)
+            continue;
+        su_run *r = &s[u[i].run];
+        unsigned char *p = *buf + r->at;
+        put_be(p, (unsigned long long)u[i].phys, 8);
+        put_be(p + 8, (unsigned long long)u[i].size, 4);
+        put_be(p + 12, (unsigned long long)u[i].tags, 8);
+        r->at += 20;
+    }
+    for (Py_ssize_t k = 0; k < n; k++)
+        s[k].at -= s[k].units * 20;
+    return 0;
+}
+
+static int
+su_extend(PyObject *ba, const unsigned char *data, Py_ssize_t len)
+{
+    Py_ssize_t old = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, old + len) < 0)
+        return -1;
+    memcpy(PyByteArray_AS_STRING(ba) + old, data, (size_t)len);
+    return 0;
+}
+
+/* took_runs for run k: the units into the queue's tail, staged or the tail marked big. */
+static int
+su_take(qu_run *q, su_run *s, const unsigned char *data, PyObject *held, PyObject *big,
+        PyObject *pending, long long stage_limit)
+{
+    Py_ssize_t len = s->units * 20, tail_len;
+    PyObject *tail, *v;
+    int rc;
+    if ((v = PyObject_GetAttr(q->cq, su_min_qoff)) == NULL)
+        return -1;
+    rc = PyObject_RichCompareBool(q->first, v, Py_EQ);
+    Py_DECREF(v);
+    if (rc < 0 || (rc == 1 && PyObject_SetAttr(q->cq, su_head_phys, q->first_phys) < 0))
+        return -1;
+    if (s->empty) {  /* an idle queue's tail is the shared empty bytes: it becomes the units */
+        if ((tail = PyByteArray_FromStringAndSize((const char *)data, len)) == NULL)
+            return -1;
+        rc = PyObject_SetAttr(q->cq, su_tail, tail) < 0 || PyDict_SetItem(held, q->qkey, q->cq) < 0;
+        tail_len = len;
+        Py_DECREF(tail);
+        if (rc)
+            return -1;
+    } else {
+        if ((tail = PyObject_GetAttr(q->cq, su_tail)) == NULL || !PyByteArray_CheckExact(tail)
+                || su_extend(tail, data, len) < 0) {
+            if (tail != NULL && !PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "a consume-queue tail changed type");
+            Py_XDECREF(tail);
+            return -1;
+        }
+        tail_len = PyByteArray_GET_SIZE(tail);
+        Py_DECREF(tail);
+    }
+    if (tail_len < stage_limit) {
+        unsigned char head[20];
+        put_be(head, (unsigned long long)s->qkey, 8);
+        put_be(head + 8, (unsigned long long)s->first, 8);
+        put_be(head + 16, (unsigned long long)s->units, 4);
+        if (su_extend(pending, head, 20) < 0 || su_extend(pending, data, len) < 0)
+            return -1;
+    } else if (PyDict_SetItem(big, q->qkey, q->cq) < 0) {
+        return -1;
+    }
+    if ((v = PyLong_FromLongLong(q->next)) == NULL)
+        return -1;
+    rc = PyObject_SetAttr(q->cq, s_max_queue_offset, v);
+    Py_DECREF(v);
+    if (rc < 0 || (v = PyLong_FromLongLong(q->end)) == NULL)
+        return -1;
+    rc = PyObject_SetAttr(q->cq, su_max_phys_end, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* Pass 2: every run taken (nothing refused from here; an error leaves earlier runs taken, as
+   the twin's would), tails.nbytes moved, and {key: next offset}. */
+static PyObject *
+su_apply(qu_run *runs, su_run *s, Py_ssize_t n, const unsigned char *buf, PyObject *tails,
+         PyObject *held, PyObject *big, PyObject *pending, long long stage_limit)
+{
+    PyObject *out = PyDict_New(), *v, *total;
+    long long added = 0;
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        if (su_take(&runs[k], &s[k], buf + s[k].at, held, big, pending, stage_limit) < 0)
+            Py_CLEAR(out);
+        added += s[k].units * 20;
+    }
+    if (out == NULL || n == 0)
+        return out;
+    {
+        PyObject *more = PyLong_FromLongLong(added);
+        v = more ? PyObject_GetAttr(tails, su_nbytes) : NULL;
+        total = v ? PyNumber_Add(v, more) : NULL;
+        Py_XDECREF(more);
+        Py_XDECREF(v);
+        if (total == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    if (PyObject_SetAttr(tails, su_nbytes, total) < 0)
+        Py_CLEAR(out);
+    Py_DECREF(total);
+    for (Py_ssize_t k = 0; out != NULL && k < n; k++) {
+        int bad = (v = PyLong_FromLongLong(runs[k].next)) == NULL || PyDict_SetItem(out, runs[k].key, v) < 0;
+        Py_XDECREF(v);
+        if (bad)
+            Py_CLEAR(out);
+    }
+    return out;
+}
+
+static PyObject *
+slice_units(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    /* (requests, queues, blocked, tails) -> {key: next offset} or None */
+    PyObject *limit, *held = NULL, *big = NULL, *pending = NULL, *index = NULL, *out = NULL;
+    long long stage_limit;
+    Py_ssize_t count, n = 0;
+    qu_run *runs = NULL;
+    su_run *s = NULL;
+    su_unit *u = NULL;
+    unsigned char *buf = NULL;
+    int twin = 1;
+    if (kwnames != NULL || nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])
+            || !PyDict_CheckExact(args[2]) || su_names() < 0
+            || (limit = PyDict_GetItemString(fallbacks, "slice_units:stage_limit")) == NULL
+            || as_i64(limit, 0, I64_MAX, &stage_limit) < 0)
+        return fallback("slice_units", args, nargs, kwnames);
+    count = PyList_GET_SIZE(args[0]);
+    held = PyObject_GetAttr(args[3], su_held);
+    big = held ? PyObject_GetAttr(args[3], su_big) : NULL;
+    pending = big ? PyObject_GetAttr(args[3], su_pending) : NULL;
+    runs = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof(qu_run));
+    s = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof(su_run));
+    u = PyMem_Calloc(count > 0 ? (size_t)count : 1, sizeof(su_unit));
+    index = PyDict_New();
+    if (pending != NULL && PyDict_CheckExact(held) && PyDict_CheckExact(big) && PyByteArray_CheckExact(pending)
+            && runs != NULL && s != NULL && u != NULL && index != NULL
+            && su_runs(args[0], args[1], args[2], runs, &n, index, u) == 0
+            && su_pack(runs, n, s, u, count, &buf) == 0) {
+        twin = 0;
+        out = su_apply(runs, s, n, buf, args[3], held, big, pending, stage_limit);
+    }
+    if (runs != NULL)
+        qu_clear(runs, n, NULL, index);
+    else
+        Py_XDECREF(index);
+    PyMem_Free(s);
+    PyMem_Free(u);
+    PyMem_Free(buf);
+    Py_XDECREF(held);
+    Py_XDECREF(big);
+    Py_XDECREF(pending);
+    return twin ? fallback("slice_units", args, nargs, kwnames) : out;
+}
+
 #define TWIN(name, home) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL | METH_KEYWORDS, home "." #name}
 
 static PyMethodDef methods[] = {
@@ -3079,6 +3341,7 @@ static PyMethodDef methods[] = {
     TWIN(body_bytes, "tidemq.node.processors.send"),
     TWIN(queue_units, "tidemq.node.store.dispatch"),
     TWIN(unit_blobs, "tidemq.node.store.queue_table"),
+    TWIN(slice_units, "tidemq.node.store.queue_table"),
     TWIN(wire_messages, "tidemq.node.store.message"),
     TWIN(record_views, "tidemq.message"),
     TWIN(offset_msg_ids, "tidemq.node.processors.send"),

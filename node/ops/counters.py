@@ -46,6 +46,20 @@ class LatencyHistogram:
         return out
 
 
+class PutTopic:
+    """One topic's send figures, reached by ONE lookup per message (Metrics.put_topics): the
+    messages and body bytes stored since the last fold into put_msgs / put_bytes, and its
+    latency histograms, the very objects in put_latency under (topic, False) and (topic,
+    True), None until first observed. At thousands of topics each separate table's probe
+    was a cache miss per message."""
+    __slots__ = ("batch", "bytes", "msgs", "single")
+
+    def __init__(self) -> None:
+        self.msgs = self.bytes = 0
+        self.single: LatencyHistogram | None = None
+        self.batch: LatencyHistogram | None = None
+
+
 # Why a request was answered SYSTEM_BUSY (node/remoting/server.py, node/remoting/connection.py, pull.py).
 BUSY_REASONS = ("connections", "inflight", "held_pulls", "partial_frames")
 
@@ -73,6 +87,9 @@ class Metrics:
         # Sends and pulls by topic; the kind histograms (send, send_batch, pull) are summed
         # from these at scrape time, so the hot path observes ONE histogram per request.
         self.put_latency = collections.defaultdict(LatencyHistogram)  # (topic, batch) -> hist
+        # topic -> PutTopic: the send path's counts, folded into put_msgs / put_bytes before
+        # anything reads those (fold_puts), and its put_latency histograms
+        self.put_topics: dict[str, PutTopic] = {}
         self.get_latency = collections.defaultdict(LatencyHistogram)  # topic -> hist
         self.flush_slave_timeouts = 0
         self.hold_wait = LatencyHistogram()
@@ -84,6 +101,32 @@ class Metrics:
         # process_* (CPU, RSS, fds) and python_* from prometheus_client's own collectors.
         for c in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
             self.add_collector(c)
+
+    def put_topic(self, topic: str) -> PutTopic:
+        """`topic`'s PutTopic, made on first use."""
+        rec = self.put_topics.get(topic)
+        if rec is None:
+            rec = self.put_topics[topic] = PutTopic()
+        return rec
+
+    def put_hist(self, rec: PutTopic, topic: str, batch: bool) -> LatencyHistogram:
+        """put_latency[(topic, batch)], remembered in `topic`'s PutTopic `rec`."""
+        hist = self.put_latency[(topic, batch)]
+        if batch:
+            rec.batch = hist
+        else:
+            rec.single = hist
+        return hist
+
+    def fold_puts(self) -> None:
+        """Move the send path's per-topic counts into put_msgs and put_bytes (on the loop
+        thread, the only one that changes them; before every read of those tables)."""
+        put_msgs, put_bytes = self.put_msgs, self.put_bytes
+        for topic, rec in self.put_topics.items():
+            if rec.msgs:
+                put_msgs[topic] += rec.msgs
+                put_bytes[topic] += rec.bytes
+                rec.msgs = rec.bytes = 0
 
     def gauge(self, name: str, help_text: str, fn) -> None:
         self.gauges[name] = (help_text, fn)
@@ -112,6 +155,7 @@ class Metrics:
             table.pop(topic, None)
         for key in [k for k in self.put_latency if k[0] == topic]:
             del self.put_latency[key]
+        self.put_topics.pop(topic, None)
 
     def add_ha(self, replication) -> None:
         """Replication metrics (see HACollector below)."""
@@ -123,6 +167,7 @@ class _Collector:
         self.m = m
 
     def collect(self):
+        self.m.fold_puts()
         return _families(self.m, [(n, h, fn()) for n, (h, fn) in self.m.gauges.items()])
 
 
@@ -187,6 +232,7 @@ def _families(m, gauges: list):
 
 def _snapshot(m: Metrics) -> SimpleNamespace:
     """Copies of the tables _families reads, taken on the loop thread."""
+    m.fold_puts()
     out = SimpleNamespace()
     for name in ("put_msgs", "put_bytes", "get_msgs", "get_bytes", "requests", "busy"):
         setattr(out, name, dict(getattr(m, name)))

@@ -42,13 +42,18 @@ Rules:
    duplicate window; each step raises _Refused, answered once by __call__. The processor gets
    its collaborators (store, topics, metrics, loop, bridge, role, replication, schedule,
    transactions, store host), never the Broker.
-9. Per group put, not per message: the put counters take one C-level count over the group's
-   topics (one addition when the group holds one topic), and a put's or a durability wait's
-   replies are handed to each connection in one call (one in-flight update, one output
-   append) and written at once (Connection.write_now: not behind the next read's decoding),
-   with one histogram lookup per run of one latency key and the observation inlined (no call
-   per message). The request's own checks skip the calls that cannot refuse it (a standalone
+9. Per group put, not per message: a put's or a durability wait's replies are handed to each
+   connection in one call (one in-flight update, one output append) and written at once
+   (Connection.write_now: not behind the next read's decoding). Per request, one lookup
+   reaches its topic's put counters and latency histogram (node/ops/counters.py PutTopic);
+   the histogram travels with the reply and the observation is inlined (no call per
+   message). The request's own checks skip the calls that cannot refuse it (a standalone
    writable broker, a plain single send).
+10. Past the topic check a request's topic is its TopicConfig's name, one interned str per
+   topic (node/topics.py), not the str its header decoded to: every per-topic and per-queue
+   table the put touches (counters, latency histograms, queues, next offsets) is keyed by that
+   same object, so at thousands of topics a probe finds its key by identity instead of
+   reading another copy's bytes (a cache miss per table per message).
 """
 from __future__ import annotations
 
@@ -87,8 +92,6 @@ _BODY = attrgetter("body")
 _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODYLEN
 _I16 = struct.Struct(">h")
 _MSGS = itemgetter(2)  # a pending request's messages (_Pending)
-_TOPIC = itemgetter(3)  # a pending request's topic
-_FIRST = itemgetter(0)
 _ENTRY_MIN = 22  # 20-byte head + 2-byte properties length
 
 _WRITE = int(PermName.WRITE)
@@ -240,7 +243,7 @@ class SendProcessor:
         try:
             if self.replication is not None or not self.role.writable:
                 self._check_writable()
-            queue_id = self._queue_for(conn, req)
+            topic, queue_id = self._queue_for(conn, req)
             # bytes: the compiled decoder takes bytes (text would take the pure twin)
             raw_props = req.properties.encode() if req.properties else b""
             props = _decode_properties(raw_props) if raw_props else {}
@@ -249,20 +252,21 @@ class SendProcessor:
             if batch or divert or sys_flag & _TX_MASK:
                 self._check_kind(req, batch, divert)
             if batch:
-                msgs = self._batch_messages(conn, cmd, req, queue_id, raw_props)
+                msgs = self._batch_messages(conn, cmd, req, topic, queue_id, raw_props)
             else:
-                msgs = self._single_message(conn, cmd, req, queue_id, raw_props, props, divert)
+                msgs = self._single_message(conn, cmd, req, topic, queue_id, raw_props, props,
+                                            divert)
         except _Refused as r:
             return error(cmd, r.code, r.remark)
         wait = self.wait_acks and not cmd.flag & FLAG_ONEWAY and (
             batch or props.get(_PROP_WAIT) != "false")
         if self.dedup.enabled:
-            msgs, dups = self.dedup.split(msgs, req.topic if batch else None)
+            msgs, dups = self.dedup.split(msgs, topic if batch else None)
             if dups:
                 self.metrics.duplicates_suppressed += len(dups)
             if not msgs:
-                return self._answer_duplicate(conn, cmd, dups, (req.topic, batch), wait, t0)
-        return self._enqueue(conn, (conn, cmd, msgs, req.topic, queue_id, batch, wait, t0, None))
+                return self._answer_duplicate(conn, cmd, dups, topic, batch, wait, t0)
+        return self._enqueue(conn, (conn, cmd, msgs, topic, queue_id, batch, wait, t0, None))
 
     def _check_writable(self) -> None:
         """HA's write refusal (retriable: the SDK refreshes its route and retries), then the
@@ -281,8 +285,9 @@ class SendProcessor:
             raise _Refused(ResponseCode.NO_PERMISSION,
                            f"the broker[{self.broker_name}] sending message is forbidden")
 
-    def _queue_for(self, conn, req) -> int:
-        """The topic's config (auto-created when allowed) and the queue the send goes to."""
+    def _queue_for(self, conn, req) -> tuple[str, int]:
+        """(the topic, the queue the send goes to) from the topic's config (auto-created when
+        allowed). The topic is the config's own name object (one str per topic: rule 10)."""
         topic = req.topic
         tc = self.topics.table.get(topic)
         if tc is None or topic == AUTO_CREATE_TOPIC:
@@ -301,14 +306,14 @@ class SendProcessor:
         queue_id = req.queue_id
         if queue_id < 0:
             self._rr += 1
-            return self._rr % tc.write_queue_nums
+            return tc.name, self._rr % tc.write_queue_nums
         if queue_id >= tc.write_queue_nums and queue_id >= tc.read_queue_nums:  # queue_count
             raise _Refused(ResponseCode.SYSTEM_ERROR,
                            f"request queueId[{queue_id}] is illegal, topic:[{topic}] "
                            f"topicConfig.writeQueueNums:[{tc.write_queue_nums}] "
                            f"topicConfig.readQueueNums:[{tc.read_queue_nums}] "
                            f"Producer:[{conn.peer}]")
-        return queue_id
+        return tc.name, queue_id
 
     @staticmethod
     def _check_kind(req, batch: bool, divert) -> None:
@@ -321,7 +326,8 @@ class SendProcessor:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"batch request does not support retry group {req.topic}")
 
-    def _batch_messages(self, conn, cmd, req, queue_id: int, raw_props: bytes) -> list:
+    def _batch_messages(self, conn, cmd, req, topic: str, queue_id: int,
+                        raw_props: bytes) -> list:
         """A batch's messages: one decode that also applies the broker's property ownership
         (rule 7), then the store's messages built straight from the entries."""
         try:
@@ -329,22 +335,22 @@ class SendProcessor:
                                    self.max_batch, self._cluster)
         except BatchError as exc:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
-        return StoreMessage.many_from_wire(req.topic, queue_id, entries, req.sys_flag,
+        return StoreMessage.many_from_wire(topic, queue_id, entries, req.sys_flag,
                                            req.born_ts, conn.born_host, self.store_host,
                                            req.reconsume_times)
 
-    def _single_message(self, conn, cmd, req, queue_id: int, raw_props: bytes, props: dict,
-                        divert) -> list:
+    def _single_message(self, conn, cmd, req, topic: str, queue_id: int, raw_props: bytes,
+                        props: dict, divert) -> list:
         body = cmd.body
         if len(body) > self.max_body:
             raise _Refused(ResponseCode.MESSAGE_ILLEGAL,
                            f"the message body is {len(body)} bytes; the limit is {self.max_body}")
         raw = system_properties.from_client(raw_props, self._cluster, props)
         if not divert:
-            return StoreMessage.many_from_wire(req.topic, queue_id, ((req.flag, body, raw),),
+            return StoreMessage.many_from_wire(topic, queue_id, ((req.flag, body, raw),),
                                                req.sys_flag, req.born_ts, conn.born_host,
                                                self.store_host, req.reconsume_times)
-        msg = StoreMessage(req.topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
+        msg = StoreMessage(topic, queue_id, body, rec.decode_properties(raw), properties_raw=raw,
                            flag=req.flag, sys_flag=req.sys_flag, born_timestamp=req.born_ts,
                            born_host=conn.born_host, store_host=self.store_host,
                            reconsume_times=req.reconsume_times)
@@ -410,36 +416,47 @@ class SendProcessor:
             self.store.on_durable(end, lambda status: post(done, waiting, status, end))
 
     def _reply_stored(self, pending: list[_Pending], requests) -> list:
-        """Answer now what need not wait for durability; returns what must (rule 3). Requests
-        are the put's dispatch requests (node/store/message.py DR_* fields), in order. The
-        replies are handed to each connection in one call and written at once (rule 9)."""
+        """Count the put and answer now what need not wait for durability; returns what must
+        (rule 3). Requests are the put's dispatch requests (node/store/message.py DR_*
+        fields), in order. One lookup per request reaches its topic's counters and latency
+        histogram (node/ops/counters.py PutTopic); the replies are handed to each connection
+        in one call and written at once (rule 9)."""
         host = self.store_host
-        self._count(pending)
+        m = self.metrics
+        m.put_total += len(requests)
+        topics, put_topic, put_hist = m.put_topics, m.put_topic, m.put_hist
         waiting: list = []
-        now: list = []  # (conn, cmd, reply, t0, latency key) answered at once
+        now: list = []  # (conn, cmd, reply, t0, latency histogram) answered at once
         i = 0
         for conn, cmd, msgs, topic, queue_id, batch, wait, t0, reply_fn in pending:
             n = len(msgs)
+            rec = topics.get(topic) or put_topic(topic)
+            rec.msgs += n
+            rec.bytes += len(msgs[0].body) if n == 1 else body_bytes(msgs)
             if reply_fn is not None:
-                reply = reply_fn
+                reply, hist = reply_fn, None  # no latency: another processor's answer
             else:
                 reply = (offset_msg_ids(host, requests, i, n, DR_PHYS), queue_id,
                          requests[i][DR_QUEUE_OFFSET])
+                hist = (rec.batch or put_hist(rec, topic, True)) if batch else (
+                    rec.single or put_hist(rec, topic, False))
             i += n
-            # last field: the latency key (node/ops/counters.py put_latency)
-            (waiting if wait else now).append((conn, cmd, reply, t0, (topic, batch)))
+            (waiting if wait else now).append((conn, cmd, reply, t0, hist))
         if now:
             self._answer(now, PutStatus.PUT_OK)
         return waiting
 
-    def _answer_duplicate(self, conn, cmd, dups, latency_key, wait, t0):
+    def _answer_duplicate(self, conn, cmd, dups, topic: str, batch: bool, wait, t0):
         """A retry of messages already stored: the original result, once the original is
         durable (node/sending/dedup.py rule 2)."""
         reply, end = duplicate_reply(dups, self.store_host)
         conn.defer()
         if wait:
             post, done = self.bridge.post_or_run, self._durable
-            waiting = [(conn, cmd, reply, t0, latency_key)]
+            m = self.metrics
+            rec = m.put_topic(topic)
+            hist = (rec.batch if batch else rec.single) or m.put_hist(rec, topic, batch)
+            waiting = [(conn, cmd, reply, t0, hist)]
             self.store.on_durable(end, lambda status: post(done, waiting, status, end))
         else:
             conn.complete_frame(cmd, self._reply_frame(cmd, 0, reply))
@@ -458,25 +475,23 @@ class SendProcessor:
 
     def _answer(self, waiting, status) -> None:
         """Release replies (rule 9): each connection's frames are handed over in one call and
-        written at once, and the latency histogram is looked up once per run of one key."""
+        written at once; each reply's latency goes into the histogram it carries."""
         code = _PUT_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         if code == ResponseCode.FLUSH_DISK_TIMEOUT:
             self.metrics.flush_timeouts += len(waiting)
         elif code == ResponseCode.FLUSH_SLAVE_TIMEOUT:
             self.metrics.flush_slave_timeouts += len(waiting)
-        latency = self.metrics.put_latency
         now = _perf_counter()
         frame = self._reply_frame
-        last_key = hist = counts = last_conn = None
+        last_hist = counts = last_conn = None
         frames: list = []
-        for conn, cmd, reply, t0, key in waiting:
+        for conn, cmd, reply, t0, hist in waiting:
             if reply.__class__ is not tuple:
                 conn.complete(cmd, reply(code))
                 conn.write_now()
                 continue
-            if key != last_key:
-                last_key, hist = key, latency[key]
-                counts = hist.counts
+            if hist is not last_hist:
+                last_hist, counts = hist, hist.counts
             # LatencyHistogram.observe, inlined: a call per message spread over many topics
             seconds = now - t0
             counts[_bisect_left(_BOUNDS_S, seconds)] += 1
@@ -508,29 +523,3 @@ class SendProcessor:
         ext = {"msgId": msg_id, "queueId": str(queue_id), "queueOffset": str(queue_offset),
                "MSG_REGION": self.region, "TRACE_ON": "false"}
         return encode_frame(RemotingCommand.make_response(cmd, code, ext))
-
-    def _count(self, pending: list[_Pending]) -> None:
-        """The put counters of one group put (rule 9). When every request holds one message
-        (single sends), the message counts are one C-level Counter.update over the topics and
-        the bytes one addition per message: no per-run bookkeeping, which spread over many
-        topics (every message its own run) cost more than the counting itself."""
-        m = self.metrics
-        put_bytes = m.put_bytes
-        total = sum(map(len, map(_MSGS, pending)))
-        m.put_total += total
-        if total == len(pending):
-            topics = list(map(_TOPIC, pending))
-            sizes = map(len, map(_BODY, map(_FIRST, map(_MSGS, pending))))
-            topic = topics[0]
-            if topics.count(topic) == total:  # one topic: one addition each
-                m.put_msgs[topic] += total
-                put_bytes[topic] += sum(sizes)
-                return
-            m.put_msgs.update(topics)
-            for topic, size in zip(topics, sizes):
-                put_bytes[topic] += size
-            return
-        put_msgs = m.put_msgs
-        for msgs, topic in zip(map(_MSGS, pending), map(_TOPIC, pending)):
-            put_msgs[topic] += len(msgs)
-            put_bytes[topic] += body_bytes(msgs)

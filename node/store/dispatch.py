@@ -15,9 +15,9 @@ Rules:
 5. A key-index failure is logged and skipped (key lookups miss those records); consume
    queues, which make messages visible, go on.
 6. A slice whose every queued request is the next unit of an existing, unblocked queue (the
-   steady state) appends its units to the queues' in-memory tails in one call (queue_units,
-   put_units); any other slice, or one that fails, goes one request at a time (rules 2 and 4
-   apply there).
+   steady state) appends its units to the queues' in-memory tails in one call (put_slice:
+   queue_units, unit_blobs and took_runs, compiled as one pass); any other slice, or one
+   that fails, goes one request at a time (rules 2 and 4 apply there).
 7. After each slice the table flushes its tails when they hold more than its bound; the
    maintenance thread's flush still commits whatever came after, before the checkpoint.
 8. advance() applies every pending list it can in one apply(): under SYNC_FLUSH each fsync
@@ -161,17 +161,13 @@ class Dispatcher:
     def _put_units(self, chunk: list, arrived: dict) -> bool:
         """Rule 6: the whole chunk's units in one call; False (nothing moved) when a request
         needs the one-by-one path or the call failed."""
-        found = queue_units(chunk, self.queues.queues, self.blocked)
-        if found is None:
+        try:
+            took = self.queues.put_slice(chunk, self.blocked)
+        except Exception:  # _put_each rewrites them (idempotent) and blocks what fails
             return False
-        rows, runs = found
-        if rows:
-            try:
-                self.queues.put_units(rows, runs)
-            except Exception:  # _put_each rewrites them (idempotent) and blocks what fails
-                return False
-        for key, run in runs.items():
-            arrived[key] = run[RUN_END]
+        if took is None:
+            return False
+        arrived.update(took)
         return True
 
     def _put_each(self, chunk: list, arrived: dict) -> None:

@@ -14,7 +14,7 @@ Rules:
    is written again by the next one). Its cost follows what was dispatched since the last
    flush, not the number of queues, and with messages spread over many queues it is one
    row per flush and no pass over the queues.
-3. put_units() appends a whole dispatch slice's units to the queues' tails, without a
+3. put_slice() appends a whole dispatch slice's units to the queues' tails, without a
    database call (the append hot path); ConsumeQueue.put() stays the one-by-one path for
    everything else. Past `tail_bytes` held, dispatch flushes (writes and commits) the tails
    itself, so memory stays bounded. It never writes them into the open transaction without
@@ -46,13 +46,15 @@ import os
 import shutil
 import sqlite3
 import struct
+import sys
 import threading
 
 from tidemq.protocol import accel
 
 from . import unit_db
 from .consume_queue import UNIT, UNIT_BYTES, ConsumeQueue, took_runs
-from .unit_db import DB_NAME, UnitDb, last_end, last_phys, run_rows, staged_entries
+from .dispatch import RUN_END, queue_units
+from .unit_db import DB_NAME, STAGE_UNITS, UnitDb, last_end, last_phys, run_rows, staged_entries
 
 log = logging.getLogger("tidemq.store")
 
@@ -94,6 +96,26 @@ def unit_blobs(rows: list) -> dict:
 
 
 unit_blobs = accel.pick(unit_blobs)
+
+
+def slice_units(requests: list, queues: dict, blocked: dict, tails: Tails) -> dict | None:
+    """A dispatch slice's units appended to their queues' tails and staged (rule 3):
+    queue_units, unit_blobs and took_runs in turn. Returns {(topic, queue_id): next queue
+    offset} of the queues that took units, or None, with nothing changed, when a request is
+    not the next unit of an existing, unblocked queue. The caller holds the database lock.
+    A compiled twin when built: one pass in C, no per-queue Python objects in between (single
+    sends over thousands of queues make every run one unit)."""
+    found = queue_units(requests, queues, blocked)
+    if found is None:
+        return None
+    rows, runs = found
+    if rows:
+        took_runs(runs.values(), unit_blobs(rows), tails)
+    return {key: run[RUN_END] for key, run in runs.items()}
+
+
+slice_units = accel.pick(slice_units)
+accel.provide("slice_units:stage_limit", STAGE_UNITS * UNIT_BYTES)  # consume_queue.py rule 6
 
 
 class Tails:
@@ -154,12 +176,10 @@ class ConsumeQueueTable:
                 return False
         return True
 
-    def put_units(self, rows: list, runs: dict) -> None:
-        """Append queue_units()'s rows to their queues' tails and move each queue's offsets
-        (rule 3)."""
-        blobs = unit_blobs(rows)
+    def put_slice(self, requests: list, blocked: dict) -> dict | None:
+        """slice_units() on this table's queues and tails, under the database lock (rule 3)."""
         with self.db.lock:
-            took_runs(runs.values(), blobs, self.tails)
+            return slice_units(requests, self.queues, blocked, self.tails)
 
     def bound_tails(self) -> None:
         """Past `tail_bytes` held, flush now (rule 3); a failed flush keeps the tails."""
@@ -211,9 +231,10 @@ class ConsumeQueueTable:
         self.db.open()
         if not existed or self.db.discarded:  # unreadable or an older format: rebuilt
             return False
-        topics: dict[str, str] = {}
         for qkey, topic, qid, first, last, end_phys, head_phys in self.db.load():
-            topic = topics.setdefault(topic, topic)  # one string per topic
+            # one string per topic, the topic table's own (topics.py TopicConfig): the put
+            # path's probes then find their keys without comparing bytes
+            topic = sys.intern(topic)
             cq = ConsumeQueue(self.db, qkey, topic, qid, first, last, end_phys or 0,
                               tails=self.tails)
             cq.head_phys = -1 if head_phys is None else head_phys

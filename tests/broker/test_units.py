@@ -214,3 +214,65 @@ def test_flush_disk_timeout_is_code_10_with_the_send_reply(tmp_path):
         finally:
             await broker.stop()
     asyncio.run(go())
+
+
+def test_send_keys_per_topic_tables_by_the_topic_configs_own_name(tmp_path):
+    """A send's topic, whatever str its header decoded to, reaches the per-topic and per-queue
+    tables as its TopicConfig's name (one interned str per topic); after a restart the
+    consume queues loaded from the database use that same str."""
+    import asyncio
+    import sys
+
+    from tests.support.raw_client import send_ext
+    from tidemq.node.broker import Broker
+    from tidemq.protocol.codes import RequestCode
+
+    class FakeConn:
+        born_host = rec.encode_host("127.0.0.1", 1)
+        peer = "test"
+        frames: list = []
+
+        def defer(self):
+            pass
+
+        def complete_frames(self, frames):
+            self.frames.extend(frames)
+
+        def write_now(self):
+            pass
+
+    settings = ["listen_port=0", "admin_port=0", f"store.root_dir={tmp_path}/s",
+                "store.commitlog_file_bytes=1048576", "store.max_message_bytes=65536",
+                "store.index_slots=64",
+                "store.index_entries=256"]
+
+    async def go():
+        broker = Broker(nc.load_config(None, settings))
+        await broker.start()
+        try:
+            conn = FakeConn()
+            send = broker.server.processors[RequestCode.SEND_MESSAGE]
+            ext = {k: str(v) for k, v in send_ext("InternT", 1).items()}
+            ext["topic"] = "".join(["Intern", "T"])  # a str of its own, as a decoded header's
+            cmd = RemotingCommand(10, opaque=7, ext=ext)
+            send(conn, cmd, parse_request(cmd))
+            for _ in range(200):
+                if conn.frames:
+                    break
+                await asyncio.sleep(0.01)
+            assert decode_frame(conn.frames[0]).code == 0
+            name = broker.topics.table["InternT"].name
+            assert name is sys.intern("InternT")
+            assert [t for t in broker.metrics.put_topics][0] is name
+            assert [t for (t, _) in broker.metrics.put_latency][0] is name
+            assert [t for (t, _) in broker.store.queues.queues][0] is name
+            assert [t for (t, _) in broker.store.queue_table][0] is name
+        finally:
+            await broker.stop()
+        again = Broker(nc.load_config(None, settings))
+        await again.start()
+        try:
+            assert [t for (t, _) in again.store.queues.queues][0] is sys.intern("InternT")
+        finally:
+            await again.stop()
+    asyncio.run(go())

@@ -31,3 +31,24 @@ def test_off_loop_text_equals_render():
     assert got == expected
     assert 'tidemq_messages_put_total{topic="T299"} 300.0' in got
     assert not [line for line in got if 'topic="T5"' in line]
+
+
+def test_send_path_counts_are_folded_before_every_read():
+    """The send path's per-topic records (PutTopic) reach put_msgs / put_bytes and the
+    histograms in put_latency: both renders show them, repeated folds add up, and a deleted
+    topic's record goes with its series."""
+    m = Metrics()
+    rec = m.put_topic("A")
+    rec.msgs, rec.bytes = 3, 300
+    m.put_hist(rec, "A", False).observe(0.001)
+    assert m.put_latency[("A", False)] is rec.single
+    assert 'tidemq_messages_put_total{topic="A"} 3.0' in _stable(m.render())
+    rec.msgs, rec.bytes = 2, 50
+    got = _stable(asyncio.run(m.render_off_loop()))
+    assert 'tidemq_messages_put_total{topic="A"} 5.0' in got
+    assert 'tidemq_message_put_body_bytes_total{topic="A"} 350.0' in got
+    assert 'tidemq_put_latency_seconds_count{topic="A"} 1.0' in got
+    assert rec.msgs == rec.bytes == 0
+    m.forget_topic("A")
+    assert "A" not in m.put_topics
+    assert not [line for line in _stable(m.render()) if 'topic="A"' in line]

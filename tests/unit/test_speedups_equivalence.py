@@ -55,6 +55,7 @@ def test_extension_built():
     assert send.body_bytes is _mod.body_bytes
     assert dispatch.queue_units is _mod.queue_units
     assert queue_table.unit_blobs is _mod.unit_blobs
+    assert queue_table.slice_units is _mod.slice_units
     assert store_message_mod.wire_messages is _mod.wire_messages
     assert client_message.record_views is _mod.record_views
     assert store_host.join_records is _mod.join_records
@@ -715,6 +716,76 @@ def test_queue_units_many_queues_match_the_twin(odd):
     else:
         requests.append(("T", 36, 6, 99999, 10, 0, 5, None, "u", 4))
     _both("queue_units", requests, queues, blocked)
+
+
+def _slice_state(spec):
+    """A fresh (queues, tails) from spec: [(key, qkey, last, tail units, in big)]: the queue's
+    last unit (None: empty), its tail holding that many units (0: the shared empty bytes)."""
+    tails = queue_table.Tails(compact=None)
+    queues = {}
+    for key, qkey, last, units, big in spec:
+        cq = ConsumeQueue(None, qkey, key[0], key[1], None if last is None else 0, last,
+                          tails=tails)
+        if units:
+            cq.tail = bytearray(struct.pack(">qiq", 5, 6, 7) * units)
+            tails.held[qkey] = cq
+            tails.nbytes += len(cq.tail)
+            if big:
+                tails.big[qkey] = cq
+        queues[key] = cq
+    tails.pending = bytearray(b"p" * 3)
+    return queues, tails
+
+
+def _slice_outcome(fn, requests, spec, blocked):
+    queues, tails = _slice_state(spec)
+    got = _outcome(fn, requests, queues, blocked, tails)
+    state = [(key, bytes(cq.tail), type(cq.tail), cq.max_queue_offset, cq.max_phys_end,
+              cq.head_phys) for key, cq in queues.items()]
+    return got, state, bytes(tails.pending), sorted(tails.held), sorted(tails.big), tails.nbytes
+
+
+@st.composite
+def slice_case(draw):
+    """units_case's slices against queues whose tails are empty, short, near or past the stage
+    limit (32 units): the appended units, the staged entries and the big marks all show."""
+    requests, queues, blocked = draw(units_case())
+    spec = [(key, cq.qkey, None if cq.max_queue_offset == cq.min_queue_offset
+             else cq.max_queue_offset - 1, draw(st.sampled_from([0, 0, 1, 30, 31, 32, 40])),
+             draw(st.booleans())) for key, cq in queues.items()]
+    return requests, spec, blocked
+
+
+@needs_compiled
+@SETTINGS
+@given(slice_case())
+def test_slice_units(case):
+    requests, spec, blocked = case
+    _register_fallbacks()
+    pure = _slice_outcome(accel.PURE["slice_units"], requests, spec, blocked)
+    fast = _slice_outcome(_mod.slice_units, requests, spec, blocked)
+    assert fast == pure
+
+
+@needs_compiled
+def test_slice_units_usual_slice_in_c_over_many_queues():
+    """A steady slice over many queues goes through C (a fallback call would fail) and leaves
+    the tails, staged entries, marks and offsets the twin leaves."""
+    keys = [("T", q) for q in range(60)]
+    spec = [(key, q + 3, 9, [0, 2, 31, 40][q % 4], q % 8 == 3) for q, key in enumerate(keys)]
+    requests = [("T", q, 10, 100 * q, 100, q, 5, None, None, 0) for q in range(60)]
+    requests += [("T", q, 11, 9000 + q, 90, -q, 5, None, None, 0) for q in range(20)]
+    requests.append(("T", 5, 12, 9900, 90, 0, 5, None, None, 4))  # PREPARED: not queued
+    _register_fallbacks()
+    pure = _slice_outcome(accel.PURE["slice_units"], requests, spec, {})
+    _mod.set_fallback("slice_units", None)
+    try:
+        fast = _slice_outcome(_mod.slice_units, requests, spec, {})
+    finally:
+        _register_fallbacks()
+    assert fast == pure
+    assert fast[0][1][("T", 0)] == 12 and fast[0][1][("T", 59)] == 11
+    assert len(fast[2]) > 3 and fast[4]  # some staged, some big
 
 
 # ------------------------------------------------------------------------------ messages from the wire
