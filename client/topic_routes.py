@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq import errors
@@ -90,7 +91,9 @@ class TopicPublishInfo:
                 count = min(default_queue_nums, qd.write_queue_nums, qd.read_queue_nums)
             queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(count))
         self.queues = queues
-        self.targets = tuple([(q, self.master_addrs[q.broker_name]) for q in queues])
+        # one address object for all topics (interned): a send hashes it, and thousands of
+        # routes' own copies would each be a cache miss
+        self.targets = tuple([(q, sys.intern(self.master_addrs[q.broker_name])) for q in queues])
         self.rr = 0
         self.stale = False  # replaced or dropped by the route table (rule 7)
 
