@@ -1,17 +1,18 @@
 """The SDK producer's own CPU per single send, at few topics and at many, through real brokers.
 
     .venv/bin/python bench/producer_cpu_bench.py [--queues 8,20000] [--rounds 3] [--seconds 2]
-                                                 [--profile DIR]
+                                                 [--profile DIR] [--perf DIR]
 
-One broker process per queue count N (topics of 8 queues, created empty: no population, no
-restart), all alive together; one producer per broker learns every route first, then sends
-for up to a second (both untimed). Then R rounds: each broker in turn (the order rotating by
-one each round) gets scale_bench's single-send phase (Producer.send of 1 KiB over all topics
-in turn, 256 in flight) for S seconds. Per round and count: msgs/s, and CPU per message in µs as [client user, client
+One broker process per queue count N (topics of 8 queues, one message in every queue, as
+scale_bench sets up but without its idle restart), all alive together; one producer per
+broker learns every route first, then sends for up to a second (both untimed). Then R
+rounds: each broker in turn (the order rotating by one each round) gets scale_bench's
+single-send phase (Producer.send of 1 KiB over all topics in turn, 256 in flight) for S
+seconds. Per round and count: msgs/s, and CPU per message in µs as [client user, client
 system, broker user, broker system]; the client is this process, so its figure includes the
 phase's own driving (a task per send), the same at every count. `--profile DIR` runs the
 client under cProfile during the phases and writes DIR/q<N>.prof per count; `--perf DIR`
-attaches `perf record -e cpu-clock -g` to the client during the phases (DIR/q<N>.data).
+attaches `perf record -e cpu-clock -g` to the client during each phase (DIR/q<N>.<k>.data).
 Prints ONE JSON line: `<figure>_rounds_q<N>` per round, the rate ratio to the first count per
 round (`single_send_ratio_rounds_q<N>`) and the medians.
 """
@@ -33,27 +34,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.proc_cpu import cpu_times
 from bench.scale_bench import (
-    QPT,
+    create_and_populate,
     learned_producer,
-    pipelined,
     quiet_clients,
     single_send,
     topics_of,
     turns,
 )
 from tests.support.broker_proc import BrokerProcess
-from tidemq.protocol.codes import RequestCode as R
 
 
 def start_broker(d: str, n_queues: int) -> BrokerProcess:
+    """A broker with the topics of `n_queues`, one message in every queue (scale_bench's setup
+    without its idle restart): the phases write to queues that exist."""
     topics = topics_of(n_queues)
-    b = BrokerProcess(os.path.join(d, f"q{n_queues}", "store"),
-                      [f"max_topics={len(topics) + 100}"], small_store=True)
+    b = BrokerProcess(os.path.join(d, f"q{n_queues}", "store"),  # scale_bench's store settings
+                      ["store.commitlog_file_bytes=268435456", f"max_topics={len(topics) + 100}"],
+                      small_store=False)
     b.start()
-    codes = asyncio.run(pipelined(b.addr, [(R.UPDATE_AND_CREATE_TOPIC, {
-        "topic": t, "readQueueNums": QPT, "writeQueueNums": QPT, "perm": 6}, b"")
-        for t in topics]))
-    assert not any(codes), "topic creation failed"
+    _, _, refused = asyncio.run(create_and_populate(b.addr, topics))
+    assert not refused, "population refused"
     return b
 
 
