@@ -1,7 +1,7 @@
 """The SDK producer's own CPU per single send, at few topics and at many, through real brokers.
 
     .venv/bin/python bench/producer_cpu_bench.py [--queues 8,20000] [--rounds 3] [--seconds 2]
-                                                 [--profile DIR] [--perf DIR]
+                                                 [--profile DIR] [--perf DIR] [--dry]
 
 One broker process per queue count N (topics of 8 queues, one message in every queue, as
 scale_bench sets up but without its idle restart), all alive together; one producer per
@@ -13,6 +13,11 @@ system, broker user, broker system]; the client is this process, so its figure i
 phase's own driving (a task per send), the same at every count. `--profile DIR` runs the
 client under cProfile during the phases and writes DIR/q<N>.prof per count; `--perf DIR`
 attaches `perf record -e cpu-clock -g` to the client during each phase (DIR/q<N>.<k>.data).
+`--dry` measures instead the producer's own cost without the network or the event loop:
+send_async of 256 messages (over all topics in turn) with the connection's writes dropped,
+then each one's reply made in-process and handed to the send; per message, the 10th
+percentile and median over batches (`dry_send_us_q<N>`, `dry_reply_us_q<N>`): steady enough
+on a loaded machine to compare two versions of the SDK.
 Prints ONE JSON line: `<figure>_rounds_q<N>` per round, the rate ratio to the first count per
 round (`single_send_ratio_rounds_q<N>`) and the medians.
 """
@@ -29,11 +34,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.proc_cpu import cpu_times
 from bench.scale_bench import (
+    BODY,
     create_and_populate,
     learned_producer,
     quiet_clients,
@@ -42,6 +49,8 @@ from bench.scale_bench import (
     turns,
 )
 from tests.support.broker_proc import BrokerProcess
+from tidemq.message import Message
+from tidemq.protocol.remoting import RemotingCommand
 
 
 def start_broker(d: str, n_queues: int) -> BrokerProcess:
@@ -108,6 +117,60 @@ async def phases(brokers, rounds, seconds, profile_dir, perf_dir):
     return found
 
 
+DRY_BATCH = 256
+DRY_MSGS = 40_000
+_REPLY_EXT = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "3", "queueOffset": "17",
+              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+async def dry_costs(addr, n_queues, rounds):
+    """(send µs, reply µs) per message, each as [10th percentile, median] over batches."""
+    topics = topics_of(n_queues)
+    async with contextlib.AsyncExitStack() as stack:
+        p = await learned_producer(stack, addr, topics)
+        conn = p._instance.remoting.connection_nowait(addr)
+        conn._write = lambda head, body: None  # dropped: no socket, no flush
+        pending, clock, sends, replies = conn._pending, time.perf_counter, [], []
+        for _ in range(rounds):
+            for at in range(0, DRY_MSGS, DRY_BATCH):
+                msgs = [Message(topics[(at + i) % len(topics)], BODY) for i in range(DRY_BATCH)]
+                t0 = clock()
+                futs = [p.send_async(m) for m in msgs]
+                t1 = clock()
+                ops = [(o, e[0]) for o, e in pending.items() if not isinstance(e[0], asyncio.Future)]
+                for opaque, _ in ops:
+                    del pending[opaque]
+                cmds = [RemotingCommand(0, 0, 0, o, 1, None, dict(_REPLY_EXT)) for o, _ in ops]
+                t2 = clock()
+                for (_, op), cmd in zip(ops, cmds, strict=True):
+                    op(cmd, None)
+                t3 = clock()
+                assert all(f.done() and f.result().ok for f in futs)
+                sends.append((t1 - t0) / DRY_BATCH)
+                replies.append((t3 - t2) / DRY_BATCH)
+                await asyncio.sleep(0)
+    return [spread_us(sends), spread_us(replies)]
+
+
+def spread_us(values):
+    values = sorted(values)
+    return [round(values[int(f * (len(values) - 1))] * 1e6, 3) for f in (0.1, 0.5)]
+
+
+def dry_run(counts, rounds):
+    out = {"queue_counts": counts, "rounds": rounds}
+    with tempfile.TemporaryDirectory(prefix="tidemq-prodcpu-") as d:
+        for n in counts:
+            b = start_broker(d, n)
+            try:
+                out[f"dry_send_us_q{n}"], out[f"dry_reply_us_q{n}"] = asyncio.run(
+                    dry_costs(b.addr, n, rounds))
+            finally:
+                b.stop()
+                b.kill()
+    return out
+
+
 def figures(found, counts, rounds):
     out, base = {"queue_counts": counts, "rounds": rounds}, counts[0]
     for n in counts:
@@ -130,9 +193,13 @@ def main():
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--profile", help="directory for cProfile output, one file per count")
     ap.add_argument("--perf", help="directory for perf record output, one file per phase")
+    ap.add_argument("--dry", action="store_true", help="the producer's own cost, no network")
     args = ap.parse_args()
     counts = [int(x) for x in args.queues.split(",")]
     quiet_clients()
+    if args.dry:
+        print(json.dumps(dry_run(counts, args.rounds), sort_keys=True))
+        return
     brokers = {}
     with tempfile.TemporaryDirectory(prefix="tidemq-prodcpu-") as d:
         try:
