@@ -24,6 +24,8 @@ Rules:
    stored (e.g. written before its connection dropped, then refused elsewhere).
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
+   The topic's template is its one lookup: it keeps the route the last send used until the
+   route table marks it stale (client/topic_routes.py rule 7).
    Its clock is time.monotonic itself when the loop's time() is asyncio's stock one (which
    returns exactly that), so a send and its reply read the clock without a Python call.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
