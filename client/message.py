@@ -179,9 +179,11 @@ class UniqKeyGenerator:
         self._head = ""
 
     def next(self, now_ms: int | None = None) -> str:
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        if now_ms is None:
+            now_ms = int(time.time() * 1000)
         head = self._head if now_ms == self._head_ms else self._head_at(now_ms)
-        return "%s%04X" % (head, next(self._counter) & 0xFFFF)
+        n = next(self._counter)  # its four hex digits as next_many makes them
+        return head + _HEX_BYTE[n >> 8 & 0xFF] + _HEX_BYTE[n & 0xFF]
 
     def _head_at(self, now_ms: int) -> str:
         """prefix + the ms in the month: the same for every key made in that ms (cached)."""
@@ -199,7 +201,7 @@ class UniqKeyGenerator:
         return [head + hx[n >> 8 & 0xFF] + hx[n & 0xFF] for n in itertools.islice(self._counter, count)]
 
 
-_HEX_BYTE = ["%02X" % b for b in range(256)]  # next_many's digits
+_HEX_BYTE = ["%02X" % b for b in range(256)]  # a key counter's digits, by byte
 uniq_keys = UniqKeyGenerator()
 
 

@@ -23,13 +23,16 @@ Rules:
    (groups_mastered_by). It re-fetches the routes that hold those groups and says whether one
    now names another master for them; a route without a master for the group is not a move
    (the election is still running: keep waiting).
+7. A TopicPublishInfo is immutable but for its round-robin counter; when the table replaces
+   or drops a topic's entry, the old one is marked `stale`, so a producer may keep the entry
+   it last used and look the topic up again only once it went stale.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
+import sys
 from typing import TYPE_CHECKING, NamedTuple
 
 from tidemq import errors
@@ -65,9 +68,12 @@ class MessageQueue(NamedTuple):
 
 
 class TopicPublishInfo:
-    """Writable queues of a topic and their masters' addresses, with round-robin selection."""
+    """Writable queues of a topic and their masters' addresses, with round-robin selection.
+    `targets[i]` is (queues[i], its master's address); `rr` counts the round-robin picks made
+    (select's, and the producer's fast path's: one sequence for both)."""
 
-    __slots__ = ("topic", "queues", "master_addrs", "route", "from_default", "_counter")
+    __slots__ = ("topic", "queues", "master_addrs", "targets", "route", "from_default", "rr",
+                 "stale")
 
     def __init__(self, topic: str, route: TopicRouteData,
                  default_queue_nums: int | None = None) -> None:
@@ -85,18 +91,24 @@ class TopicPublishInfo:
                 count = min(default_queue_nums, qd.write_queue_nums, qd.read_queue_nums)
             queues.extend(MessageQueue(topic, qd.broker_name, i) for i in range(count))
         self.queues = queues
-        self._counter = itertools.count()
+        # one address object for all topics (interned): a send hashes it, and thousands of
+        # routes' own copies would each be a cache miss
+        self.targets = tuple([(q, sys.intern(self.master_addrs[q.broker_name])) for q in queues])
+        self.rr = 0
+        self.stale = False  # replaced or dropped by the route table (rule 7)
 
     def select(self, prefer_broker: str | None = None) -> MessageQueue:
         """Round robin; with prefer_broker, the next queue of that broker group if it has one."""
         queues = self.queues
         if not queues:
             raise errors.NoRouteError(f"no writable queue for topic {self.topic!r}")
+        at = self.rr
+        self.rr = at + 1
         if prefer_broker is not None:
             same = [q for q in queues if q.broker_name == prefer_broker]
             if same:
-                return same[next(self._counter) % len(same)]
-        return queues[next(self._counter) % len(queues)]
+                return same[at % len(same)]
+        return queues[at % len(queues)]
 
     def select_by_key(self, key: object) -> MessageQueue:
         """The hash selector for ordered sends: one key, one queue (SelectMessageQueueByHash)."""
@@ -195,7 +207,7 @@ class RouteTable:
         self.routes[topic] = route
         for b in route.broker_datas:
             self.broker_addrs[b.broker_name] = dict(b.broker_addrs)
-        self._publish[topic] = TopicPublishInfo(topic, route)
+        self._set_publish(topic, TopicPublishInfo(topic, route))
         if _lacks_master(route):
             self._degraded.add(topic)
         else:
@@ -263,8 +275,16 @@ class RouteTable:
         info = TopicPublishInfo(topic, default, self._default_queue_nums)
         if not info.queues:
             raise errors.NoRouteError(f"no writable queue for {topic!r} (via {self._default_topic})")
-        self._publish[topic] = info
+        self._set_publish(topic, info)
         return info
+
+    def _set_publish(self, topic: str, info: TopicPublishInfo | None) -> None:
+        """Install (or, with None, drop) the topic's publish info; the old one goes stale."""
+        old = self._publish.pop(topic, None) if info is None else self._publish.get(topic)
+        if info is not None:
+            self._publish[topic] = info
+        if old is not None and old is not info:
+            old.stale = True
 
     # ------------------------------------------------------------------ consumers and admin
     async def subscribe_queues(self, topic: str, *, refresh: bool = False) -> list[MessageQueue]:
@@ -309,5 +329,5 @@ class RouteTable:
 
     def forget(self, topic: str) -> None:
         self.routes.pop(topic, None)
-        self._publish.pop(topic, None)
+        self._set_publish(topic, None)
         self._degraded.discard(topic)

@@ -24,6 +24,8 @@ Rules:
    stored (e.g. written before its connection dropped, then refused elsewhere).
 4. The fast path (route cached, connection open) encodes from a per-(topic, kind) header
    template and writes without creating a task; the reply resolves the user's future directly.
+   The topic's template is its one lookup: it keeps the route the last send used until the
+   route table marks it stale (client/topic_routes.py rule 7).
    Its clock is time.monotonic itself when the loop's time() is asyncio's stock one (which
    returns exactly that), so a send and its reply read the clock without a Python call.
 5. Bodies longer than `compress_threshold_bytes` are zlib-compressed (sysflag bit 0); batches
@@ -211,20 +213,26 @@ class _SendOp:
         self.waiting_on: str | None = None
 
     def attempt_fast(self, now: float) -> None:
+        """The first attempt: the topic's route as its template holds it (rule 4)."""
         p = self.p
-        info = p._instance.routes.publish_info_nowait(self.topic)
-        if info is not None and info.queues:
-            tmpl = self.tmpl
-            if tmpl.noted is not info:  # the topic's state on its template: no lookup
-                p._note_brokers(self.topic, info)
-                tmpl.noted = info
-            try:
-                mq = info.select(self.prefer_broker) if self.select is None else self.select(info)
-            except errors.TideMQError as err:  # a user selector's bad answer
-                self.on_reply(None, err)
-                return
-            addr = info.master_addrs.get(mq.broker_name)
-            conn = p._instance.remoting.connection_nowait(addr) if addr else None
+        tmpl = self.tmpl
+        info = tmpl.info
+        if info is None or info.stale:
+            info = p._route_of(self.topic, tmpl)
+        if info is not None:
+            if self.select is None:  # round robin, select()'s sequence, addresses at hand
+                at = info.rr
+                info.rr = at + 1
+                targets = info.targets
+                mq, addr = targets[at % len(targets)]
+            else:
+                try:
+                    mq = self.select(info)
+                except errors.TideMQError as err:  # a user selector's bad answer
+                    self.on_reply(None, err)
+                    return
+                addr = info.master_addrs.get(mq.broker_name)
+            conn = p._conn_nowait(addr) if addr else None
             if conn is not None:
                 self._write(conn, mq, now)
                 return
@@ -269,8 +277,9 @@ class _SendOp:
         self.addr = self.waiting_on = addr = conn.addr
         opaque = conn.next_opaque()
         p._stalls.sent(addr)
-        head = self.tmpl.head(opaque, mq.queue_id, self.sys_flag, int(time.time() * 1000),
-                              self.flag, self.props_wire, len(self.body))
+        tmpl = self.tmpl
+        head = tmpl.head_fn(tmpl.head_arg, opaque, mq.queue_id, self.sys_flag,
+                            int(time.time() * 1000), self.flag, self.props_wire, len(self.body))
         conn.request_until(opaque, head, self.body, reply_by, self)
 
     def on_reply(self, cmd: RemotingCommand | None, exc: errors.TideMQError | None) -> None:
@@ -400,6 +409,8 @@ class Producer(AsyncLifecycle):
         # None until start(): typed as set so the send paths, which run after
         # _check_running(), read them without a check each
         self._instance: ClientInstance = None  # type: ignore[assignment]
+        # its remoting's connection_nowait, bound once for the send path
+        self._conn_nowait: Callable[[str], RemotingConnection | None] = None  # type: ignore[assignment]
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._clock: Callable[[], float] = time.monotonic  # the loop's time (rule 4)
         self._inflight = 0
@@ -423,6 +434,7 @@ class Producer(AsyncLifecycle):
         self._instance = ClientInstance(cfg, self._heartbeat_data, default_topic=cfg.default_topic,
                                         default_topic_queue_nums=cfg.default_topic_queue_nums)
         self._instance.start_timers()
+        self._conn_nowait = self._instance.remoting.connection_nowait
         self._clock = _loop_clock(self._loop)
         self._stalls = StallWatch(self._clock)
         self._instance.every(STALL_CHECK_S, self._leave_stalled, "stalled-sends")
@@ -473,7 +485,12 @@ class Producer(AsyncLifecycle):
         if self._closing or self._instance is None:
             self._check_running()
         fut: asyncio.Future[SendResult] = self._loop.create_future()
-        self._start(self._prepare(msg), timeout_s, None, fut)
+        op = self._prepare(msg)
+        now = self._clock()  # _start's work, inline: the most common send's one call less
+        op.deadline = now + (timeout_s or self.config.send_timeout_s)
+        op.fut, op.select, op.retries_left = fut, None, self.config.retries
+        self._inflight += 1
+        op.attempt_fast(now)
         return fut
 
     def send_callback(self, msg: Message, callback: SendCallback, *,
@@ -565,6 +582,16 @@ class Producer(AsyncLifecycle):
         op.fut, op.select, op.retries_left = fut, select, self.config.retries
         self._inflight += 1
         op.attempt_fast(now)
+
+    def _route_of(self, topic: str, tmpl: SendHeaderTemplate) -> TopicPublishInfo | None:
+        """The topic's current publish info if it has queues (else None), kept on `tmpl`
+        until it goes stale, and its brokers noted."""
+        info = self._instance.routes.publish_info_nowait(topic)
+        if info is None or not info.queues:
+            return None
+        self._note_brokers(topic, info)
+        tmpl.info = info
+        return info
 
     def _note_brokers(self, topic: str, info: TopicPublishInfo) -> None:
         """Heartbeat a broker the first time we publish to it: the broker then knows this

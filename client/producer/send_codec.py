@@ -48,6 +48,7 @@ _ENTRY_HEAD = struct.Struct(">iiiii")  # TOTALSIZE, MAGIC, BODYCRC, FLAG, BODYLE
 _PROPS_BYTES_MAX = 32767  # a record's properties length is a signed i16
 # A bare message's properties text (waitStoreMsgOK, then the UNIQ_KEY) as a %-format
 _BARE_PROPS = "WAIT\x01true\x02UNIQ_KEY\x01%s\x02"
+_BARE_PROPS_JSON = json_escape(_BARE_PROPS)  # one object for every template: no per-topic copy
 
 V1_KEYS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag",
            "bornTimestamp", "flag", "properties", "reconsumeTimes", "unitMode", "batch")
@@ -58,7 +59,7 @@ class SendHeaderTemplate:
     """Encodes send frame heads for one (code, group, topic, header format, batch)."""
 
     __slots__ = ("code", "serialize_type", "_json_fmt", "_bin_static", "_bin_keys", "_bin_small",
-                 "_bin_born_key", "_bin_props_key", "_bare_fmt", "head", "noted")
+                 "_bin_born_key", "_bin_props_key", "_bare_fmt", "head", "head_fn", "head_arg", "info")
 
     def __init__(self, group: str, topic: str, *, default_topic: str = "TBW102",
                  default_queue_nums: int = 4, serialize_type: int = SerializeType.JSON,
@@ -70,8 +71,8 @@ class SendHeaderTemplate:
         self.code = int(code)
         self.serialize_type = serialize_type
         # the owner's per-topic state, kept here as the send path reads the template anyway:
-        # the route whose brokers the producer last noted (Producer._note_brokers)
-        self.noted: object = None
+        # the route the producer sends by, until it goes stale (Producer._route_of)
+        self.info: Any = None
         k = dict(zip(V1_KEYS, V2_KEYS if v2 else V1_KEYS))
         static_front = [(k["producerGroup"], group), (k["topic"], topic),
                         (k["defaultTopic"], default_topic),
@@ -81,13 +82,18 @@ class SendHeaderTemplate:
                     k["properties"]]
         if serialize_type == SerializeType.JSON:
             self._json_fmt = self._build_json(static_front, static_back, variable)
-            self._bare_fmt = json_escape(_BARE_PROPS)
+            self._bare_fmt = _BARE_PROPS_JSON
             # frame_head's arguments, in its order: one call (a compiled one when built)
             self.head: HeadFn = functools.partial(json_send_head, self._json_fmt)
+            self.head_fn: Callable[..., bytes] = json_send_head
+            self.head_arg: Any = self._json_fmt
         else:
             self._build_binary(static_front + static_back, variable)
             self._bare_fmt = _BARE_PROPS
             self.head = self._binary_head
+            self.head_fn, self.head_arg = SendHeaderTemplate._binary_head, self
+        # head_fn(head_arg, <frame_head's arguments>) is head(...) without a partial's or a
+        # bound method's object: the send path's call, reading nothing else of the template
 
     def _build_json(self, front: list[tuple[str, str]], back: list[tuple[str, str]],
                     variable: list[str]) -> bytes:

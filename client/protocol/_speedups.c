@@ -960,8 +960,12 @@ fill_format(unsigned char *w, const char *fmt, const char *end, char (*digits)[2
 {
     int next = 0;
     for (const char *q = fmt; q < end; q++) {
-        if (*q != '%') {
-            *w++ = (unsigned char)*q;
+        if (*q != '%') {  /* the literal run up to the next directive, in one copy */
+            const char *pct = memchr(q, '%', (size_t)(end - q));
+            size_t run = (size_t)((pct ? pct : end) - q);
+            memcpy(w, q, run);
+            w += run;
+            q += run - 1;
             continue;
         }
         q++;
@@ -1017,8 +1021,10 @@ json_send_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject
     end = fmt + fmt_len;
     /* pass 1: check the directives and size the header */
     for (const char *q = fmt; q < end; q++) {
-        if (*q != '%') {
-            hlen++;
+        if (*q != '%') {  /* a literal run: sized at once */
+            const char *pct = memchr(q, '%', (size_t)(end - q));
+            hlen += (pct ? pct : end) - q;
+            q = (pct ? pct : end) - 1;
             continue;
         }
         if (++q >= end)

@@ -164,3 +164,19 @@ def test_scale_bench_runs_its_speed_phases_in_rounds_over_brokers_up_together():
     assert result["restart_idle_scan_bytes_q800"] == 0
     assert result["crash_scan_bytes_q800"] > 0
     assert result["checkpoint_lag_p99_s_q800"] > 0
+
+
+def test_producer_cpu_bench_prints_cpu_per_message_and_dry_costs():
+    result = run_bench("producer_cpu_bench.py", "--queues", "8,800", "--rounds", "2",
+                       "--seconds", "0.5")
+    for n in (8, 800):
+        assert len(result[f"single_send_msgs_s_rounds_q{n}"]) == 2
+        rows = result[f"cpu_us_rounds_q{n}"]
+        assert len(rows) == 2 and all(len(r) == 4 and r[0] > 0 and r[2] > 0 for r in rows)
+        assert_positive(result, (f"client_user_us_q{n}", f"client_us_q{n}"))
+    assert len(result["single_send_ratio_rounds_q800"]) == 2
+    dry = run_bench("producer_cpu_bench.py", "--dry", "--queues", "8,800", "--rounds", "1")
+    for n in (8, 800):
+        for kind in ("send", "reply"):
+            p10, median = dry[f"dry_{kind}_us_q{n}"]
+            assert 0 < p10 <= median, (kind, n, p10, median)

@@ -11,6 +11,7 @@ from tidemq.consumer.pull import PullConsumer
 from tidemq.message import Message
 from tidemq.producer.producer import Producer, SendStatus
 from tidemq.sync import SyncProducer
+from tidemq.topic_routes import MIN_REFRESH_GAP_S
 
 
 async def read_all(addr, topic, group="reader", expected=None, timeout_s=10.0):
@@ -174,3 +175,23 @@ def test_sync_producer_facade(broker):
     assert all(r.ok for r in (r1, r2, r3, r4))
     bodies = sorted(m.body for q in run(read_all(broker.addr, "SyncT")).values() for m in q)
     assert bodies == sorted([b"one", b"two", b"three", b"four", b"five", b"six"])
+
+
+def test_sends_follow_a_refreshed_route(broker):
+    """The fast path keeps a topic's route between sends; a refreshed route (here: fewer
+    write queues) replaces it at once, and the round robin runs over the new queues only."""
+    topic = "RouteShrinks"
+
+    async def main():
+        async with Admin(broker.addr) as admin:
+            await admin.create_topic(topic, 8)
+            async with Producer("pg", broker.addr) as p:
+                before = [await p.send(Message(topic, b"a")) for _ in range(16)]
+                assert {r.queue.queue_id for r in before} == set(range(8))
+                await admin.create_topic(topic, 8, write_queues=2)
+                await asyncio.sleep(MIN_REFRESH_GAP_S)  # a refresh sooner would be skipped
+                await p._instance.routes.refresh(topic)
+                after = [await p.send(Message(topic, b"b")) for _ in range(16)]
+                assert all(r.ok for r in after)
+                assert [r.queue.queue_id for r in after] == [0, 1] * 8
+    run(main())
