@@ -4,7 +4,10 @@ broker until any of its queues has something.
 
 A queue's next pull waits here, in a per-broker list, instead of sending a PULL_MESSAGE:
 `submit` calls back with the result (the push consumer chains the next pull to it, with no
-future or task per queue; client/consumer/push.py), `pull` awaits it. `PullBatcher` sends the waiting queues
+future or task per queue; client/consumer/push.py), `pull` awaits it. A waiting queue costs
+one object: the callback gets the caller's context back (`on_done(ctx, outcome)`), so one
+bound method serves every queue, with no closure (a function, its cells and their tuple)
+per pull for the garbage collector to walk while 100,000 queues wait. `PullBatcher` sends the waiting queues
 together and hands every queue its own PullResult, exactly what a PULL_MESSAGE would have told
 it (client/consumer/broker_calls.py rules 1 and 2).
 
@@ -59,17 +62,21 @@ class BatchUnsupported(errors.TideMQError):
     """The broker does not serve batched pulls: pull this queue with PULL_MESSAGE (rule 3)."""
 
 
-class PullWaiter:
-    """One queue's place in its broker's list; `on_done` gets the PullResult or the error,
-    once, unless the waiter was cancelled first (rule 5)."""
-    __slots__ = ("mq", "offset", "commit", "on_done", "done")
+OnDone = Callable[[Any, "PullResult | Exception"], None]
 
-    def __init__(self, mq: MessageQueue, offset: int, commit: int,
-                 on_done: Callable[[PullResult | Exception], None]) -> None:
+
+class PullWaiter:
+    """One queue's place in its broker's list; `on_done(ctx, outcome)` gets the PullResult or
+    the error, once, unless the waiter was cancelled first (rule 5)."""
+    __slots__ = ("mq", "offset", "commit", "on_done", "ctx", "done")
+
+    def __init__(self, mq: MessageQueue, offset: int, commit: int, on_done: OnDone,
+                 ctx: Any = None) -> None:
         self.mq = mq
         self.offset = offset
         self.commit = commit
         self.on_done = on_done
+        self.ctx = ctx
         self.done = False
 
     def cancel(self) -> None:
@@ -80,7 +87,7 @@ class PullWaiter:
             return
         self.done = True
         try:
-            self.on_done(outcome)
+            self.on_done(self.ctx, outcome)
         except Exception:  # the consumer's bug must not strand the batch's other queues
             log.exception("batched pull result of %s not taken", self.mq)
 
@@ -136,11 +143,11 @@ class PullBatcher:
         return addr not in self.unsupported
 
     def submit(self, addr: str, mq: MessageQueue, offset: int, commit_offset: int | None,
-               on_done: Callable[[PullResult | Exception], None]) -> PullWaiter:
-        """Queue mq's next pull from addr; `on_done` gets its PullResult or its error (as a
-        pull would fail, or BatchUnsupported), with no future or task per queue."""
+               on_done: OnDone, ctx: Any = None) -> PullWaiter:
+        """Queue mq's next pull from addr; `on_done(ctx, outcome)` gets its PullResult or its
+        error (as a pull would fail, or BatchUnsupported), with no future or task per queue."""
         commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
-        waiter = PullWaiter(mq, offset, commit, on_done)  # as pull(): a commit of 0 is not sent
+        waiter = PullWaiter(mq, offset, commit, on_done, ctx)  # as pull(): a commit of 0 is not sent
         if addr in self.unsupported:
             waiter.finish(BatchUnsupported(f"{addr} serves no batched pulls"))
             return waiter
@@ -157,7 +164,7 @@ class PullBatcher:
         """mq's next pull result from addr; raises as a pull would, or BatchUnsupported."""
         future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
 
-        def settle(outcome: PullResult | Exception) -> None:
+        def settle(_: Any, outcome: PullResult | Exception) -> None:
             if future.done():
                 return
             if isinstance(outcome, PullResult):
