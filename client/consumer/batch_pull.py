@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 QUEUES_MAX = 4096  # the broker's bound on queues in one request
+HEADS_MAX = 1 << 18  # cached request row heads (request_body): cleared past this many
 SIZE_MIN = 64  # the fewest queues a request lists after a full reply (rule 6)
 _INDEX_LEN = struct.Struct(">I")
 
@@ -127,6 +128,7 @@ class PullBatcher:
         self._queues_max = max(1, min(queues_max, QUEUES_MAX))
         self._inflight_max = inflight_max
         self._waiting: dict[str, _WaitList] = {}  # addr -> its waiting queues
+        self._heads: dict[MessageQueue, str] = {}  # request_body's row heads
         self._size: dict[str, int] = {}  # addr -> queues its next request lists (rule 6)
         self._inflight: dict[str, int] = {}
         self._flush_scheduled = False
@@ -241,13 +243,9 @@ class PullBatcher:
                        suspend_ms: int) -> tuple[list[tuple[int, Any]], int | None]:
         """Send one 9002: [(index in batch, PullResult or error)] for the rows it answered,
         and how many leading queues the broker examined (None: it does not say)."""
-        topics = {w.mq.topic for w in batch}
-        body = json.dumps({
-            "queues": [[w.mq.topic, w.mq.queue_id, w.offset, w.commit] for w in batch],
-            "subscriptions": {t: self._filters[t].expression for t in topics if t in self._filters},
-            "expressionTypes": {t: self._filters[t].expression_type for t in topics
-                                if t in self._filters and self._filters[t].expression_type != "TAG"},
-        }, separators=(",", ":")).encode()
+        if len(self._heads) > HEADS_MAX:
+            self._heads.clear()
+        body = request_body(batch, self._filters, self._heads)
         ext = {"consumerGroup": self._group, "maxMsgNums": str(self._max_nums),
                "suspendTimeoutMillis": str(suspend_ms)}
         resp = await self._instance.call(addr, RequestCode.BATCH_PULL_MESSAGE, ext, body,
@@ -294,6 +292,27 @@ class PullBatcher:
             if not msgs:
                 result.status = PullStatus.NO_MATCHED_MSG
         return result
+
+
+def request_body(batch: list[PullWaiter], filters: Mapping[str, SubscriptionFilter],
+                 heads: dict[MessageQueue, str]) -> bytes:
+    """A 9002 body for `batch`: exactly json.dumps({"queues": [[topic, queue id, offset,
+    commit]], "subscriptions": ..., "expressionTypes": ...}, separators=(",", ":")), with
+    each queue's row head ("[<topic as JSON>,<queue id>,") kept in `heads` across requests:
+    a queue listed again costs one string format, not the encoder's walk of a fresh list."""
+    rows = []
+    for w in batch:
+        mq = w.mq
+        head = heads.get(mq)
+        if head is None:
+            head = heads[mq] = f"[{json.dumps(mq.topic)},{int(mq.queue_id)},"
+        rows.append(f"{head}{int(w.offset)},{int(w.commit)}]")
+    topics = [t for t in dict.fromkeys(w.mq.topic for w in batch) if t in filters]
+    subs = json.dumps({t: filters[t].expression for t in topics}, separators=(",", ":"))
+    types = json.dumps({t: filters[t].expression_type for t in topics
+                        if filters[t].expression_type != "TAG"}, separators=(",", ":"))
+    return f'{{"queues":[{",".join(rows)}],"subscriptions":{subs},"expressionTypes":{types}}}' \
+        .encode()
 
 
 def _fail(batch: list[PullWaiter], exc: Exception) -> None:
