@@ -38,10 +38,10 @@ Prints ONE JSON line, keys `<metric>_q<N>`. For each speed figure `<kind>` (sing
 batch_send_msgs_s, push_consume_msgs_s): `<kind>_rounds_q<N>` holds every round's rate,
 `<kind>_q<N>` their median, `<kind>_ratio_rounds_q<N>` every round's rate over the first
 queue count's rate in the same round (null where that rate was 0; no round is left out) and
-`<kind>_ratio_q<N>` the median of those ratios. For the two send kinds,
-`<kind>_cpu_us_rounds_q<N>` holds every round's CPU per message, in µs, as [broker user, broker
-system, client user, client system]: the kernel's share shows where a phase's time goes when
-its rate moves from round to round.
+`<kind>_ratio_q<N>` the median of those ratios. For every kind, `<kind>_cpu_us_rounds_q<N>`
+holds every round's CPU per message, in µs, as [broker user, broker system, client user,
+client system]: the kernel's share shows where a phase's time goes when its rate moves from
+round to round (a push phase's figure includes its consumer's start and shutdown).
 `--quick` uses 8 and 10,000 queues, 2 rounds of 1 s phases (under a minute on an idle 2-core
 machine); the full run adds 100,000 queues, 3 rounds of 3 s phases.
 The client and the brokers share this machine's cores: figures are for them all together.
@@ -396,18 +396,22 @@ async def push_rounds(brokers, rounds, seconds, held, found):
             if len(topics) >= rounds:
                 topics = topics[r::rounds]
             left = held[n] - sum(found["push_consume_count"][n])
+            pid = brokers[n].proc.pid
+            before = cpu_s(pid), cpu_s()
             rate, count = await push_consume(brokers[n].addr, topics,
                                              max(1, left // (rounds - r)),
                                              seconds * PUSH_WINDOW_FACTOR)
             found["push_consume_msgs_s"][n].append(rate)
             found["push_consume_count"][n].append(count)
+            found["cpu"]["push_consume_msgs_s"][n].append(
+                cpu_us_per_msg(before, (cpu_s(pid), cpu_s()), count))
 
 
 async def rounds_of_phases(brokers, rounds, seconds):
     """Every speed phase for every broker, in rounds (module docstring): {kind: {N: [rate of
     each round]}}, with push_consume_count's deliveries under the same shape."""
     found = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS + ("push_consume_count",)}
-    found["cpu"] = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS[:2]}
+    found["cpu"] = {kind: {n: [] for n in brokers} for kind in SPEED_KINDS}
     held = await send_rounds(brokers, rounds, seconds, found)
     await push_rounds(brokers, rounds, seconds, held, found)
     return found

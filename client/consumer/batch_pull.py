@@ -4,7 +4,10 @@ broker until any of its queues has something.
 
 A queue's next pull waits here, in a per-broker list, instead of sending a PULL_MESSAGE:
 `submit` calls back with the result (the push consumer chains the next pull to it, with no
-future or task per queue; client/consumer/push.py), `pull` awaits it. `PullBatcher` sends the waiting queues
+future or task per queue; client/consumer/push.py), `pull` awaits it. A waiting queue costs
+one object: the callback gets the caller's context back (`on_done(ctx, outcome)`), so one
+bound method serves every queue, with no closure (a function, its cells and their tuple)
+per pull for the garbage collector to walk while 100,000 queues wait. `PullBatcher` sends the waiting queues
 together and hands every queue its own PullResult, exactly what a PULL_MESSAGE would have told
 it (client/consumer/broker_calls.py rules 1 and 2).
 
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 QUEUES_MAX = 4096  # the broker's bound on queues in one request
+HEADS_MAX = 1 << 18  # cached request row heads (request_body): cleared past this many
 SIZE_MIN = 64  # the fewest queues a request lists after a full reply (rule 6)
 _INDEX_LEN = struct.Struct(">I")
 
@@ -59,17 +63,21 @@ class BatchUnsupported(errors.TideMQError):
     """The broker does not serve batched pulls: pull this queue with PULL_MESSAGE (rule 3)."""
 
 
-class PullWaiter:
-    """One queue's place in its broker's list; `on_done` gets the PullResult or the error,
-    once, unless the waiter was cancelled first (rule 5)."""
-    __slots__ = ("mq", "offset", "commit", "on_done", "done")
+OnDone = Callable[[Any, "PullResult | Exception"], None]
 
-    def __init__(self, mq: MessageQueue, offset: int, commit: int,
-                 on_done: Callable[[PullResult | Exception], None]) -> None:
+
+class PullWaiter:
+    """One queue's place in its broker's list; `on_done(ctx, outcome)` gets the PullResult or
+    the error, once, unless the waiter was cancelled first (rule 5)."""
+    __slots__ = ("mq", "offset", "commit", "on_done", "ctx", "done")
+
+    def __init__(self, mq: MessageQueue, offset: int, commit: int, on_done: OnDone,
+                 ctx: Any = None) -> None:
         self.mq = mq
         self.offset = offset
         self.commit = commit
         self.on_done = on_done
+        self.ctx = ctx
         self.done = False
 
     def cancel(self) -> None:
@@ -80,7 +88,7 @@ class PullWaiter:
             return
         self.done = True
         try:
-            self.on_done(outcome)
+            self.on_done(self.ctx, outcome)
         except Exception:  # the consumer's bug must not strand the batch's other queues
             log.exception("batched pull result of %s not taken", self.mq)
 
@@ -120,6 +128,7 @@ class PullBatcher:
         self._queues_max = max(1, min(queues_max, QUEUES_MAX))
         self._inflight_max = inflight_max
         self._waiting: dict[str, _WaitList] = {}  # addr -> its waiting queues
+        self._heads: dict[MessageQueue, str] = {}  # request_body's row heads
         self._size: dict[str, int] = {}  # addr -> queues its next request lists (rule 6)
         self._inflight: dict[str, int] = {}
         self._flush_scheduled = False
@@ -136,11 +145,11 @@ class PullBatcher:
         return addr not in self.unsupported
 
     def submit(self, addr: str, mq: MessageQueue, offset: int, commit_offset: int | None,
-               on_done: Callable[[PullResult | Exception], None]) -> PullWaiter:
-        """Queue mq's next pull from addr; `on_done` gets its PullResult or its error (as a
-        pull would fail, or BatchUnsupported), with no future or task per queue."""
+               on_done: OnDone, ctx: Any = None) -> PullWaiter:
+        """Queue mq's next pull from addr; `on_done(ctx, outcome)` gets its PullResult or its
+        error (as a pull would fail, or BatchUnsupported), with no future or task per queue."""
         commit = commit_offset if commit_offset is not None and commit_offset > 0 else -1
-        waiter = PullWaiter(mq, offset, commit, on_done)  # as pull(): a commit of 0 is not sent
+        waiter = PullWaiter(mq, offset, commit, on_done, ctx)  # as pull(): a commit of 0 is not sent
         if addr in self.unsupported:
             waiter.finish(BatchUnsupported(f"{addr} serves no batched pulls"))
             return waiter
@@ -157,7 +166,7 @@ class PullBatcher:
         """mq's next pull result from addr; raises as a pull would, or BatchUnsupported."""
         future: asyncio.Future[PullResult] = asyncio.get_running_loop().create_future()
 
-        def settle(outcome: PullResult | Exception) -> None:
+        def settle(_: Any, outcome: PullResult | Exception) -> None:
             if future.done():
                 return
             if isinstance(outcome, PullResult):
@@ -234,13 +243,9 @@ class PullBatcher:
                        suspend_ms: int) -> tuple[list[tuple[int, Any]], int | None]:
         """Send one 9002: [(index in batch, PullResult or error)] for the rows it answered,
         and how many leading queues the broker examined (None: it does not say)."""
-        topics = {w.mq.topic for w in batch}
-        body = json.dumps({
-            "queues": [[w.mq.topic, w.mq.queue_id, w.offset, w.commit] for w in batch],
-            "subscriptions": {t: self._filters[t].expression for t in topics if t in self._filters},
-            "expressionTypes": {t: self._filters[t].expression_type for t in topics
-                                if t in self._filters and self._filters[t].expression_type != "TAG"},
-        }, separators=(",", ":")).encode()
+        if len(self._heads) > HEADS_MAX:
+            self._heads.clear()
+        body = request_body(batch, self._filters, self._heads)
         ext = {"consumerGroup": self._group, "maxMsgNums": str(self._max_nums),
                "suspendTimeoutMillis": str(suspend_ms)}
         resp = await self._instance.call(addr, RequestCode.BATCH_PULL_MESSAGE, ext, body,
@@ -287,6 +292,27 @@ class PullBatcher:
             if not msgs:
                 result.status = PullStatus.NO_MATCHED_MSG
         return result
+
+
+def request_body(batch: list[PullWaiter], filters: Mapping[str, SubscriptionFilter],
+                 heads: dict[MessageQueue, str]) -> bytes:
+    """A 9002 body for `batch`: exactly json.dumps({"queues": [[topic, queue id, offset,
+    commit]], "subscriptions": ..., "expressionTypes": ...}, separators=(",", ":")), with
+    each queue's row head ("[<topic as JSON>,<queue id>,") kept in `heads` across requests:
+    a queue listed again costs one string format, not the encoder's walk of a fresh list."""
+    rows = []
+    for w in batch:
+        mq = w.mq
+        head = heads.get(mq)
+        if head is None:
+            head = heads[mq] = f"[{json.dumps(mq.topic)},{int(mq.queue_id)},"
+        rows.append(f"{head}{int(w.offset)},{int(w.commit)}]")
+    topics = [t for t in dict.fromkeys(w.mq.topic for w in batch) if t in filters]
+    subs = json.dumps({t: filters[t].expression for t in topics}, separators=(",", ":"))
+    types = json.dumps({t: filters[t].expression_type for t in topics
+                        if filters[t].expression_type != "TAG"}, separators=(",", ":"))
+    return f'{{"queues":[{",".join(rows)}],"subscriptions":{subs},"expressionTypes":{types}}}' \
+        .encode()
 
 
 def _fail(batch: list[PullWaiter], exc: Exception) -> None:

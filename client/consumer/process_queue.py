@@ -37,7 +37,7 @@ class PulledBatch:
 class ProcessQueue:
     __slots__ = ("mq", "next_offset", "pulled_upto", "batches", "cached", "cached_max",
                  "dropped", "_has_work", "on_space", "pull_task", "consume_task", "pulling",
-                 "consume_soon", "consumed")
+                 "pull_addr", "pull_on_slave", "consume_soon", "consumed")
 
     def __init__(self, mq: MessageQueue, start_offset: int, cached_max: int) -> None:
         self.mq = mq
@@ -57,6 +57,9 @@ class ProcessQueue:
         self.consume_soon = False
         # the batched pull under way, or the timer of a back-off after a failed one
         self.pulling: PullWaiter | asyncio.TimerHandle | None = None
+        # where the batched pull under way went, and whether that is a slave
+        self.pull_addr = ""
+        self.pull_on_slave = False
         self.consumed = 0
 
     @property

@@ -166,6 +166,7 @@ class PushConsumer(AsyncLifecycle):
         self._rebalance_lock: asyncio.Lock = None  # type: ignore[assignment]
         self._closing = False
         self._on_space = self._pull_next
+        self._on_pulled = self._pulled  # one bound method for every queue's batched pulls
         self._ready: list[ProcessQueue] = []  # queues whose next batch the next turn consumes
         self._ready_handle: asyncio.Handle | None = None
         self._gc = GcFreezer(self.config.gc_freeze_step_queues)  # rule 5
@@ -639,8 +640,9 @@ class PushConsumer(AsyncLifecycle):
         if addr is None or batcher is None or not batcher.supports(addr):
             pq.pull_task = self._instance.spawn(self._pull_loop(pq), name=f"pull {pq.mq.key()}")
             return
+        pq.pull_addr, pq.pull_on_slave = addr, on_slave
         pq.pulling = batcher.submit(addr, pq.mq, pq.next_offset, self._piggyback(pq, on_slave),
-                                    lambda outcome: self._pulled(pq, addr, on_slave, outcome))
+                                    self._on_pulled, pq)
 
     def _piggyback(self, pq: ProcessQueue, on_slave: bool) -> int | None:
         """The commit offset a pull of pq carries (none to a slave; pull_target rule 3)."""
@@ -648,8 +650,9 @@ class PushConsumer(AsyncLifecycle):
             return pq.commit_offset()
         return None
 
-    def _pulled(self, pq: ProcessQueue, addr: str, on_slave: bool,
-                outcome: PullResult | Exception) -> None:
+    def _pulled(self, pq: ProcessQueue, outcome: PullResult | Exception) -> None:
+        """A batched pull's outcome (the batcher's callback, `self._on_pulled`)."""
+        addr, on_slave = pq.pull_addr, pq.pull_on_slave
         pq.pulling = None
         if pq.dropped:
             return

@@ -223,6 +223,8 @@ def _first(entry):
 
 def _filtered_rows(wanted, offsets: dict, rows: list) -> None:
     """A 20 row for each queue whose read moved past filtered messages without a row yet."""
+    if not offsets:
+        return  # no read moved past a filtered message: nothing to walk
     for i, topic, queue_id, asked, _ in wanted:
         offset = offsets.get((topic, queue_id), asked)
         if offset != asked:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from itertools import chain
 
 from tidemq.node.consumers import group_settings
 from tidemq.node.requests.fields import NAME_CHARS, RequestError
@@ -122,19 +123,25 @@ _ROW_SHAPE = ("bad batch pull body: each queue is [topic, queueId, offset, commi
               "with a topic name and three integers")
 
 
-def _batch_rows(rows: list) -> list[tuple[str, int, int, int]]:
-    """The rows as (topic, queue id, offset, commit) tuples. Checked a column at a time with
-    builtins (a 4096-row body costs no Python call per row) and each distinct topic once."""
+def _columns(rows: list, width: int, shape: str) -> tuple[tuple, ...]:
+    """The columns of `rows` (lists of `width`: a topic name, then integers), checked a
+    column at a time with builtins (a 4096-row body costs no Python call per row) and each
+    distinct topic once; RequestError(shape) when a row does not fit."""
     try:
-        if set(map(type, rows)) != {list} or set(map(len, rows)) != {4}:
+        if set(map(type, rows)) != {list} or set(map(len, rows)) != {width}:
             raise ValueError
-        topics, queue_ids, offsets, commits = zip(*rows)
-        names = set(topics)  # TypeError for an unhashable topic
+        columns = tuple(zip(*rows))
+        names = set(columns[0])  # TypeError for an unhashable topic
     except (TypeError, ValueError):
-        raise RequestError(_ROW_SHAPE) from None
-    if not all(map(_topic_ok, names)) or \
-            set(map(type, queue_ids + offsets + commits)) != {int}:
-        raise RequestError(_ROW_SHAPE)
+        raise RequestError(shape) from None
+    if not all(map(_topic_ok, names)) or set(map(type, chain(*columns[1:]))) != {int}:
+        raise RequestError(shape)
+    return columns
+
+
+def _batch_rows(rows: list) -> list[tuple[str, int, int, int]]:
+    """The rows as (topic, queue id, offset, commit) tuples (_columns)."""
+    topics, queue_ids, offsets, commits = _columns(rows, 4, _ROW_SHAPE)
     if min(queue_ids) < 0 or max(queue_ids) >= _INT32 or \
             min(offsets + commits) < -_INT64 or max(offsets + commits) >= _INT64:
         raise RequestError("bad batch pull body: queueId must be an int32 >= 0, offsets int64")
@@ -159,22 +166,18 @@ def offset_batch_body(body: bytes) -> list[tuple[str, int, int]]:
         raise RequestError(_OFFSETS_SHAPE)
     if not 0 < len(rows) <= MAX_OFFSET_BATCH_QUEUES:
         raise RequestError(f"bad offset batch body: 1 to {MAX_OFFSET_BATCH_QUEUES} queues")
-    out = [_offset_row(row) for row in rows]
-    if len({(t, q) for t, q, _ in out}) != len(out):
-        raise RequestError("bad offset batch body: a queue is listed twice")
-    return out
-
-
-def _offset_row(row) -> tuple[str, int, int]:
-    if not isinstance(row, list) or len(row) != 3 or not _topic_ok(row[0]) or \
-            not all(type(v) is int for v in row[1:]):
-        raise RequestError("bad offset batch body: each queue is [topic, queueId, offset] with "
-                           "a topic name and two integers")
-    topic, queue_id, offset = row
-    if not 0 <= queue_id < _INT32 or not -_INT64 <= offset < _INT64:
+    topics, queue_ids, offsets = _columns(rows, 3, _OFFSET_ROW_SHAPE)
+    if min(queue_ids) < 0 or max(queue_ids) >= _INT32 or \
+            min(offsets) < -_INT64 or max(offsets) >= _INT64:
         raise RequestError("bad offset batch body: queueId must be an int32 >= 0, offset an "
                            "int64")
-    return topic, queue_id, offset
+    if len(set(zip(topics, queue_ids))) != len(rows):
+        raise RequestError("bad offset batch body: a queue is listed twice")
+    return list(zip(topics, queue_ids, offsets))
+
+
+_OFFSET_ROW_SHAPE = ("bad offset batch body: each queue is [topic, queueId, offset] with a "
+                     "topic name and two integers")
 
 
 def topic_list_body(body: bytes) -> list:

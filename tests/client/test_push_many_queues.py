@@ -8,6 +8,7 @@ import gc
 from tests.client.conftest import run, wait_until
 from tests.support.raw_client import RawClient, properties, send_ext
 from tidemq.consumer import broker_calls as pull_api
+from tidemq.consumer.batch_pull import PullWaiter
 from tidemq.consumer.orderly import OrderlyPushConsumer
 from tidemq.consumer.push import PushConsumer
 from tidemq.protocol.codes import RequestCode as R
@@ -70,7 +71,9 @@ def test_clustering_consumes_every_message_once_over_many_queues(broker):
 
 def test_idle_queues_hold_no_task_and_wake_on_a_message(broker):
     """Batched pulls chain per queue without a task: 400 idle queues add only a handful of
-    tasks, and a message on any of them is still consumed."""
+    tasks; each waiting queue's pull is one object (every waiter calls back through the
+    consumer's one bound method with its queue as context, no function and cells per pull
+    for the garbage collector to walk); a message on any of them is still consumed."""
     topics = [f"Idle{t}" for t in range(50)]  # 400 queues
     seen = []
 
@@ -84,6 +87,13 @@ def test_idle_queues_hold_no_task_and_wake_on_a_message(broker):
         await asyncio.sleep(0.3)  # every queue's first pull is waiting at the broker
         tasks = len(asyncio.all_tasks()) - before
         assert tasks < 40, f"{tasks} tasks for 400 idle queues"
+        pqs = list(c._pqs.values())
+        waiters = [pq.pulling for pq in pqs]
+        assert all(isinstance(w, PullWaiter) and w.ctx is pq for w, pq in zip(waiters, pqs))
+        assert len({id(w.on_done) for w in waiters}) == 1  # one callable for them all
+        tracked = collections.Counter(type(r).__name__ for w in waiters
+                                      for r in gc.get_referents(w) if gc.is_tracked(r))
+        assert not tracked["function"] and not tracked["cell"], tracked
         async with await RawClient.connect(broker.addr) as raw:
             reply = await raw.start(R.SEND_MESSAGE, send_ext(topics[17], 5, properties()),
                                     b"wake")
