@@ -47,7 +47,8 @@ Rules:
    message-by-message path, with the same result (same entries, same order).
 8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
    short strings, no body): remembering a message builds no tuple of its own. The keys live
-   in node/sending/dedup_keys.py: per topic, a plain dict by UNIQ_KEY, aged in put-sized runs.
+   in node/sending/dedup_keys.py: a compiled table sized once from dedup_window_keys (no
+   rehash stall at steady state), its pure twin when not built or TIDEMQ_PURE_PYTHON is set.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
-from tidemq.node.sending.dedup_keys import KeyWindow
+from tidemq.node.sending.dedup_keys import key_table
 from tidemq.node.store import index_file
 from tidemq.node.store.message import (
     DR_PHYS,
@@ -127,7 +128,8 @@ class DedupWindow:
         self.max_keys = max_keys
         self.enabled = window_ms > 0 and max_keys > 0
         self.clock = clock
-        self._keys = KeyWindow()  # (topic, uniq) -> entry, oldest first (dedup_keys.py)
+        # (topic, uniq) -> entry, oldest first (dedup_keys.py)
+        self._keys = key_table(max_keys if self.enabled else 0)
         self.suppressed = 0  # messages answered from the window (metrics, tests)
 
     def __len__(self) -> int:
@@ -135,7 +137,7 @@ class DedupWindow:
 
     def items(self) -> list:
         """[((topic, UNIQ_KEY), entry)] of every key held, oldest first."""
-        return list(self._keys.items())
+        return self._keys.items()
 
     # -- the send path ------------------------------------------------------------------
     def remember(self, requests, msgs=None, keep_first: bool = False) -> None:
@@ -239,7 +241,7 @@ class DedupWindow:
         """Refill the window from the store's key index (rule 4); returns the keys held.
         What the window held is dropped first: under HA the log may have been cut back since.
         A shadow prepared for this store (rule 6) is adopted instead of a full walk."""
-        self._keys = KeyWindow()
+        self._keys = key_table(self.max_keys if self.enabled else 0)
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")

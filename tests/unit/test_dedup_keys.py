@@ -1,6 +1,9 @@
 """The duplicate window's key store (node/sending/dedup_keys.py) against an OrderedDict model
 of the window's rules: after any sequence of adds, runs (of one topic or of many), evictions and
-cuts, the same keys with the same entries in the same age order, and the same count."""
+cuts, the same keys with the same entries in the same age order, and the same count. Both
+twins: the pure KeyWindow and the compiled KeyTable (node/sending/_dedup_table.c), the latter
+also with a hash narrowed to two bits (every key collides) and a table of a few nodes (it
+grows mid-run)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -12,6 +15,12 @@ from hypothesis import strategies as st
 from tidemq.node.sending import dedup_keys
 from tidemq.node.sending.dedup_keys import KeyWindow
 from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
+
+try:  # imported directly: the compiled twin is tested even when TIDEMQ_PURE_PYTHON is set
+    from tidemq.node.sending._dedup_table import KeyTable
+except ImportError:
+    KeyTable = None
+needs_compiled = pytest.mark.skipif(KeyTable is None, reason="compiled key table not built")
 
 TOPICS = st.sampled_from(["T", "U", "V"])
 UNIQS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
@@ -86,8 +95,17 @@ def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
         dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX = old
 
 
-def _run(steps):
-    store, model = KeyWindow(), Model()
+@needs_compiled
+@pytest.mark.parametrize("size,hash_bits", [(100, 64), (0, 2), (3, 64)])
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(_step(), max_size=40))
+def test_the_compiled_table_keeps_the_windows_order(steps, size, hash_bits):
+    _run(steps, KeyTable(size, DR_PHYS, DR_STORE_TS, hash_bits=hash_bits))
+
+
+def _run(steps, store=None):
+    store = KeyWindow() if store is None else store
+    model = Model()
     phys = ts = 0
     for step in steps:
         kind = step[0]
@@ -127,7 +145,9 @@ def _run(steps):
         for (topic, uniq), entry in model.od.items():
             assert store.get(topic, uniq) is entry
         assert store.holds_none("T", ["zz"])
-        _assert_table_holds_only_live_topics(store)
+        assert store.holds_none("T", ["zz", "a"]) == (("T", "a") not in model.od)
+        if isinstance(store, KeyWindow):
+            _assert_table_holds_only_live_topics(store)
 
 
 def _assert_table_holds_only_live_topics(store):

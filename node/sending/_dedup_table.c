@@ -1,0 +1,615 @@
+/* The duplicate window's key store, compiled (node/sending/dedup_keys.py has its pure twin,
+KeyWindow, and picks between them).
+
+A KeyTable maps (topic, UNIQ_KEY) -> entry (a put's dispatch request tuple) and keeps the keys'
+age order. It is sized once from the window's count bound, so a window at steady state never
+rehashes (a dict of 100,000 keys stalls the loop several ms each time it resizes).
+
+Rules:
+1. Open addressing, linear probing, over a 64-bit hash of the pair (Python's own str hashes,
+   which are keyed per process and cached in the str, mixed together). A slot holds the high
+   32 bits of the hash and the node's index; a hit is only a hit when the node's full hash,
+   topic and key are equal, so a collision can never make a new message a duplicate.
+   Deletion shifts the following cluster back (no tombstones, no slow-down with age).
+2. Nodes live in one array, linked oldest to newest: a key stored again moves to the newest
+   end; eviction and a cut of the log take nodes off the ends, O(1) per key. Freed nodes are
+   reused newest-freed first (warm in the cache).
+3. The slot table has at least twice as many slots as nodes. The node array starts at the
+   count bound plus headroom for a put (a window holds more than its bound only between a
+   put and its eviction); a put larger than that headroom doubles it once (a rehash), never
+   again at the same size.
+4. Keys are exact str (TypeError otherwise, before anything changes); entries are read only
+   at their phys and store-timestamp fields (given at construction), when evicting or
+   cutting. The error texts are the pure twin's.
+5. A run added with keep_first is all or nothing: a key held already, or twice in the run,
+   undoes the run's new nodes (nothing else changed yet) and answers False.
+6. The public CPython API only; no library beyond libc.
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    PyObject *topic, *uniq, *entry;  /* owned while the node is in use */
+    uint64_t hash;
+    int32_t older, newer;  /* age order (-1: none); a free node chains through `newer` */
+} node_t;
+
+typedef struct {
+    uint32_t tag;   /* the hash's high 32 bits */
+    uint32_t node;  /* node index + 1; 0: empty slot */
+} slot_t;
+
+typedef struct {
+    PyObject_HEAD
+    node_t *nodes;
+    int32_t cap, unused;      /* nodes allocated; the first never used */
+    int32_t free_list, oldest, newest;
+    Py_ssize_t live;
+    slot_t *slots;
+    uint32_t mask;            /* slots - 1 */
+    uint64_t hash_mask;       /* all ones; tests narrow it to force collisions */
+    Py_ssize_t phys_field, ts_field;
+} KeyTable;
+
+static const char NOT_STR[] = "a duplicate window key must be a str";
+static const char LENGTHS[] = "keys and entries differ in length";
+
+static inline uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Exact str only (rule 4): their hash never fails. */
+static inline uint64_t
+key_hash(KeyTable *t, PyObject *topic, PyObject *uniq)
+{
+    uint64_t a = (uint64_t)PyObject_Hash(topic), b = (uint64_t)PyObject_Hash(uniq);
+    return mix64(a * 0x9E3779B97F4A7C15ULL ^ b) & t->hash_mask;
+}
+
+static inline int
+str_eq(PyObject *a, PyObject *b)
+{
+    if (a == b)
+        return 1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    int kind = PyUnicode_KIND(a);
+    return n == PyUnicode_GET_LENGTH(b) && kind == (int)PyUnicode_KIND(b)
+           && memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)n * kind) == 0;
+}
+
+/* The node holding (topic, uniq), or -1 with *at the empty slot where it would go. */
+static inline int32_t
+find(KeyTable *t, PyObject *topic, PyObject *uniq, uint64_t h, uint32_t *at)
+{
+    uint32_t i = (uint32_t)h & t->mask, tag = (uint32_t)(h >> 32);
+    for (;;) {
+        slot_t s = t->slots[i];
+        if (!s.node) {
+            *at = i;
+            return -1;
+        }
+        if (s.tag == tag) {
+            node_t *n = &t->nodes[s.node - 1];
+            if (n->hash == h && str_eq(n->uniq, uniq) && str_eq(n->topic, topic)) {
+                *at = i;
+                return (int32_t)s.node - 1;
+            }
+        }
+        i = (i + 1) & t->mask;
+    }
+}
+
+static void
+slot_delete(KeyTable *t, uint32_t i)
+{
+    uint32_t j = i, mask = t->mask;
+    for (;;) {
+        j = (j + 1) & mask;
+        slot_t s = t->slots[j];
+        if (!s.node)
+            break;
+        uint32_t home = (uint32_t)t->nodes[s.node - 1].hash & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {  /* i lies on its probe path */
+            t->slots[i] = s;
+            i = j;
+        }
+    }
+    t->slots[i].node = 0;
+}
+
+static int
+alloc_slots(KeyTable *t, int32_t nodes)
+{
+    uint64_t want = 8;
+    while (want < 2 * (uint64_t)nodes)
+        want <<= 1;
+    if (want > ((uint64_t)1 << 31)) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    slot_t *slots = PyMem_Calloc((size_t)want, sizeof(slot_t));
+    if (!slots) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    PyMem_Free(t->slots);
+    t->slots = slots;
+    t->mask = (uint32_t)(want - 1);
+    for (int32_t n = t->oldest; n >= 0; n = t->nodes[n].newer) {  /* rehash (rule 3) */
+        uint64_t h = t->nodes[n].hash;
+        uint32_t i = (uint32_t)h & t->mask;
+        while (slots[i].node)
+            i = (i + 1) & t->mask;
+        slots[i].tag = (uint32_t)(h >> 32);
+        slots[i].node = (uint32_t)n + 1;
+    }
+    return 0;
+}
+
+static int
+grow(KeyTable *t)
+{
+    if (t->cap >= INT32_MAX / 2) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int32_t cap = t->cap * 2;
+    node_t *nodes = PyMem_Realloc(t->nodes, (size_t)cap * sizeof(node_t));
+    if (!nodes) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    t->nodes = nodes;
+    t->cap = cap;
+    return alloc_slots(t, cap);
+}
+
+static inline void
+link_newest(KeyTable *t, int32_t n)
+{
+    t->nodes[n].older = t->newest;
+    t->nodes[n].newer = -1;
+    if (t->newest >= 0)
+        t->nodes[t->newest].newer = n;
+    else
+        t->oldest = n;
+    t->newest = n;
+}
+
+static inline void
+unlink_node(KeyTable *t, int32_t n)
+{
+    node_t *x = &t->nodes[n];
+    if (x->older >= 0)
+        t->nodes[x->older].newer = x->newer;
+    else
+        t->oldest = x->newer;
+    if (x->newer >= 0)
+        t->nodes[x->newer].older = x->older;
+    else
+        t->newest = x->older;
+}
+
+/* Take node n out of the table; its references are dropped last (rule 2). */
+static void
+remove_node(KeyTable *t, int32_t n)
+{
+    node_t *x = &t->nodes[n];
+    uint32_t i = (uint32_t)x->hash & t->mask;
+    while (t->slots[i].node != (uint32_t)n + 1)
+        i = (i + 1) & t->mask;
+    slot_delete(t, i);
+    unlink_node(t, n);
+    PyObject *topic = x->topic, *uniq = x->uniq, *entry = x->entry;
+    x->topic = x->uniq = x->entry = NULL;
+    x->newer = t->free_list;
+    t->free_list = n;
+    t->live--;
+    Py_DECREF(topic);
+    Py_DECREF(uniq);
+    Py_DECREF(entry);
+}
+
+/* 1: stored (new or young again), 0: held and keep_first (nothing changed), -1: error. */
+static int
+put_key(KeyTable *t, PyObject *topic, PyObject *uniq, PyObject *entry, int keep_first)
+{
+    if (t->live == t->cap && grow(t) < 0)  /* free nodes: cap - live */
+        return -1;
+    uint64_t h = key_hash(t, topic, uniq);
+    uint32_t at;
+    int32_t n = find(t, topic, uniq, h, &at);
+    if (n >= 0) {
+        if (keep_first)
+            return 0;
+        PyObject *old = t->nodes[n].entry;
+        Py_INCREF(entry);
+        t->nodes[n].entry = entry;
+        unlink_node(t, n);
+        link_newest(t, n);
+        Py_DECREF(old);
+        return 1;
+    }
+    if (t->free_list >= 0) {
+        n = t->free_list;
+        t->free_list = t->nodes[n].newer;
+    } else {
+        n = t->unused++;
+    }
+    node_t *x = &t->nodes[n];
+    Py_INCREF(topic);
+    Py_INCREF(uniq);
+    Py_INCREF(entry);
+    x->topic = topic;
+    x->uniq = uniq;
+    x->entry = entry;
+    x->hash = h;
+    t->slots[at].tag = (uint32_t)(h >> 32);
+    t->slots[at].node = (uint32_t)n + 1;
+    link_newest(t, n);
+    t->live++;
+    return 1;
+}
+
+/* An entry's integer field (a tuple's item read directly). */
+static int
+entry_field(PyObject *entry, Py_ssize_t field, long long *out)
+{
+    PyObject *v;
+    if (PyTuple_CheckExact(entry) && field < PyTuple_GET_SIZE(entry)) {
+        v = PyTuple_GET_ITEM(entry, field);
+        Py_INCREF(v);
+    } else {
+        v = PySequence_GetItem(entry, field);
+        if (!v)
+            return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------ the type */
+
+static PyObject *
+KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"size", "phys_field", "ts_field", "hash_bits", NULL};
+    Py_ssize_t size, phys_field, ts_field;
+    int hash_bits = 64;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnn|i:KeyTable", kwlist, &size, &phys_field,
+                                     &ts_field, &hash_bits))
+        return NULL;
+    if (size < 0 || size > INT32_MAX / 4 || phys_field < 0 || ts_field < 0 || hash_bits < 1
+        || hash_bits > 64) {
+        PyErr_SetString(PyExc_ValueError, "KeyTable: size, fields or hash_bits out of range");
+        return NULL;
+    }
+    KeyTable *t = (KeyTable *)type->tp_alloc(type, 0);
+    if (!t)
+        return NULL;
+    /* rule 3: the bound plus an eighth (at least 16) for the put before its eviction */
+    t->cap = (int32_t)(size + (size / 8 > 16 ? size / 8 : 16));
+    t->free_list = t->oldest = t->newest = -1;
+    t->hash_mask = hash_bits == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hash_bits) - 1);
+    t->phys_field = phys_field;
+    t->ts_field = ts_field;
+    t->nodes = PyMem_Malloc((size_t)t->cap * sizeof(node_t));
+    if (!t->nodes || alloc_slots(t, t->cap) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (PyObject *)t;
+}
+
+static void
+KeyTable_dealloc(KeyTable *t)
+{
+    for (int32_t n = t->oldest; n >= 0; n = t->nodes[n].newer) {
+        Py_DECREF(t->nodes[n].topic);
+        Py_DECREF(t->nodes[n].uniq);
+        Py_DECREF(t->nodes[n].entry);
+    }
+    PyMem_Free(t->nodes);
+    PyMem_Free(t->slots);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+static Py_ssize_t
+KeyTable_len(KeyTable *t)
+{
+    return t->live;
+}
+
+static PyObject *
+KeyTable_get(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "get(topic, uniq)");
+        return NULL;
+    }
+    PyObject *topic = args[0], *uniq = args[1];
+    if (PyUnicode_CheckExact(topic) && PyUnicode_CheckExact(uniq)) {
+        uint32_t at;
+        int32_t n = find(t, topic, uniq, key_hash(t, topic, uniq), &at);
+        if (n >= 0)
+            return Py_NewRef(t->nodes[n].entry);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+KeyTable_holds_none(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "holds_none(topic, uniqs)");
+        return NULL;
+    }
+    PyObject *topic = args[0];
+    if (!t->live || !PyUnicode_CheckExact(topic))
+        Py_RETURN_TRUE;
+    PyObject *seq = PySequence_Fast(args[1], "holds_none: uniqs must be iterable");
+    if (!seq)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    uint32_t at;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *u = items[i];
+        if (PyUnicode_CheckExact(u) && find(t, topic, u, key_hash(t, topic, u), &at) >= 0) {
+            Py_DECREF(seq);
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_DECREF(seq);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+KeyTable_add(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "add(topic, uniq, entry, keep_first=False)");
+        return NULL;
+    }
+    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (keep_first < 0)
+        return NULL;
+    if (!PyUnicode_CheckExact(args[0]) || !PyUnicode_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, NOT_STR);
+        return NULL;
+    }
+    if (put_key(t, args[0], args[1], args[2], keep_first) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Undo a keep_first run's `added` new nodes, the newest ones (rule 5). */
+static void
+undo_newest(KeyTable *t, Py_ssize_t added)
+{
+    while (added-- > 0)
+        remove_node(t, t->newest);
+}
+
+/* add_run and add_mixed: topics is one str (a run of one topic) or a sequence, one per key. */
+static PyObject *
+add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in,
+         int keep_first)
+{
+    PyObject *tseq = NULL, *useq = NULL, *eseq = NULL, *result = NULL;
+    int one = PyUnicode_CheckExact(topics);
+    useq = PySequence_Fast(uniqs_in, "uniqs must be a sequence");
+    eseq = useq ? PySequence_Fast(entries_in, "entries must be a sequence") : NULL;
+    tseq = (eseq && !one) ? PySequence_Fast(topics, "topics must be a sequence") : NULL;
+    if (!eseq || (!one && !tseq))
+        goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(useq);
+    if (count != PySequence_Fast_GET_SIZE(eseq)
+        || (!one && count != PySequence_Fast_GET_SIZE(tseq))) {
+        PyErr_SetString(PyExc_ValueError, LENGTHS);
+        goto done;
+    }
+    PyObject **u = PySequence_Fast_ITEMS(useq), **e = PySequence_Fast_ITEMS(eseq);
+    PyObject **tp = one ? NULL : PySequence_Fast_ITEMS(tseq);
+    for (Py_ssize_t i = 0; i < count; i++) {  /* rule 4: checked before anything changes */
+        if (!PyUnicode_CheckExact(u[i]) || (tp && !PyUnicode_CheckExact(tp[i]))) {
+            PyErr_SetString(PyExc_TypeError, NOT_STR);
+            goto done;
+        }
+    }
+    while (t->cap - t->live < count) {  /* room first: no put_key below can fail */
+        if (grow(t) < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!put_key(t, one ? topics : tp[i], u[i], e[i], keep_first)) {
+            undo_newest(t, i);  /* keep_first: each key before i made a new node */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    result = Py_NewRef(Py_True);
+done:
+    Py_XDECREF(tseq);
+    Py_XDECREF(useq);
+    Py_XDECREF(eseq);
+    return result;
+}
+
+static PyObject *
+KeyTable_add_run(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "add_run(topic, uniqs, entries, keep_first=False)");
+        return NULL;
+    }
+    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (keep_first < 0)
+        return NULL;
+    if (!PyUnicode_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, NOT_STR);
+        return NULL;
+    }
+    return add_many(t, args[0], args[1], args[2], keep_first);
+}
+
+static PyObject *
+KeyTable_add_mixed(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, "add_mixed(topics, uniqs, entries, keep_first=False)");
+        return NULL;
+    }
+    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (keep_first < 0)
+        return NULL;
+    if (PyUnicode_CheckExact(args[0])) {  /* one str is not a sequence of topics here */
+        PyErr_SetString(PyExc_TypeError, NOT_STR);
+        return NULL;
+    }
+    return add_many(t, args[0], args[1], args[2], keep_first);
+}
+
+static PyObject *
+KeyTable_evict(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "evict(max_keys, cutoff_ms)");
+        return NULL;
+    }
+    Py_ssize_t max_keys = PyLong_AsSsize_t(args[0]);
+    if (max_keys == -1 && PyErr_Occurred())
+        return NULL;
+    long long cutoff_ms = PyLong_AsLongLong(args[1]);
+    if (cutoff_ms == -1 && PyErr_Occurred())
+        return NULL;
+    while (t->live > max_keys)
+        remove_node(t, t->oldest);
+    while (t->oldest >= 0) {
+        long long ts;
+        if (entry_field(t->nodes[t->oldest].entry, t->ts_field, &ts) < 0)
+            return NULL;
+        if (ts >= cutoff_ms)
+            break;
+        remove_node(t, t->oldest);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+KeyTable_prune_from(KeyTable *t, PyObject *floor_obj)
+{
+    long long floor = PyLong_AsLongLong(floor_obj);
+    if (floor == -1 && PyErr_Occurred())
+        return NULL;
+    while (t->newest >= 0) {
+        long long phys;
+        if (entry_field(t->nodes[t->newest].entry, t->phys_field, &phys) < 0)
+            return NULL;
+        if (phys < floor)
+            break;
+        remove_node(t, t->newest);
+    }
+    return PyLong_FromLongLong(floor - 1);
+}
+
+static PyObject *
+KeyTable_items(KeyTable *t, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *out = PyList_New(t->live);
+    if (!out)
+        return NULL;
+    Py_ssize_t i = 0;
+    for (int32_t n = t->oldest; n >= 0; n = t->nodes[n].newer, i++) {
+        node_t *x = &t->nodes[n];
+        PyObject *item = Py_BuildValue("((OO)O)", x->topic, x->uniq, x->entry);
+        if (!item) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    return out;
+}
+
+static PyObject *
+KeyTable_capacity(KeyTable *t, void *Py_UNUSED(closure))
+{
+    return PyLong_FromLong(t->cap);
+}
+
+static PyGetSetDef KeyTable_getset[] = {
+    {"capacity", (getter)KeyTable_capacity, NULL, "keys the table holds before it grows", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef KeyTable_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))KeyTable_get, METH_FASTCALL,
+     "get(topic, uniq): the entry held for the key, or None."},
+    {"holds_none", (PyCFunction)(void (*)(void))KeyTable_holds_none, METH_FASTCALL,
+     "holds_none(topic, uniqs): True when none of uniqs is held under topic."},
+    {"add", (PyCFunction)(void (*)(void))KeyTable_add, METH_FASTCALL,
+     "add(topic, uniq, entry, keep_first=False): one key, young."},
+    {"add_run", (PyCFunction)(void (*)(void))KeyTable_add_run, METH_FASTCALL,
+     "add_run(topic, uniqs, entries, keep_first=False) -> bool: one topic's keys in order."},
+    {"add_mixed", (PyCFunction)(void (*)(void))KeyTable_add_mixed, METH_FASTCALL,
+     "add_mixed(topics, uniqs, entries, keep_first=False) -> bool: keys of many topics."},
+    {"evict", (PyCFunction)(void (*)(void))KeyTable_evict, METH_FASTCALL,
+     "evict(max_keys, cutoff_ms): forget the oldest past max_keys and those stored before."},
+    {"prune_from", (PyCFunction)KeyTable_prune_from, METH_O,
+     "prune_from(floor) -> floor - 1: forget the newest keys whose record is at or past floor."},
+    {"items", (PyCFunction)KeyTable_items, METH_NOARGS,
+     "items() -> [((topic, uniq), entry)], oldest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods KeyTable_as_sequence = {
+    .sq_length = (lenfunc)KeyTable_len,
+};
+
+static PyTypeObject KeyTableType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tidemq.node.sending._dedup_table.KeyTable",
+    .tp_basicsize = sizeof(KeyTable),
+    .tp_dealloc = (destructor)KeyTable_dealloc,
+    .tp_as_sequence = &KeyTable_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "KeyTable(size, phys_field, ts_field, hash_bits=64): the duplicate window's keys.",
+    .tp_methods = KeyTable_methods,
+    .tp_getset = KeyTable_getset,
+    .tp_new = KeyTable_new,
+};
+
+static struct PyModuleDef dedup_table_module = {
+    PyModuleDef_HEAD_INIT, "_dedup_table", "The duplicate window's compiled key store.", -1,
+    NULL, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__dedup_table(void)
+{
+    if (PyType_Ready(&KeyTableType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&dedup_table_module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&KeyTableType);
+    if (PyModule_AddObject(m, "KeyTable", (PyObject *)&KeyTableType) < 0) {
+        Py_DECREF(&KeyTableType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
