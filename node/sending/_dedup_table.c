@@ -1,9 +1,12 @@
 /* The duplicate window's key store, compiled (node/sending/dedup_keys.py has its pure twin,
 KeyWindow, and picks between them).
 
-A KeyTable maps (topic, UNIQ_KEY) -> entry (a put's dispatch request tuple) and keeps the keys'
-age order. It is sized once from the window's count bound, so a window at steady state never
-rehashes (a dict of 100,000 keys stalls the loop several ms each time it resizes).
+A KeyTable maps (topic, UNIQ_KEY) -> entry and keeps the keys' age order. An entry is the five
+integers a duplicate's reply needs (phys offset, size, queue id, queue offset, store ms), read
+from the put's dispatch request when the key is added: the request itself is not kept, so it is
+freed while still in the cache, not 100,000 keys later. It is sized once from the window's
+count bound, so a window at steady state never rehashes (a dict of 100,000 keys stalls the loop
+several ms each time it resizes).
 
 Rules:
 1. Open addressing, linear probing, over a 64-bit hash of the pair (Python's own str hashes,
@@ -18,9 +21,12 @@ Rules:
    count bound plus headroom for a put (a window holds more than its bound only between a
    put and its eviction); a put larger than that headroom doubles it once (a rehash), never
    again at the same size.
-4. Keys are exact str (TypeError otherwise, before anything changes); entries are read only
-   at their phys and store-timestamp fields (given at construction), when evicting or
-   cutting. The error texts are the pure twin's.
+4. Keys are exact str (TypeError otherwise, before anything changes). A key of at most
+   KEY_INLINE one-byte characters (a UNIQ_KEY: 32 hex digits) is copied into its node, so
+   eviction touches no str object; a longer or wider key keeps its str. A node keeps a
+   reference to its topic's str (few, shared, warm). An entry's fields are read at add time
+   (their indexes given at construction) and must be ints; all are read before anything
+   changes. The error texts are the pure twin's.
 5. A run added with keep_first is all or nothing: a key held already, or twice in the run,
    undoes the run's new nodes (nothing else changed yet) and answers False.
 6. The public CPython API only; no library beyond libc.
@@ -30,10 +36,19 @@ Rules:
 #include <stdint.h>
 #include <string.h>
 
+#define KEY_INLINE 39
+#define FIELDS 5      /* an entry: phys, size, queue id, queue offset, store ms */
+#define F_PHYS 0
+#define F_STORE_MS 4
+
 typedef struct {
-    PyObject *topic, *uniq, *entry;  /* owned while the node is in use */
     uint64_t hash;
+    PyObject *topic;       /* owned while the node is in use */
+    PyObject *uniq;        /* owned; NULL when the key is inline */
+    int64_t f[FIELDS];
     int32_t older, newer;  /* age order (-1: none); a free node chains through `newer` */
+    uint8_t klen;
+    char key[KEY_INLINE];  /* an inline key's one-byte characters */
 } node_t;
 
 typedef struct {
@@ -50,7 +65,7 @@ typedef struct {
     slot_t *slots;
     uint32_t mask;            /* slots - 1 */
     uint64_t hash_mask;       /* all ones; tests narrow it to force collisions */
-    Py_ssize_t phys_field, ts_field;
+    Py_ssize_t fields[FIELDS];  /* where an added entry holds each field */
 } KeyTable;
 
 static const char NOT_STR[] = "a duplicate window key must be a str";
@@ -76,6 +91,12 @@ key_hash(KeyTable *t, PyObject *topic, PyObject *uniq)
 }
 
 static inline int
+is_inline(PyObject *u)
+{
+    return PyUnicode_KIND(u) == PyUnicode_1BYTE_KIND && PyUnicode_GET_LENGTH(u) <= KEY_INLINE;
+}
+
+static inline int
 str_eq(PyObject *a, PyObject *b)
 {
     if (a == b)
@@ -91,6 +112,8 @@ static inline int32_t
 find(KeyTable *t, PyObject *topic, PyObject *uniq, uint64_t h, uint32_t *at)
 {
     uint32_t i = (uint32_t)h & t->mask, tag = (uint32_t)(h >> 32);
+    int inl = is_inline(uniq);
+    size_t len = (size_t)PyUnicode_GET_LENGTH(uniq);
     for (;;) {
         slot_t s = t->slots[i];
         if (!s.node) {
@@ -99,7 +122,11 @@ find(KeyTable *t, PyObject *topic, PyObject *uniq, uint64_t h, uint32_t *at)
         }
         if (s.tag == tag) {
             node_t *n = &t->nodes[s.node - 1];
-            if (n->hash == h && str_eq(n->uniq, uniq) && str_eq(n->topic, topic)) {
+            if (n->hash == h
+                && (inl ? (!n->uniq && n->klen == len
+                           && memcmp(n->key, PyUnicode_1BYTE_DATA(uniq), len) == 0)
+                        : (n->uniq && str_eq(n->uniq, uniq)))
+                && str_eq(n->topic, topic)) {
                 *at = i;
                 return (int32_t)s.node - 1;
             }
@@ -209,19 +236,18 @@ remove_node(KeyTable *t, int32_t n)
         i = (i + 1) & t->mask;
     slot_delete(t, i);
     unlink_node(t, n);
-    PyObject *topic = x->topic, *uniq = x->uniq, *entry = x->entry;
-    x->topic = x->uniq = x->entry = NULL;
+    PyObject *topic = x->topic, *uniq = x->uniq;
+    x->topic = x->uniq = NULL;
     x->newer = t->free_list;
     t->free_list = n;
     t->live--;
     Py_DECREF(topic);
-    Py_DECREF(uniq);
-    Py_DECREF(entry);
+    Py_XDECREF(uniq);
 }
 
 /* 1: stored (new or young again), 0: held and keep_first (nothing changed), -1: error. */
 static int
-put_key(KeyTable *t, PyObject *topic, PyObject *uniq, PyObject *entry, int keep_first)
+put_key(KeyTable *t, PyObject *topic, PyObject *uniq, const int64_t *f, int keep_first)
 {
     if (t->live == t->cap && grow(t) < 0)  /* free nodes: cap - live */
         return -1;
@@ -231,12 +257,9 @@ put_key(KeyTable *t, PyObject *topic, PyObject *uniq, PyObject *entry, int keep_
     if (n >= 0) {
         if (keep_first)
             return 0;
-        PyObject *old = t->nodes[n].entry;
-        Py_INCREF(entry);
-        t->nodes[n].entry = entry;
+        memcpy(t->nodes[n].f, f, sizeof(t->nodes[n].f));
         unlink_node(t, n);
         link_newest(t, n);
-        Py_DECREF(old);
         return 1;
     }
     if (t->free_list >= 0) {
@@ -247,11 +270,15 @@ put_key(KeyTable *t, PyObject *topic, PyObject *uniq, PyObject *entry, int keep_
     }
     node_t *x = &t->nodes[n];
     Py_INCREF(topic);
-    Py_INCREF(uniq);
-    Py_INCREF(entry);
     x->topic = topic;
-    x->uniq = uniq;
-    x->entry = entry;
+    if (is_inline(uniq)) {
+        x->uniq = NULL;
+        x->klen = (uint8_t)PyUnicode_GET_LENGTH(uniq);
+        memcpy(x->key, PyUnicode_1BYTE_DATA(uniq), x->klen);
+    } else {
+        x->uniq = Py_NewRef(uniq);
+    }
+    memcpy(x->f, f, sizeof(x->f));
     x->hash = h;
     t->slots[at].tag = (uint32_t)(h >> 32);
     t->slots[at].node = (uint32_t)n + 1;
@@ -260,22 +287,42 @@ put_key(KeyTable *t, PyObject *topic, PyObject *uniq, PyObject *entry, int keep_
     return 1;
 }
 
-/* An entry's integer field (a tuple's item read directly). */
+/* An entry's fields (a tuple's items read directly); -1 with an error set. */
 static int
-entry_field(PyObject *entry, Py_ssize_t field, long long *out)
+read_fields(KeyTable *t, PyObject *entry, int64_t *out)
 {
-    PyObject *v;
-    if (PyTuple_CheckExact(entry) && field < PyTuple_GET_SIZE(entry)) {
-        v = PyTuple_GET_ITEM(entry, field);
-        Py_INCREF(v);
-    } else {
-        v = PySequence_GetItem(entry, field);
-        if (!v)
+    for (int k = 0; k < FIELDS; k++) {
+        Py_ssize_t field = t->fields[k];
+        PyObject *v;
+        if (PyTuple_CheckExact(entry) && field < PyTuple_GET_SIZE(entry)) {
+            v = Py_NewRef(PyTuple_GET_ITEM(entry, field));
+        } else {
+            v = PySequence_GetItem(entry, field);
+            if (!v)
+                return -1;
+        }
+        long long x = PyLong_AsLongLong(v);
+        Py_DECREF(v);
+        if (x == -1 && PyErr_Occurred())
             return -1;
+        out[k] = x;
     }
-    *out = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    return 0;
+}
+
+static PyObject *
+entry_of(node_t *x)
+{
+    return Py_BuildValue("(LLLLL)", (long long)x->f[0], (long long)x->f[1],
+                         (long long)x->f[2], (long long)x->f[3], (long long)x->f[4]);
+}
+
+static PyObject *
+uniq_of(node_t *x)
+{
+    if (x->uniq)
+        return Py_NewRef(x->uniq);
+    return PyUnicode_FromKindAndData(PyUnicode_1BYTE_KIND, x->key, x->klen);
 }
 
 /* ------------------------------------------------------------------ the type */
@@ -283,14 +330,17 @@ entry_field(PyObject *entry, Py_ssize_t field, long long *out)
 static PyObject *
 KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"size", "phys_field", "ts_field", "hash_bits", NULL};
-    Py_ssize_t size, phys_field, ts_field;
+    static char *kwlist[] = {"size", "fields", "hash_bits", NULL};
+    Py_ssize_t size, fields[FIELDS];
     int hash_bits = 64;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "nnn|i:KeyTable", kwlist, &size, &phys_field,
-                                     &ts_field, &hash_bits))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n(nnnnn)|i:KeyTable", kwlist, &size,
+                                     &fields[0], &fields[1], &fields[2], &fields[3], &fields[4],
+                                     &hash_bits))
         return NULL;
-    if (size < 0 || size > INT32_MAX / 4 || phys_field < 0 || ts_field < 0 || hash_bits < 1
-        || hash_bits > 64) {
+    int bad = size < 0 || size > INT32_MAX / 4 || hash_bits < 1 || hash_bits > 64;
+    for (int k = 0; k < FIELDS; k++)
+        bad |= fields[k] < 0;
+    if (bad) {
         PyErr_SetString(PyExc_ValueError, "KeyTable: size, fields or hash_bits out of range");
         return NULL;
     }
@@ -301,8 +351,7 @@ KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     t->cap = (int32_t)(size + (size / 8 > 16 ? size / 8 : 16));
     t->free_list = t->oldest = t->newest = -1;
     t->hash_mask = hash_bits == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hash_bits) - 1);
-    t->phys_field = phys_field;
-    t->ts_field = ts_field;
+    memcpy(t->fields, fields, sizeof(t->fields));
     t->nodes = PyMem_Malloc((size_t)t->cap * sizeof(node_t));
     if (!t->nodes || alloc_slots(t, t->cap) < 0) {
         if (!PyErr_Occurred())
@@ -318,8 +367,7 @@ KeyTable_dealloc(KeyTable *t)
 {
     for (int32_t n = t->oldest; n >= 0; n = t->nodes[n].newer) {
         Py_DECREF(t->nodes[n].topic);
-        Py_DECREF(t->nodes[n].uniq);
-        Py_DECREF(t->nodes[n].entry);
+        Py_XDECREF(t->nodes[n].uniq);
     }
     PyMem_Free(t->nodes);
     PyMem_Free(t->slots);
@@ -344,7 +392,7 @@ KeyTable_get(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
         uint32_t at;
         int32_t n = find(t, topic, uniq, key_hash(t, topic, uniq), &at);
         if (n >= 0)
-            return Py_NewRef(t->nodes[n].entry);
+            return entry_of(&t->nodes[n]);
     }
     Py_RETURN_NONE;
 }
@@ -390,7 +438,8 @@ KeyTable_add(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, NOT_STR);
         return NULL;
     }
-    if (put_key(t, args[0], args[1], args[2], keep_first) < 0)
+    int64_t f[FIELDS];
+    if (read_fields(t, args[2], f) < 0 || put_key(t, args[0], args[1], f, keep_first) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -409,6 +458,7 @@ add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in
          int keep_first)
 {
     PyObject *tseq = NULL, *useq = NULL, *eseq = NULL, *result = NULL;
+    int64_t *f = NULL;
     int one = PyUnicode_CheckExact(topics);
     useq = PySequence_Fast(uniqs_in, "uniqs must be a sequence");
     eseq = useq ? PySequence_Fast(entries_in, "entries must be a sequence") : NULL;
@@ -429,12 +479,21 @@ add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in
             goto done;
         }
     }
+    f = PyMem_Malloc((size_t)(count ? count : 1) * FIELDS * sizeof(int64_t));
+    if (!f) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (read_fields(t, e[i], f + i * FIELDS) < 0)
+            goto done;
+    }
     while (t->cap - t->live < count) {  /* room first: no put_key below can fail */
         if (grow(t) < 0)
             goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!put_key(t, one ? topics : tp[i], u[i], e[i], keep_first)) {
+        if (!put_key(t, one ? topics : tp[i], u[i], f + i * FIELDS, keep_first)) {
             undo_newest(t, i);  /* keep_first: each key before i made a new node */
             result = Py_NewRef(Py_False);
             goto done;
@@ -442,6 +501,7 @@ add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in
     }
     result = Py_NewRef(Py_True);
 done:
+    PyMem_Free(f);
     Py_XDECREF(tseq);
     Py_XDECREF(useq);
     Py_XDECREF(eseq);
@@ -497,14 +557,8 @@ KeyTable_evict(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     while (t->live > max_keys)
         remove_node(t, t->oldest);
-    while (t->oldest >= 0) {
-        long long ts;
-        if (entry_field(t->nodes[t->oldest].entry, t->ts_field, &ts) < 0)
-            return NULL;
-        if (ts >= cutoff_ms)
-            break;
+    while (t->oldest >= 0 && t->nodes[t->oldest].f[F_STORE_MS] < cutoff_ms)
         remove_node(t, t->oldest);
-    }
     Py_RETURN_NONE;
 }
 
@@ -514,14 +568,8 @@ KeyTable_prune_from(KeyTable *t, PyObject *floor_obj)
     long long floor = PyLong_AsLongLong(floor_obj);
     if (floor == -1 && PyErr_Occurred())
         return NULL;
-    while (t->newest >= 0) {
-        long long phys;
-        if (entry_field(t->nodes[t->newest].entry, t->phys_field, &phys) < 0)
-            return NULL;
-        if (phys < floor)
-            break;
+    while (t->newest >= 0 && t->nodes[t->newest].f[F_PHYS] >= floor)
         remove_node(t, t->newest);
-    }
     return PyLong_FromLongLong(floor - 1);
 }
 
@@ -534,7 +582,10 @@ KeyTable_items(KeyTable *t, PyObject *Py_UNUSED(ignored))
     Py_ssize_t i = 0;
     for (int32_t n = t->oldest; n >= 0; n = t->nodes[n].newer, i++) {
         node_t *x = &t->nodes[n];
-        PyObject *item = Py_BuildValue("((OO)O)", x->topic, x->uniq, x->entry);
+        PyObject *uniq = uniq_of(x), *entry = uniq ? entry_of(x) : NULL;
+        PyObject *item = entry ? Py_BuildValue("((OO)O)", x->topic, uniq, entry) : NULL;
+        Py_XDECREF(uniq);
+        Py_XDECREF(entry);
         if (!item) {
             Py_DECREF(out);
             return NULL;
@@ -557,7 +608,7 @@ static PyGetSetDef KeyTable_getset[] = {
 
 static PyMethodDef KeyTable_methods[] = {
     {"get", (PyCFunction)(void (*)(void))KeyTable_get, METH_FASTCALL,
-     "get(topic, uniq): the entry held for the key, or None."},
+     "get(topic, uniq): the entry held for the key (its five fields), or None."},
     {"holds_none", (PyCFunction)(void (*)(void))KeyTable_holds_none, METH_FASTCALL,
      "holds_none(topic, uniqs): True when none of uniqs is held under topic."},
     {"add", (PyCFunction)(void (*)(void))KeyTable_add, METH_FASTCALL,
@@ -586,7 +637,8 @@ static PyTypeObject KeyTableType = {
     .tp_dealloc = (destructor)KeyTable_dealloc,
     .tp_as_sequence = &KeyTable_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "KeyTable(size, phys_field, ts_field, hash_bits=64): the duplicate window's keys.",
+    .tp_doc = "KeyTable(size, fields, hash_bits=64): the duplicate window's keys; fields: where "
+              "an added entry holds phys, size, queue id, queue offset and store ms.",
     .tp_methods = KeyTable_methods,
     .tp_getset = KeyTable_getset,
     .tp_new = KeyTable_new,

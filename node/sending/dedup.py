@@ -45,10 +45,12 @@ Rules:
    walking the messages at C speed, and so is a put of many ordinary topics, every key set
    (single sends spread over many queues, grouped into one put); anything else takes the
    message-by-message path, with the same result (same entries, same order).
-8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
-   short strings, no body): remembering a message builds no tuple of its own. The keys live
-   in node/sending/dedup_keys.py: a compiled table sized once from dedup_window_keys (no
-   rehash stall at steady state), its pure twin when not built or TIDEMQ_PURE_PYTHON is set.
+8. Remembering a message builds no object of its own. The keys live in
+   node/sending/dedup_keys.py: a compiled table sized once from dedup_window_keys (no rehash
+   stall at steady state) that copies each key and the five fields a reply needs (E_*: phys
+   offset, size, queue id, queue offset, store ms) out of the put's dispatch request, which is
+   then freed with the put; its pure twin (not built, or TIDEMQ_PURE_PYTHON set) keeps the
+   request itself and answers the same five fields.
 """
 from __future__ import annotations
 
@@ -61,13 +63,10 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
-from tidemq.node.sending.dedup_keys import key_table
+from tidemq.node.sending.dedup_keys import E_PHYS, E_QUEUE_ID, E_QUEUE_OFFSET, E_SIZE, E_STORE_MS, key_table
 from tidemq.node.store import index_file
 from tidemq.node.store.message import (
     DR_PHYS,
-    DR_QUEUE_ID,
-    DR_QUEUE_OFFSET,
-    DR_SIZE,
     DR_STORE_TS,
     DR_TOPIC,
     DR_UNIQ_KEY,
@@ -104,10 +103,6 @@ def _stand_in_topic(topic: str, props) -> str | None:
     return real if real and not is_system_topic(real) else None
 
 
-# An entry is the stored record's dispatch request itself (node/store/message.py DR_*), kept
-# as the put returned it: no tuple built per remembered message (rule 8). Its fields:
-E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID,
-                                                          DR_QUEUE_OFFSET, DR_STORE_TS)
 # The bulk paths (rule 7) walk a request's messages at C speed with these.
 _R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
 _M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")

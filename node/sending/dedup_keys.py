@@ -1,5 +1,6 @@
 """The duplicate window's key store (node/sending/dedup.py): per topic, UNIQ_KEY -> entry, and
-the keys' age order.
+the keys' age order. An entry, as get() and items() answer it, is the five fields a retry's
+reply needs, (phys offset, size, queue id, queue offset, store ms): E_* below.
 
 A window of 100,000 keys does not fit in the CPU caches, so each key touched costs memory
 misses; this store touches as little per key as it can: a key is a plain str in its topic's
@@ -42,8 +43,9 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import compress, islice, repeat
+from operator import itemgetter
 
-from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
+from tidemq.node.store.message import DR_PHYS, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_SIZE, DR_STORE_TS
 from tidemq.protocol.accel import PURE_FORCED
 
 _compiled: type | None = None
@@ -62,6 +64,10 @@ _PRESIZE_MAX = 4_000_000   # keys the compiled table is sized for up front (~64 
 _GENERAL = object()
 _drain: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  # runs an iterator
 _is_one = (1).__eq__   # a dict holding only _GENERAL (rule 6)
+# An entry's fields, read from the put's dispatch request (node/store/message.py DR_*).
+ENTRY_FIELDS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_STORE_TS)
+E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = range(len(ENTRY_FIELDS))
+_entry_of = itemgetter(*ENTRY_FIELDS)
 _STR_ONLY = frozenset((str,))
 NOT_STR = "a duplicate window key must be a str"   # rule 7: the compiled table's texts too
 LENGTHS = "keys and entries differ in length"
@@ -72,7 +78,7 @@ def key_table(max_keys: int):
     for that bound (up to _PRESIZE_MAX keys: past that it doubles as it fills), or the pure
     KeyWindow (rule 7)."""
     if _compiled is not None:
-        return _compiled(min(max_keys, _PRESIZE_MAX), DR_PHYS, DR_STORE_TS)
+        return _compiled(min(max_keys, _PRESIZE_MAX), ENTRY_FIELDS)
     return KeyWindow()
 
 
@@ -101,8 +107,10 @@ class KeyWindow:
         return self._live
 
     def get(self, topic: str, uniq):
+        """The entry (E_* fields) held for the key, or None."""
         keys = self._topics.get(topic)
-        return None if keys is None else keys.get(uniq)
+        entry = None if keys is None else keys.get(uniq)
+        return None if entry is None else _entry_of(entry)
 
     def holds_none(self, topic: str, uniqs) -> bool:
         """True when none of `uniqs` is held under `topic` (one C-level pass)."""
@@ -194,7 +202,7 @@ class KeyWindow:
         order.append(([keys], [uniq], [entry], keys))
 
     def items(self) -> list:
-        """[((topic, UNIQ_KEY), entry)] of every key, oldest first."""
+        """[((topic, UNIQ_KEY), entry (E_* fields))] of every key, oldest first."""
         return list(self._items())
 
     def _items(self):
@@ -203,7 +211,7 @@ class KeyWindow:
             for keys, uniq, entry in zip(islice(dicts, head, None), islice(uniqs, head, None),
                                          islice(entries, head, None)):
                 if keys.get(uniq) is entry:
-                    yield (keys[_GENERAL], uniq), entry
+                    yield (keys[_GENERAL], uniq), _entry_of(entry)
             head = 0
 
     def evict(self, max_keys: int, cutoff_ms: int) -> None:

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemq.node.sending.dedup_keys import LENGTHS, NOT_STR, KeyWindow, key_table
-from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
+from tidemq.node.sending.dedup_keys import ENTRY_FIELDS, LENGTHS, NOT_STR, KeyWindow, key_table
 
 try:  # imported directly: tested even when TIDEMQ_PURE_PYTHON is set
     from tidemq.node.sending._dedup_table import KeyTable
@@ -19,7 +18,9 @@ except ImportError:
 pytestmark = pytest.mark.skipif(KeyTable is None, reason="compiled key table not built")
 
 TOPICS = st.sampled_from([f"Topic{i}" for i in range(40)])   # many topics, few keys each
-UNIQS = st.sampled_from([f"AC1100020000{i:04X}" for i in range(12)] + ["é", "键"])
+# UNIQ_KEY-like keys, copied into the table; wider or longer ones, kept as str objects
+UNIQS = st.sampled_from([f"AC1100020000{i:04X}" for i in range(12)]
+                        + ["é", "键", "x" * 39, "x" * 40, "y" * 200])
 
 
 def _entry(phys, ts_ms):
@@ -84,7 +85,7 @@ def _apply(store, step, phys, ts):
 @settings(max_examples=200, deadline=None)
 @given(steps=st.lists(_step(), max_size=50))
 def test_the_twins_answer_alike(steps, size, hash_bits):
-    compiled, pure = KeyTable(size, DR_PHYS, DR_STORE_TS, hash_bits=hash_bits), KeyWindow()
+    compiled, pure = KeyTable(size, ENTRY_FIELDS, hash_bits=hash_bits), KeyWindow()
     phys = ts = 0
     for step in steps:
         got, _, _ = _apply(compiled, step, phys, ts)
@@ -93,8 +94,8 @@ def test_the_twins_answer_alike(steps, size, hash_bits):
         items = pure.items()
         assert compiled.items() == items
         assert len(compiled) == len(pure) == len(items)
-        for (topic, uniq), entry in compiled.items():
-            assert compiled.get(topic, uniq) is entry
+        for (topic, uniq), entry in items:
+            assert compiled.get(topic, uniq) == entry
         for topic in ("Topic0", "Topic1"):
             uniqs = ["AC11000200000000", "AC11000200000001", "é"]
             assert compiled.holds_none(topic, uniqs) == pure.holds_none(topic, uniqs)
@@ -102,7 +103,7 @@ def test_the_twins_answer_alike(steps, size, hash_bits):
 
 
 def test_a_bad_run_changes_nothing():
-    table = KeyTable(10, DR_PHYS, DR_STORE_TS)
+    table = KeyTable(10, ENTRY_FIELDS)
     table.add_run("T", ["a"], [_entry(1, 1)])
     with pytest.raises(TypeError, match=NOT_STR):
         table.add_run("T", ["b", None], [_entry(2, 2), _entry(3, 3)])
@@ -113,7 +114,7 @@ def test_a_bad_run_changes_nothing():
 
 def test_keep_first_undoes_a_run_whose_keys_collide():
     """Every key in one hash bucket: the run's second "b" is found, so its new keys go."""
-    table = KeyTable(0, DR_PHYS, DR_STORE_TS, hash_bits=1)
+    table = KeyTable(0, ENTRY_FIELDS, hash_bits=1)
     table.add_run("T", ["a"], [_entry(1, 1)])
     assert not table.add_run("T", ["b", "c", "b"], [_entry(i, i) for i in (2, 3, 4)], True)
     assert [k for k, _ in table.items()] == [("T", "a")]
@@ -124,7 +125,7 @@ def test_keep_first_undoes_a_run_whose_keys_collide():
 
 def test_a_window_at_its_bound_never_grows():
     """Sized once from the bound: puts evicted back to it never make the table grow."""
-    table = KeyTable(1000, DR_PHYS, DR_STORE_TS)
+    table = KeyTable(1000, ENTRY_FIELDS)
     capacity = table.capacity
     for n in range(200):
         uniqs = [f"k{n}-{i}" for i in range(64)]
