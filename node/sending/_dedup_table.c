@@ -10,10 +10,11 @@ several ms each time it resizes).
 
 Rules:
 1. Open addressing, linear probing, over a 64-bit hash of the pair (Python's own str hashes,
-   which are keyed per process and cached in the str, mixed together). A slot holds the high
-   32 bits of the hash and the node's index; a hit is only a hit when the node's full hash,
-   topic and key are equal, so a collision can never make a new message a duplicate.
-   Deletion shifts the following cluster back (no tombstones, no slow-down with age).
+   which are keyed per process and cached in the str, mixed together). A slot holds the low
+   32 bits of the hash (its home slot among them, so moving slots reads no node) and the
+   node's index; a hit is only a hit when the node's full hash, topic and key are equal, so a
+   collision can never make a new message a duplicate. Deletion shifts the following cluster
+   back (no tombstones, no slow-down with age).
 2. Nodes live in one array, linked oldest to newest: a key stored again moves to the newest
    end; eviction and a cut of the log take nodes off the ends, O(1) per key. Freed nodes are
    reused newest-freed first (warm in the cache).
@@ -27,9 +28,12 @@ Rules:
    reference to its topic's str (few, shared, warm). An entry's fields are read at add time
    (their indexes given at construction) and must be ints; all are read before anything
    changes. The error texts are the pure twin's.
-5. A run added with keep_first is all or nothing: a key held already, or twice in the run,
+5. A batch's keys are hashed first and their slots prefetched, then probed: the misses of a
+   table larger than the caches overlap instead of following one another (eviction likewise
+   prefetches the slots of the next nodes it drops).
+6. A run added with keep_first is all or nothing: a key held already, or twice in the run,
    undoes the run's new nodes (nothing else changed yet) and answers False.
-6. The public CPython API only; no library beyond libc.
+7. The public CPython API only; no library beyond libc.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,7 +56,7 @@ typedef struct {
 } node_t;
 
 typedef struct {
-    uint32_t tag;   /* the hash's high 32 bits */
+    uint32_t tag;   /* the hash's low 32 bits: the home slot is tag & mask */
     uint32_t node;  /* node index + 1; 0: empty slot */
 } slot_t;
 
@@ -67,6 +71,13 @@ typedef struct {
     uint64_t hash_mask;       /* all ones; tests narrow it to force collisions */
     Py_ssize_t fields[FIELDS];  /* where an added entry holds each field */
 } KeyTable;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))
+#endif
+#define CHUNK 32      /* keys hashed and prefetched ahead of their probes (rule 5) */
 
 static const char NOT_STR[] = "a duplicate window key must be a str";
 static const char LENGTHS[] = "keys and entries differ in length";
@@ -111,7 +122,7 @@ str_eq(PyObject *a, PyObject *b)
 static inline int32_t
 find(KeyTable *t, PyObject *topic, PyObject *uniq, uint64_t h, uint32_t *at)
 {
-    uint32_t i = (uint32_t)h & t->mask, tag = (uint32_t)(h >> 32);
+    uint32_t tag = (uint32_t)h, i = tag & t->mask;
     int inl = is_inline(uniq);
     size_t len = (size_t)PyUnicode_GET_LENGTH(uniq);
     for (;;) {
@@ -144,7 +155,7 @@ slot_delete(KeyTable *t, uint32_t i)
         slot_t s = t->slots[j];
         if (!s.node)
             break;
-        uint32_t home = (uint32_t)t->nodes[s.node - 1].hash & mask;
+        uint32_t home = s.tag & mask;
         if (((j - home) & mask) >= ((j - i) & mask)) {  /* i lies on its probe path */
             t->slots[i] = s;
             i = j;
@@ -176,7 +187,7 @@ alloc_slots(KeyTable *t, int32_t nodes)
         uint32_t i = (uint32_t)h & t->mask;
         while (slots[i].node)
             i = (i + 1) & t->mask;
-        slots[i].tag = (uint32_t)(h >> 32);
+        slots[i].tag = (uint32_t)h;
         slots[i].node = (uint32_t)n + 1;
     }
     return 0;
@@ -247,11 +258,11 @@ remove_node(KeyTable *t, int32_t n)
 
 /* 1: stored (new or young again), 0: held and keep_first (nothing changed), -1: error. */
 static int
-put_key(KeyTable *t, PyObject *topic, PyObject *uniq, const int64_t *f, int keep_first)
+put_key(KeyTable *t, PyObject *topic, PyObject *uniq, uint64_t h, const int64_t *f,
+        int keep_first)
 {
     if (t->live == t->cap && grow(t) < 0)  /* free nodes: cap - live */
         return -1;
-    uint64_t h = key_hash(t, topic, uniq);
     uint32_t at;
     int32_t n = find(t, topic, uniq, h, &at);
     if (n >= 0) {
@@ -280,7 +291,7 @@ put_key(KeyTable *t, PyObject *topic, PyObject *uniq, const int64_t *f, int keep
     }
     memcpy(x->f, f, sizeof(x->f));
     x->hash = h;
-    t->slots[at].tag = (uint32_t)(h >> 32);
+    t->slots[at].tag = (uint32_t)h;
     t->slots[at].node = (uint32_t)n + 1;
     link_newest(t, n);
     t->live++;
@@ -412,12 +423,23 @@ KeyTable_holds_none(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject **items = PySequence_Fast_ITEMS(seq);
+    uint64_t hs[CHUNK];
     uint32_t at;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *u = items[i];
-        if (PyUnicode_CheckExact(u) && find(t, topic, u, key_hash(t, topic, u), &at) >= 0) {
-            Py_DECREF(seq);
-            Py_RETURN_FALSE;
+    for (Py_ssize_t base = 0; base < count; base += CHUNK) {
+        Py_ssize_t n = count - base < CHUNK ? count - base : CHUNK;
+        for (Py_ssize_t k = 0; k < n; k++) {  /* rule 5 */
+            PyObject *u = items[base + k];
+            if (PyUnicode_CheckExact(u)) {
+                hs[k] = key_hash(t, topic, u);
+                PREFETCH(&t->slots[(uint32_t)hs[k] & t->mask]);
+            }
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *u = items[base + k];
+            if (PyUnicode_CheckExact(u) && find(t, topic, u, hs[k], &at) >= 0) {
+                Py_DECREF(seq);
+                Py_RETURN_FALSE;
+            }
         }
     }
     Py_DECREF(seq);
@@ -439,7 +461,8 @@ KeyTable_add(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int64_t f[FIELDS];
-    if (read_fields(t, args[2], f) < 0 || put_key(t, args[0], args[1], f, keep_first) < 0)
+    if (read_fields(t, args[2], f) < 0
+        || put_key(t, args[0], args[1], key_hash(t, args[0], args[1]), f, keep_first) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -479,21 +502,27 @@ add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in
             goto done;
         }
     }
-    f = PyMem_Malloc((size_t)(count ? count : 1) * FIELDS * sizeof(int64_t));
+    /* per key: its FIELDS entry fields, then its hash (rule 5: slots prefetched) */
+    f = PyMem_Malloc((size_t)(count ? count : 1) * (FIELDS + 1) * sizeof(int64_t));
     if (!f) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (read_fields(t, e[i], f + i * FIELDS) < 0)
+        int64_t *row = f + i * (FIELDS + 1);
+        if (read_fields(t, e[i], row) < 0)
             goto done;
+        uint64_t h = key_hash(t, one ? topics : tp[i], u[i]);
+        row[FIELDS] = (int64_t)h;
+        PREFETCH(&t->slots[(uint32_t)h & t->mask]);
     }
     while (t->cap - t->live < count) {  /* room first: no put_key below can fail */
         if (grow(t) < 0)
             goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (!put_key(t, one ? topics : tp[i], u[i], f + i * FIELDS, keep_first)) {
+        int64_t *row = f + i * (FIELDS + 1);
+        if (!put_key(t, one ? topics : tp[i], u[i], (uint64_t)row[FIELDS], row, keep_first)) {
             undo_newest(t, i);  /* keep_first: each key before i made a new node */
             result = Py_NewRef(Py_False);
             goto done;
@@ -555,8 +584,17 @@ KeyTable_evict(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
     long long cutoff_ms = PyLong_AsLongLong(args[1]);
     if (cutoff_ms == -1 && PyErr_Occurred())
         return NULL;
-    while (t->live > max_keys)
-        remove_node(t, t->oldest);
+    while (t->live > max_keys) {  /* rule 5: the next nodes' slots prefetched */
+        int32_t next[CHUNK];
+        int k = 0;
+        for (int32_t n = t->oldest; n >= 0 && k < CHUNK && k < t->live - max_keys;
+             n = t->nodes[n].newer) {
+            PREFETCH(&t->slots[(uint32_t)t->nodes[n].hash & t->mask]);
+            next[k++] = n;
+        }
+        for (int i = 0; i < k; i++)
+            remove_node(t, next[i]);
+    }
     while (t->oldest >= 0 && t->nodes[t->oldest].f[F_STORE_MS] < cutoff_ms)
         remove_node(t, t->oldest);
     Py_RETURN_NONE;
