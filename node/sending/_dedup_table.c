@@ -446,17 +446,30 @@ KeyTable_holds_none(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_TRUE;
 }
 
+/* The adds' arguments: (topic or topics, uniq or uniqs, entry or entries, keep_first=False);
+   keep_first, or -1 with an error set. `topic_str`: the first must be a str (else must not). */
+static int
+add_args(PyObject *const *args, Py_ssize_t nargs, const char *usage, int topic_str)
+{
+    if (nargs < 3 || nargs > 4) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    if (keep_first >= 0 && PyUnicode_CheckExact(args[0]) != topic_str) {
+        PyErr_SetString(PyExc_TypeError, NOT_STR);
+        return -1;
+    }
+    return keep_first;
+}
+
 static PyObject *
 KeyTable_add(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "add(topic, uniq, entry, keep_first=False)");
-        return NULL;
-    }
-    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    int keep_first = add_args(args, nargs, "add(topic, uniq, entry, keep_first=False)", 1);
     if (keep_first < 0)
         return NULL;
-    if (!PyUnicode_CheckExact(args[0]) || !PyUnicode_CheckExact(args[1])) {
+    if (!PyUnicode_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, NOT_STR);
         return NULL;
     }
@@ -540,34 +553,21 @@ done:
 static PyObject *
 KeyTable_add_run(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "add_run(topic, uniqs, entries, keep_first=False)");
-        return NULL;
-    }
-    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    int keep_first = add_args(args, nargs, "add_run(topic, uniqs, entries, keep_first=False)",
+                              1);
     if (keep_first < 0)
         return NULL;
-    if (!PyUnicode_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, NOT_STR);
-        return NULL;
-    }
     return add_many(t, args[0], args[1], args[2], keep_first);
 }
 
 static PyObject *
 KeyTable_add_mixed(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 3 || nargs > 4) {
-        PyErr_SetString(PyExc_TypeError, "add_mixed(topics, uniqs, entries, keep_first=False)");
-        return NULL;
-    }
-    int keep_first = nargs == 4 ? PyObject_IsTrue(args[3]) : 0;
+    /* one str is not a sequence of topics here */
+    int keep_first = add_args(args, nargs, "add_mixed(topics, uniqs, entries, keep_first=False)",
+                              0);
     if (keep_first < 0)
         return NULL;
-    if (PyUnicode_CheckExact(args[0])) {  /* one str is not a sequence of topics here */
-        PyErr_SetString(PyExc_TypeError, NOT_STR);
-        return NULL;
-    }
     return add_many(t, args[0], args[1], args[2], keep_first);
 }
 

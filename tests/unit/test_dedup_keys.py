@@ -76,20 +76,22 @@ def _fields(entry):
     return tuple(entry[i] for i in ENTRY_FIELDS)
 
 
-def _step():
-    add = st.tuples(st.just("add"), TOPICS, UNIQS, st.booleans())
-    run = st.tuples(st.just("run"), TOPICS, st.lists(UNIQS, min_size=1, max_size=6),
+def key_steps(topics=TOPICS, uniqs=UNIQS, scale: int = 1, mixed_min: int = 2):
+    """One step of a key store's life: add, run, mixed, evict or cut; `scale` multiplies the
+    runs' lengths and the evict and cut ranges (tests/unit/test_dedup_table.py reuses it)."""
+    add = st.tuples(st.just("add"), topics, uniqs, st.booleans())
+    run = st.tuples(st.just("run"), topics, st.lists(uniqs, min_size=1, max_size=6 * scale),
                     st.booleans())
-    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(TOPICS, UNIQS), min_size=2,
-                                                 max_size=8), st.booleans())
-    evict = st.tuples(st.just("evict"), st.integers(0, 8), st.integers(0, 30))
-    cut = st.tuples(st.just("cut"), st.integers(0, 12))
+    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(topics, uniqs), min_size=mixed_min,
+                                                 max_size=8 * scale), st.booleans())
+    evict = st.tuples(st.just("evict"), st.integers(0, 8 * scale), st.integers(0, 30 * scale))
+    cut = st.tuples(st.just("cut"), st.integers(0, 12 * scale))
     return st.one_of(add, run, mixed, evict, cut)
 
 
 @pytest.mark.parametrize("compact_min,run_max", [(1024, 4096), (0, 4096), (1024, 3), (0, 2)])
 @settings(max_examples=300, deadline=None)
-@given(steps=st.lists(_step(), max_size=40))
+@given(steps=st.lists(key_steps(), max_size=40))
 def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
     old = dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX
     dedup_keys._COMPACT_MIN = compact_min   # 0: compact as soon as stale positions lead
@@ -103,7 +105,7 @@ def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
 @needs_compiled
 @pytest.mark.parametrize("size,hash_bits", [(100, 64), (0, 2), (3, 64)])
 @settings(max_examples=300, deadline=None)
-@given(steps=st.lists(_step(), max_size=40))
+@given(steps=st.lists(key_steps(), max_size=40))
 def test_the_compiled_table_keeps_the_windows_order(steps, size, hash_bits):
     _run(steps, KeyTable(size, ENTRY_FIELDS, hash_bits=hash_bits))
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_dedup_keys import key_steps
 from tidemq.node.sending.dedup_keys import ENTRY_FIELDS, LENGTHS, NOT_STR, KeyWindow, key_table
 
 try:  # imported directly: tested even when TIDEMQ_PURE_PYTHON is set
@@ -28,16 +29,9 @@ def _entry(phys, ts_ms):
 
 
 def _step():
-    add = st.tuples(st.just("add"), TOPICS, UNIQS, st.booleans())
-    run = st.tuples(st.just("run"), TOPICS, st.lists(UNIQS, min_size=1, max_size=30),
-                    st.booleans())
-    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(TOPICS, UNIQS), min_size=1,
-                                                 max_size=30), st.booleans())
-    evict = st.tuples(st.just("evict"), st.integers(0, 60), st.integers(0, 80))
-    cut = st.tuples(st.just("cut"), st.integers(0, 40))
     bad = st.tuples(st.just("bad"), st.sampled_from(["int_key", "bytes_topic", "short",
                                                      "str_topics"]))
-    return st.one_of(add, run, mixed, evict, cut, bad)
+    return st.one_of(key_steps(TOPICS, UNIQS, scale=4, mixed_min=1), bad)
 
 
 def _outcome(call):
