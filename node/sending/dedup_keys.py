@@ -40,6 +40,7 @@ Rules:
 """
 from __future__ import annotations
 
+import importlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import compress, islice, repeat
@@ -50,8 +51,8 @@ from tidemq.protocol.accel import PURE_FORCED
 
 _compiled: type | None = None
 if not PURE_FORCED:
-    try:
-        from tidemq.node.sending._dedup_table import KeyTable as _compiled  # type: ignore[import-not-found,no-redef]
+    try:  # by name: the extension is optional, so the type checker may not find it
+        _compiled = importlib.import_module("tidemq.node.sending._dedup_table").KeyTable
     except ImportError:  # not built here: the pure twin serves
         _compiled = None
 COMPILED = _compiled is not None
