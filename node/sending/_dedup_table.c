@@ -25,9 +25,10 @@ Rules:
 4. Keys are exact str (TypeError otherwise, before anything changes). A key of at most
    KEY_INLINE one-byte characters (a UNIQ_KEY: 32 hex digits) is copied into its node, so
    eviction touches no str object; a longer or wider key keeps its str. A node keeps a
-   reference to its topic's str (few, shared, warm). An entry's fields are read at add time
-   (their indexes given at construction) and must be ints; all are read before anything
-   changes. The error texts are the pure twin's.
+   reference to its topic's str (few, shared, warm). An entry is a tuple (TypeError otherwise,
+   as in the pure twin) whose fields, read at add time (their indexes given at construction),
+   are ints: no Python code runs while a run is added. All are read before anything changes.
+   The error texts are the pure twin's.
 5. A batch's keys are hashed first and their slots prefetched, then probed: the misses of a
    table larger than the caches overlap instead of following one another (eviction likewise
    prefetches the slots of the next nodes it drops).
@@ -81,6 +82,7 @@ typedef struct {
 
 static const char NOT_STR[] = "a duplicate window key must be a str";
 static const char LENGTHS[] = "keys and entries differ in length";
+static const char NOT_TUPLE[] = "a duplicate window entry must be a tuple of its fields";
 
 static inline uint64_t
 mix64(uint64_t x)
@@ -304,16 +306,12 @@ read_fields(KeyTable *t, PyObject *entry, int64_t *out)
 {
     for (int k = 0; k < FIELDS; k++) {
         Py_ssize_t field = t->fields[k];
-        PyObject *v;
-        if (PyTuple_CheckExact(entry) && field < PyTuple_GET_SIZE(entry)) {
-            v = Py_NewRef(PyTuple_GET_ITEM(entry, field));
-        } else {
-            v = PySequence_GetItem(entry, field);
-            if (!v)
-                return -1;
+        if (!PyTuple_Check(entry) || field >= PyTuple_GET_SIZE(entry)
+            || !PyLong_Check(PyTuple_GET_ITEM(entry, field))) {
+            PyErr_SetString(PyExc_TypeError, NOT_TUPLE);
+            return -1;
         }
-        long long x = PyLong_AsLongLong(v);
-        Py_DECREF(v);
+        long long x = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, field));
         if (x == -1 && PyErr_Occurred())
             return -1;
         out[k] = x;

@@ -35,7 +35,9 @@ Rules:
 7. KeyWindow is the pure twin of the compiled KeyTable (node/sending/_dedup_table.c: one
    open-addressing table over a hash of (topic, key), sized once from the window's bound, its
    keys linked oldest to newest): same answers, same age order, same errors (keys are exact
-   str; keys and entries of a run are as many). key_table() picks one: the compiled table
+   str, entries tuples; keys and entries of a run are as many). One difference: the compiled
+   table reads an entry's fields when the key is added and refuses one that is not an int;
+   this one reads them only when it answers. key_table() picks one: the compiled table
    when built and TIDEMQ_PURE_PYTHON is not set (client/protocol/accel.py), else KeyWindow.
 """
 from __future__ import annotations
@@ -72,6 +74,7 @@ _entry_of = itemgetter(*ENTRY_FIELDS)
 _STR_ONLY = frozenset((str,))
 NOT_STR = "a duplicate window key must be a str"   # rule 7: the compiled table's texts too
 LENGTHS = "keys and entries differ in length"
+NOT_TUPLE = "a duplicate window entry must be a tuple of its fields"
 
 
 def key_table(max_keys: int):
@@ -84,12 +87,15 @@ def key_table(max_keys: int):
 
 
 def _check_run(topics, uniqs: list, entries: list) -> None:
-    """Rule 7's errors, before anything changes: as many entries as keys, every key a str."""
+    """Rule 7's errors, before anything changes: as many entries as keys, every key a str,
+    every entry a tuple."""
     if len(uniqs) != len(entries) or (topics is not None and len(topics) != len(uniqs)):
         raise ValueError(LENGTHS)
     if not _STR_ONLY.issuperset(map(type, uniqs)) or (
             topics is not None and not _STR_ONLY.issuperset(map(type, topics))):
         raise TypeError(NOT_STR)
+    if not all(map(isinstance, entries, repeat(tuple))):
+        raise TypeError(NOT_TUPLE)
 
 
 class KeyWindow:
@@ -175,6 +181,8 @@ class KeyWindow:
         """One key, young (the message-by-message path); keep_first: a held key stays."""
         if topic.__class__ is not str or uniq.__class__ is not str:
             raise TypeError(NOT_STR)
+        if not isinstance(entry, tuple):
+            raise TypeError(NOT_TUPLE)
         keys = self._dict_of(topic)
         if uniq in keys:
             if keep_first:

@@ -30,7 +30,7 @@ def _entry(phys, ts_ms):
 
 def _step():
     bad = st.tuples(st.just("bad"), st.sampled_from(["int_key", "bytes_topic", "short",
-                                                     "str_topics"]))
+                                                     "str_topics", "list_entry"]))
     return st.one_of(key_steps(TOPICS, UNIQS, scale=4, mixed_min=1), bad)
 
 
@@ -47,6 +47,8 @@ def _bad_call(store, kind, entry):
         return lambda: store.add_run("T", ["a", 7], [entry, entry])
     if kind == "bytes_topic":
         return lambda: store.add(b"T", "a", entry)
+    if kind == "list_entry":
+        return lambda: store.add_run("T", ["a", "b"], [entry, list(entry)])
     if kind == "short":
         return lambda: store.add_mixed(["T", "U"], ["a", "b"], [entry])
     return lambda: store.add_mixed("TU", ["a", "b"], [entry, entry])
