@@ -209,8 +209,10 @@ grow(KeyTable *t)
         return -1;
     }
     t->nodes = nodes;
+    if (alloc_slots(t, cap) < 0)
+        return -1;  /* the old slots stay, and the old count of nodes in use (rule 3) */
     t->cap = cap;
-    return alloc_slots(t, cap);
+    return 0;
 }
 
 static inline void

@@ -135,3 +135,27 @@ def test_key_table_picks_the_compiled_table_unless_pure_is_forced():
     from tidemq.protocol.accel import PURE_FORCED
     table = key_table(100)
     assert isinstance(table, KeyWindow if PURE_FORCED else KeyTable)
+
+
+def test_the_table_lets_go_of_what_it_forgets():
+    """Evicted, cut and freed keys drop their references: a topic or a long key (kept as a str,
+    not copied in) is referenced as before, and entries are never kept."""
+    import sys
+    topic, long_key = "".join(["To", "pic"]), "y" * 100
+    entry = _entry(1, 1)
+
+    def refs():
+        return [sys.getrefcount(x) for x in (topic, long_key, entry)]
+
+    before = refs()
+    table = KeyTable(4, ENTRY_FIELDS, hash_bits=3)
+    for i in range(200):
+        table.add_run(topic, [long_key, f"k{i}"], [entry, entry])
+        table.add_mixed([topic, topic], [f"x{i}", long_key], [entry, entry], True)
+        table.evict(5, 0)
+    assert refs()[2] == before[2] and len(table) == 5
+    table.prune_from(0)
+    assert len(table) == 0 and refs() == before
+    table.add(topic, long_key, entry)
+    del table
+    assert refs() == before
