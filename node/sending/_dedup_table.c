@@ -34,7 +34,10 @@ Rules:
    prefetches the slots of the next nodes it drops).
 6. A run added with keep_first is all or nothing: a key held already, or twice in the run,
    undoes the run's new nodes (nothing else changed yet) and answers False.
-7. The public CPython API only; no library beyond libc.
+7. add_requests takes a put's dispatch requests themselves (topic and key read in place, at
+   key_fields) and declines, changing nothing, a put with a key unset or an exempt topic (the
+   caller's system topics and prefixes): the message-by-message path then serves it.
+8. The public CPython API only; no library beyond libc.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -71,6 +74,7 @@ typedef struct {
     uint32_t mask;            /* slots - 1 */
     uint64_t hash_mask;       /* all ones; tests narrow it to force collisions */
     Py_ssize_t fields[FIELDS];  /* where an added entry holds each field */
+    Py_ssize_t key_fields[2];   /* where a dispatch request holds its topic and key; -1: none */
 } KeyTable;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -341,14 +345,15 @@ uniq_of(node_t *x)
 static PyObject *
 KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"size", "fields", "hash_bits", NULL};
-    Py_ssize_t size, fields[FIELDS];
+    static char *kwlist[] = {"size", "fields", "key_fields", "hash_bits", NULL};
+    Py_ssize_t size, fields[FIELDS], key_fields[2] = {-1, -1};
     int hash_bits = 64;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n(nnnnn)|i:KeyTable", kwlist, &size,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n(nnnnn)|(nn)i:KeyTable", kwlist, &size,
                                      &fields[0], &fields[1], &fields[2], &fields[3], &fields[4],
-                                     &hash_bits))
+                                     &key_fields[0], &key_fields[1], &hash_bits))
         return NULL;
-    int bad = size < 0 || size > INT32_MAX / 4 || hash_bits < 1 || hash_bits > 64;
+    int bad = size < 0 || size > INT32_MAX / 4 || hash_bits < 1 || hash_bits > 64
+              || (key_fields[0] < 0) != (key_fields[1] < 0);
     for (int k = 0; k < FIELDS; k++)
         bad |= fields[k] < 0;
     if (bad) {
@@ -363,6 +368,7 @@ KeyTable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     t->free_list = t->oldest = t->newest = -1;
     t->hash_mask = hash_bits == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hash_bits) - 1);
     memcpy(t->fields, fields, sizeof(t->fields));
+    memcpy(t->key_fields, key_fields, sizeof(t->key_fields));
     t->nodes = PyMem_Malloc((size_t)t->cap * sizeof(node_t));
     if (!t->nodes || alloc_slots(t, t->cap) < 0) {
         if (!PyErr_Occurred())
@@ -488,13 +494,49 @@ undo_newest(KeyTable *t, Py_ssize_t added)
         remove_node(t, t->newest);
 }
 
+/* Add `count` keys, str all checked: of topic `one`, or of topics tp[i] when it is NULL.
+   True, False (keep_first met a held key: nothing changed, rule 6) or NULL with an error. */
+static PyObject *
+add_keys(KeyTable *t, PyObject *one, PyObject **tp, PyObject **u, PyObject **e,
+         Py_ssize_t count, int keep_first)
+{
+    PyObject *result = NULL;
+    /* per key: its FIELDS entry fields, then its hash (rule 5: slots prefetched) */
+    int64_t *f = PyMem_Malloc((size_t)(count ? count : 1) * (FIELDS + 1) * sizeof(int64_t));
+    if (!f)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t *row = f + i * (FIELDS + 1);
+        if (read_fields(t, e[i], row) < 0)
+            goto done;
+        uint64_t h = key_hash(t, one ? one : tp[i], u[i]);
+        row[FIELDS] = (int64_t)h;
+        PREFETCH(&t->slots[(uint32_t)h & t->mask]);
+    }
+    while (t->cap - t->live < count) {  /* room first: no put_key below can fail */
+        if (grow(t) < 0)
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t *row = f + i * (FIELDS + 1);
+        if (!put_key(t, one ? one : tp[i], u[i], (uint64_t)row[FIELDS], row, keep_first)) {
+            undo_newest(t, i);  /* keep_first: each key before i made a new node */
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
+    result = Py_NewRef(Py_True);
+done:
+    PyMem_Free(f);
+    return result;
+}
+
 /* add_run and add_mixed: topics is one str (a run of one topic) or a sequence, one per key. */
 static PyObject *
 add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in,
          int keep_first)
 {
     PyObject *tseq = NULL, *useq = NULL, *eseq = NULL, *result = NULL;
-    int64_t *f = NULL;
     int one = PyUnicode_CheckExact(topics);
     useq = PySequence_Fast(uniqs_in, "uniqs must be a sequence");
     eseq = useq ? PySequence_Fast(entries_in, "entries must be a sequence") : NULL;
@@ -515,35 +557,8 @@ add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in
             goto done;
         }
     }
-    /* per key: its FIELDS entry fields, then its hash (rule 5: slots prefetched) */
-    f = PyMem_Malloc((size_t)(count ? count : 1) * (FIELDS + 1) * sizeof(int64_t));
-    if (!f) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t *row = f + i * (FIELDS + 1);
-        if (read_fields(t, e[i], row) < 0)
-            goto done;
-        uint64_t h = key_hash(t, one ? topics : tp[i], u[i]);
-        row[FIELDS] = (int64_t)h;
-        PREFETCH(&t->slots[(uint32_t)h & t->mask]);
-    }
-    while (t->cap - t->live < count) {  /* room first: no put_key below can fail */
-        if (grow(t) < 0)
-            goto done;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t *row = f + i * (FIELDS + 1);
-        if (!put_key(t, one ? topics : tp[i], u[i], (uint64_t)row[FIELDS], row, keep_first)) {
-            undo_newest(t, i);  /* keep_first: each key before i made a new node */
-            result = Py_NewRef(Py_False);
-            goto done;
-        }
-    }
-    result = Py_NewRef(Py_True);
+    result = add_keys(t, one ? topics : NULL, tp, u, e, count, keep_first);
 done:
-    PyMem_Free(f);
     Py_XDECREF(tseq);
     Py_XDECREF(useq);
     Py_XDECREF(eseq);
@@ -569,6 +584,88 @@ KeyTable_add_mixed(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
     if (keep_first < 0)
         return NULL;
     return add_many(t, args[0], args[1], args[2], keep_first);
+}
+
+/* Is `topic` exempt: in `names` (a set) or starting with one of `prefixes` (a tuple)? */
+static int
+exempt(PyObject *topic, PyObject *names, PyObject *prefixes)
+{
+    int found = PySet_Contains(names, topic);
+    for (Py_ssize_t i = 0; !found && i < PyTuple_GET_SIZE(prefixes); i++)
+        found = (int)PyUnicode_Tailmatch(topic, PyTuple_GET_ITEM(prefixes, i), 0,
+                                         PY_SSIZE_T_MAX, -1);
+    return found;
+}
+
+/* add_requests' walk: each request's topic and key into tp and u; 1: all set and none
+   exempt, 0: declined, -1: error. */
+static int
+request_keys(KeyTable *t, PyObject **r, Py_ssize_t count, PyObject *names, PyObject *prefixes,
+             PyObject **tp, PyObject **u)
+{
+    Py_ssize_t need = (t->key_fields[0] > t->key_fields[1] ? t->key_fields[0]
+                                                           : t->key_fields[1]);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!PyTuple_Check(r[i]) || need >= PyTuple_GET_SIZE(r[i])) {
+            PyErr_SetString(PyExc_TypeError, NOT_TUPLE);
+            return -1;
+        }
+        u[i] = PyTuple_GET_ITEM(r[i], t->key_fields[1]);
+        if (u[i] == Py_None || (PyUnicode_CheckExact(u[i]) && !PyUnicode_GET_LENGTH(u[i])))
+            return 0;  /* a message without a key: the caller goes message by message */
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        tp[i] = PyTuple_GET_ITEM(r[i], t->key_fields[0]);
+        if (!PyUnicode_CheckExact(tp[i]) || !PyUnicode_CheckExact(u[i])) {
+            PyErr_SetString(PyExc_TypeError, NOT_STR);
+            return -1;
+        }
+        if (i && tp[i] == tp[i - 1])
+            continue;  /* a put's requests mostly share one topic object */
+        int found = exempt(tp[i], names, prefixes);
+        if (found)
+            return found < 0 ? -1 : 0;
+    }
+    return 1;
+}
+
+static PyObject *
+KeyTable_add_requests(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyAnySet_Check(args[2]) || !PyTuple_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "add_requests(requests, keep_first, system_topics, system_prefixes)");
+        return NULL;
+    }
+    if (t->key_fields[0] < 0) {
+        PyErr_SetString(PyExc_ValueError, "KeyTable: built without key_fields");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[3]); i++) {
+        if (!PyUnicode_Check(PyTuple_GET_ITEM(args[3], i))) {
+            PyErr_SetString(PyExc_TypeError, NOT_STR);
+            return NULL;
+        }
+    }
+    int keep_first = PyObject_IsTrue(args[1]);
+    PyObject *seq = keep_first < 0 ? NULL : PySequence_Fast(args[0], "requests: a sequence");
+    if (!seq)
+        return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **r = PySequence_Fast_ITEMS(seq), *result = NULL;
+    PyObject **keys = PyMem_Malloc((size_t)(count ? count : 1) * 2 * sizeof(PyObject *));
+    if (!keys) {
+        Py_DECREF(seq);
+        return PyErr_NoMemory();
+    }
+    int ok = count ? request_keys(t, r, count, args[2], args[3], keys, keys + count) : 0;
+    if (ok > 0)  /* no Python code has run since the items were read: they are still held */
+        result = add_keys(t, NULL, keys, keys + count, r, count, keep_first);
+    else if (ok == 0)
+        result = Py_NewRef(Py_False);
+    PyMem_Free(keys);
+    Py_DECREF(seq);
+    return result;
 }
 
 static PyObject *
@@ -655,6 +752,10 @@ static PyMethodDef KeyTable_methods[] = {
      "add_run(topic, uniqs, entries, keep_first=False) -> bool: one topic's keys in order."},
     {"add_mixed", (PyCFunction)(void (*)(void))KeyTable_add_mixed, METH_FASTCALL,
      "add_mixed(topics, uniqs, entries, keep_first=False) -> bool: keys of many topics."},
+    {"add_requests", (PyCFunction)(void (*)(void))KeyTable_add_requests, METH_FASTCALL,
+     "add_requests(requests, keep_first, system_topics, system_prefixes) -> bool: a put's "
+     "dispatch requests, in one pass; False (nothing changed) when a key is unset or a topic "
+     "exempt."},
     {"evict", (PyCFunction)(void (*)(void))KeyTable_evict, METH_FASTCALL,
      "evict(max_keys, cutoff_ms): forget the oldest past max_keys and those stored before."},
     {"prune_from", (PyCFunction)KeyTable_prune_from, METH_O,
@@ -675,8 +776,9 @@ static PyTypeObject KeyTableType = {
     .tp_dealloc = (destructor)KeyTable_dealloc,
     .tp_as_sequence = &KeyTable_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "KeyTable(size, fields, hash_bits=64): the duplicate window's keys; fields: where "
-              "an added entry holds phys, size, queue id, queue offset and store ms.",
+    .tp_doc = "KeyTable(size, fields, key_fields=None, hash_bits=64): the duplicate window's "
+              "keys; fields: where an added entry holds phys, size, queue id, queue offset and "
+              "store ms; key_fields: where a dispatch request holds its topic and key.",
     .tp_methods = KeyTable_methods,
     .tp_getset = KeyTable_getset,
     .tp_new = KeyTable_new,

@@ -59,8 +59,7 @@ import struct
 import time
 import weakref
 from collections import deque
-from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import NamedTuple
 
 from tidemq.node.sending.dedup_keys import E_PHYS, E_QUEUE_ID, E_QUEUE_OFFSET, E_SIZE, E_STORE_MS, key_table
@@ -103,8 +102,7 @@ def _stand_in_topic(topic: str, props) -> str | None:
     return real if real and not is_system_topic(real) else None
 
 
-# The bulk paths (rule 7) walk a request's messages at C speed with these.
-_R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
+# The bulk check (rule 7) walks a request's messages at C speed with these.
 _M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")
 
 
@@ -153,19 +151,7 @@ class DedupWindow:
         update for one topic); False (nothing changed) for anything else. A key held already,
         or twice in the put, ends where the message-by-message path leaves it: its latest
         record, young again. keep_first (the rebuild): only keys distinct and new."""
-        uniqs = list(map(_R_UNIQ, requests))
-        if not uniqs or not all(uniqs):
-            return False
-        topics = list(map(_R_TOPIC, requests))
-        topic = topics[0]
-        if topics.count(topic) == len(topics):  # one topic: its name object, mostly
-            return not is_system_topic(topic) and self._keys.add_run(topic, uniqs, requests,
-                                                                     keep_first)
-        found = set(topics)
-        if not _SYSTEM_TOPICS.isdisjoint(found) or any(
-                map(str.startswith, found, repeat(_SYSTEM_PREFIXES))):
-            return False
-        return self._keys.add_mixed(topics, uniqs, requests, keep_first)
+        return self._keys.add_requests(requests, keep_first, _SYSTEM_TOPICS, _SYSTEM_PREFIXES)
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
         add = self._keys.add

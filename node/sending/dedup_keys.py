@@ -48,7 +48,15 @@ from collections.abc import Callable, Iterable
 from itertools import compress, islice, repeat
 from operator import itemgetter
 
-from tidemq.node.store.message import DR_PHYS, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_SIZE, DR_STORE_TS
+from tidemq.node.store.message import (
+    DR_PHYS,
+    DR_QUEUE_ID,
+    DR_QUEUE_OFFSET,
+    DR_SIZE,
+    DR_STORE_TS,
+    DR_TOPIC,
+    DR_UNIQ_KEY,
+)
 from tidemq.protocol.accel import PURE_FORCED
 
 _compiled: type | None = None
@@ -71,6 +79,7 @@ _is_one = (1).__eq__   # a dict holding only _GENERAL (rule 6)
 ENTRY_FIELDS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_STORE_TS)
 E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = range(len(ENTRY_FIELDS))
 _entry_of = itemgetter(*ENTRY_FIELDS)
+_R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
 _STR_ONLY = frozenset((str,))
 NOT_STR = "a duplicate window key must be a str"   # rule 7: the compiled table's texts too
 LENGTHS = "keys and entries differ in length"
@@ -82,7 +91,7 @@ def key_table(max_keys: int):
     for that bound (up to _PRESIZE_MAX keys: past that it doubles as it fills), or the pure
     KeyWindow (rule 7)."""
     if _compiled is not None:
-        return _compiled(min(max_keys, _PRESIZE_MAX), ENTRY_FIELDS)
+        return _compiled(min(max_keys, _PRESIZE_MAX), ENTRY_FIELDS, (DR_TOPIC, DR_UNIQ_KEY))
     return KeyWindow()
 
 
@@ -172,6 +181,25 @@ class KeyWindow:
         self._order.append((dicts, uniqs, entries, None))
         self._maybe_compact()
         return True
+
+    def add_requests(self, requests, keep_first: bool, system_topics: frozenset,
+                     system_prefixes: tuple) -> bool:
+        """A put's dispatch requests in one pass (add_run for one topic, else add_mixed), or
+        False and nothing changed when a key is unset (None or "") or a topic is exempt: in
+        system_topics or starting with one of system_prefixes."""
+        uniqs = list(map(_R_UNIQ, requests))
+        if not uniqs or not all(uniqs):
+            return False
+        topics = list(map(_R_TOPIC, requests))
+        topic = topics[0]
+        if topics.count(topic) == len(topics):  # one topic: its name object, mostly
+            return (topic not in system_topics and not topic.startswith(system_prefixes)
+                    and self.add_run(topic, uniqs, requests, keep_first))
+        found = set(topics)
+        if not system_topics.isdisjoint(found) or any(
+                map(str.startswith, found, repeat(system_prefixes))):
+            return False
+        return self.add_mixed(topics, uniqs, requests, keep_first)
 
     def _grew(self, grown: int, added: int) -> None:
         self._live += grown

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.unit.test_dedup_keys import key_steps
 from tidemq.node.sending.dedup_keys import ENTRY_FIELDS, LENGTHS, NOT_STR, KeyWindow, key_table
+from tidemq.node.store.message import DR_TOPIC, DR_UNIQ_KEY
 
 try:  # imported directly: tested even when TIDEMQ_PURE_PYTHON is set
     from tidemq.node.sending._dedup_table import KeyTable
@@ -24,14 +25,26 @@ UNIQS = st.sampled_from([f"AC1100020000{i:04X}" for i in range(12)]
                         + ["é", "键", "x" * 39, "x" * 40, "y" * 200])
 
 
-def _entry(phys, ts_ms):
-    return ("T", 1, phys, phys, 100, 0, ts_ms, None, "k", 0)
+def _entry(phys, ts_ms, topic="T", uniq="k"):
+    return (topic, 1, phys, phys, 100, 0, ts_ms, None, uniq, 0)
+
+
+SYSTEM_TOPICS, SYSTEM_PREFIXES = frozenset(("SCHEDULE_TOPIC_XXXX",)), ("%", "TIDEMQ_SYS_")
+KEY_FIELDS = (DR_TOPIC, DR_UNIQ_KEY)
 
 
 def _step():
     bad = st.tuples(st.just("bad"), st.sampled_from(["int_key", "bytes_topic", "short",
                                                      "str_topics", "list_entry"]))
-    return st.one_of(key_steps(TOPICS, UNIQS, scale=4, mixed_min=1), bad)
+    # a put's dispatch requests: keys unset now and then, system topics exempt
+    put_topics = st.one_of(TOPICS, st.sampled_from(["%RETRY%g", "SCHEDULE_TOPIC_XXXX",
+                                                    "TIDEMQ_SYS_X"]))
+    one_topic = st.tuples(put_topics, st.lists(st.one_of(UNIQS, st.sampled_from([None, ""])),
+                                               min_size=1, max_size=20)).map(
+        lambda tu: [(tu[0], u) for u in tu[1]])
+    pairs = st.lists(st.tuples(put_topics, UNIQS), min_size=1, max_size=20)
+    put = st.tuples(st.just("requests"), st.one_of(one_topic, pairs), st.booleans())
+    return st.one_of(key_steps(TOPICS, UNIQS, scale=4, mixed_min=1), bad, put)
 
 
 def _outcome(call):
@@ -70,6 +83,10 @@ def _apply(store, step, phys, ts):
         else:
             out = _outcome(lambda: store.add_mixed(topics, uniqs, entries, step[2]))
         return out, phys + len(pairs), ts + len(pairs)
+    if kind == "requests":
+        reqs = [_entry(phys + i + 1, ts + i + 1, t, u) for i, (t, u) in enumerate(step[1])]
+        out = _outcome(lambda: store.add_requests(reqs, step[2], SYSTEM_TOPICS, SYSTEM_PREFIXES))
+        return out, phys + len(reqs), ts + len(reqs)
     if kind == "evict":
         return _outcome(lambda: store.evict(step[1], ts - step[2])), phys, ts
     if kind == "cut":
@@ -81,7 +98,8 @@ def _apply(store, step, phys, ts):
 @settings(max_examples=200, deadline=None)
 @given(steps=st.lists(_step(), max_size=50))
 def test_the_twins_answer_alike(steps, size, hash_bits):
-    compiled, pure = KeyTable(size, ENTRY_FIELDS, hash_bits=hash_bits), KeyWindow()
+    compiled = KeyTable(size, ENTRY_FIELDS, KEY_FIELDS, hash_bits=hash_bits)
+    pure = KeyWindow()
     phys = ts = 0
     for step in steps:
         got, _, _ = _apply(compiled, step, phys, ts)
