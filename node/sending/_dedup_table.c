@@ -531,13 +531,18 @@ done:
     return result;
 }
 
-/* add_run and add_mixed: topics is one str (a run of one topic) or a sequence, one per key. */
+/* add_run (topic_str: a run of one topic, args[0] its str) and add_mixed (a sequence of
+   topics, one per key). */
 static PyObject *
-add_many(KeyTable *t, PyObject *topics, PyObject *uniqs_in, PyObject *entries_in,
-         int keep_first)
+add_many(KeyTable *t, PyObject *const *args, Py_ssize_t nargs, const char *usage,
+         int topic_str)
 {
+    int keep_first = add_args(args, nargs, usage, topic_str);
+    if (keep_first < 0)
+        return NULL;
+    PyObject *topics = args[0], *uniqs_in = args[1], *entries_in = args[2];
     PyObject *tseq = NULL, *useq = NULL, *eseq = NULL, *result = NULL;
-    int one = PyUnicode_CheckExact(topics);
+    int one = topic_str;
     useq = PySequence_Fast(uniqs_in, "uniqs must be a sequence");
     eseq = useq ? PySequence_Fast(entries_in, "entries must be a sequence") : NULL;
     tseq = (eseq && !one) ? PySequence_Fast(topics, "topics must be a sequence") : NULL;
@@ -568,22 +573,14 @@ done:
 static PyObject *
 KeyTable_add_run(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
 {
-    int keep_first = add_args(args, nargs, "add_run(topic, uniqs, entries, keep_first=False)",
-                              1);
-    if (keep_first < 0)
-        return NULL;
-    return add_many(t, args[0], args[1], args[2], keep_first);
+    return add_many(t, args, nargs, "add_run(topic, uniqs, entries, keep_first=False)", 1);
 }
 
 static PyObject *
 KeyTable_add_mixed(KeyTable *t, PyObject *const *args, Py_ssize_t nargs)
 {
     /* one str is not a sequence of topics here */
-    int keep_first = add_args(args, nargs, "add_mixed(topics, uniqs, entries, keep_first=False)",
-                              0);
-    if (keep_first < 0)
-        return NULL;
-    return add_many(t, args[0], args[1], args[2], keep_first);
+    return add_many(t, args, nargs, "add_mixed(topics, uniqs, entries, keep_first=False)", 0);
 }
 
 /* Is `topic` exempt: in `names` (a set) or starting with one of `prefixes` (a tuple)? */
