@@ -148,7 +148,7 @@ class DedupWindow:
 
     def _remember_new(self, requests, keep_first: bool = False) -> bool:
         """Rule 7: a put of ordinary topics whose keys are all set is added in one pass (one
-        update for one topic); False (nothing changed) for anything else. A key held already,
+        call into the key store); False (nothing changed) for anything else. A key held already,
         or twice in the put, ends where the message-by-message path leaves it: its latest
         record, young again. keep_first (the rebuild): only keys distinct and new."""
         return self._keys.add_requests(requests, keep_first, _SYSTEM_TOPICS, _SYSTEM_PREFIXES)

@@ -69,7 +69,7 @@ COMPILED = _compiled is not None
 
 _COMPACT_MIN = 1024   # stale positions tolerated whatever the live count (rule 2)
 _RUN_MAX = 4096       # positions a run grows to by single adds (rule 1)
-_PRESIZE_MAX = 4_000_000   # keys the compiled table is sized for up front (~64 bytes each)
+_PRESIZE_MAX = 4_000_000   # keys the compiled table is sized for up front (~150 bytes each)
 # Every topic's dict also holds this one non-str key (rule 6): a dict of str keys only keeps no
 # hashes in its entries, so each probe of a cold table would also read the key object.
 _GENERAL = object()
