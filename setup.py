@@ -23,9 +23,12 @@ def packages():
 
 
 def speedup_extensions(package: str = "tidemq.protocol") -> list[Extension]:
-    """The compiled hot paths: one module, `<package>._speedups`, built from
-    client/protocol/_speedups.c."""
-    return [Extension(f"{package}._speedups", ["client/protocol/_speedups.c"], optional=True)]
+    """The compiled hot paths: the codec, `<package>._speedups`, built from
+    client/protocol/_speedups.c, and the duplicate window's key store,
+    `tidemq.node.sending._dedup_table`, from node/sending/_dedup_table.c."""
+    return [Extension(f"{package}._speedups", ["client/protocol/_speedups.c"], optional=True),
+            Extension("tidemq.node.sending._dedup_table", ["node/sending/_dedup_table.c"],
+                      optional=True)]
 
 
 setup(package_dir=ROOTS, packages=sorted(set(packages())),

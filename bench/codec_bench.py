@@ -10,7 +10,10 @@ Figures are best-of-N per-frame means: the least noisy estimate of the code's ow
 `dedup_window` is the broker's duplicate window on the batch path (node/sending/dedup.py): µs
 per message to check (split) and to remember (remember, with its eviction) 64-message batches
 of fresh keys into a window full at its default 100,000 keys, four batches per put as the send
-path groups them, timed by the thread's CPU clock.
+path groups them, timed by the thread's CPU clock; `pure_total_us` is the same on the window's
+pure-Python key store when the compiled one is in use. `dedup_single` is the single-send path
+over many topics: one-message checks and a put of 256 messages, each of its own topic among
+12,500, into the same full window (µs per message, check and remember together).
 
     .venv/bin/python bench/codec_bench.py [--quick]
 """
@@ -27,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.build_info import build_fields  # noqa: E402
 from tidemq.message import MessageExt  # noqa: E402
 from tidemq.node.processors import send  # noqa: E402,F401  (registers its pure twin)
+from tidemq.node.sending import dedup_keys  # noqa: E402
 from tidemq.node.sending.dedup import DedupWindow  # noqa: E402
 from tidemq.node.store import commit_log, dispatch, index_file  # noqa: E402,F401  (register their pure twins)
 from tidemq.node.store.consume_queue import ConsumeQueue  # noqa: E402
@@ -162,8 +166,9 @@ def _dedup_batch(n: int, props: list, topic: str = "TopicTest"):
                   for i, m in enumerate(msgs)]
 
 
-def _dedup_window(puts: int, repeats: int) -> dict:
-    """µs per message of the window's check and remember at steady state (best of repeats)."""
+def _dedup_window(puts: int, repeats: int, pure: bool = False) -> dict:
+    """µs per message of the window's check and remember at steady state (best of repeats);
+    pure: on the pure-Python key store whichever is in use."""
     props = [record.encode_properties({"UNIQ_KEY": "AC11000200002A9F00000000%08X" % i,
                                        "WAIT": "true", "TAGS": "TagA"})
              for i in range(DEDUP_BATCH)]
@@ -171,6 +176,8 @@ def _dedup_window(puts: int, repeats: int) -> dict:
     clock, n = time.thread_time, 0
     for _ in range(repeats):
         window = DedupWindow(300_000, DEDUP_KEYS)
+        if pure:
+            window._keys = dedup_keys.KeyWindow()
         for _ in range(DEDUP_KEYS // DEDUP_BATCH + 1):   # fill: every remember evicts from now on
             msgs, reqs = _dedup_batch(n, props)
             n += 1
@@ -192,8 +199,54 @@ def _dedup_window(puts: int, repeats: int) -> dict:
         assert len(window) == DEDUP_KEYS and window.suppressed == 0
         per = puts * DEDUP_PUT * DEDUP_BATCH
         best = [min(b, s / per) for b, s in zip(best, spent)]
-    return {"keys": DEDUP_KEYS, "batch": DEDUP_BATCH, "check_us": round(best[0] * 1e6, 3),
-            "remember_us": round(best[1] * 1e6, 3), "total_us": round(sum(best) * 1e6, 3)}
+    out = {"keys": DEDUP_KEYS, "batch": DEDUP_BATCH, "check_us": round(best[0] * 1e6, 3),
+           "remember_us": round(best[1] * 1e6, 3), "total_us": round(sum(best) * 1e6, 3)}
+    if dedup_keys.COMPILED and not pure:
+        out["pure_total_us"] = _dedup_window(puts, repeats, pure=True)["total_us"]
+    return out
+
+
+class _Msg:
+    """What the single-send check reads of a store message."""
+    __slots__ = ("topic", "uniq_key", "properties")
+
+    def __init__(self, topic: str, uniq_key: str):
+        self.topic, self.uniq_key, self.properties = topic, uniq_key, None
+
+
+DEDUP_TOPICS, DEDUP_SINGLE_PUT = 12_500, 256
+
+
+def _single_put(n: int, topics: list) -> tuple[list, list]:
+    now_ms, base = int(time.time() * 1000), n * DEDUP_SINGLE_PUT
+    msgs = [_Msg(topics[(base + i) % DEDUP_TOPICS], "AC11000200002A9F%016X" % (base + i))
+            for i in range(DEDUP_SINGLE_PUT)]
+    return msgs, [(m.topic, 0, base + i, (base + i) * 1100, 1100, 0, now_ms, None, m.uniq_key, 0)
+                  for i, m in enumerate(msgs)]
+
+
+def _dedup_single(puts: int, repeats: int) -> dict:
+    """µs per message of single sends over many topics: a check each, then the put."""
+    topics = [f"Topic{i}" for i in range(DEDUP_TOPICS)]
+    best, n = float("inf"), 0
+    for _ in range(repeats):
+        window = DedupWindow(300_000, DEDUP_KEYS)
+        for _ in range(DEDUP_KEYS // DEDUP_SINGLE_PUT + 1):
+            msgs, reqs = _single_put(n, topics)
+            n += 1
+            window.remember(reqs, msgs)
+        spent = 0.0
+        for _ in range(puts):
+            msgs, reqs = _single_put(n, topics)
+            n += 1
+            t0 = time.thread_time()
+            for m in msgs:
+                window.split([m])
+            window.remember(reqs, msgs)
+            spent += time.thread_time() - t0
+        assert len(window) == DEDUP_KEYS and window.suppressed == 0
+        best = min(best, spent / (puts * DEDUP_SINGLE_PUT))
+    return {"keys": DEDUP_KEYS, "topics": DEDUP_TOPICS, "total_us": round(best * 1e6, 3)}
 
 
 def main(argv=None):
@@ -210,6 +263,7 @@ def main(argv=None):
         "rocketmq": _measure(SerializeType.ROCKETMQ, iterations, repeats),
         "functions": _functions(iterations, repeats),
         "dedup_window": _dedup_window(iterations // 100, repeats - 2),
+        "dedup_single": _dedup_single(iterations // 200, repeats - 2),
         **build_fields(),
     }
     print(json.dumps(result, separators=(",", ":")))

@@ -246,7 +246,7 @@ class BrokerConfig:
     dedup_window_ms: int = _f(300_000, "A send whose UNIQ_KEY was stored this recently gets "
                                        "the original result, nothing stored; 0 = off.")
     dedup_window_keys: int = _f(100_000, "Most UNIQ_KEYs the duplicate window remembers "
-                                         "(about 250 bytes each); 0 = off.")
+                                         "(about 150 bytes each, reserved at start); 0 = off.")
     # RocketMQ 5 gRPC messaging service (node/grpc/; needs the `grpc` extra)
     grpc_port: int = _f(-1, "RocketMQ 5 gRPC (MessagingService) port on listen_host; -1 = off, "
                             "0 = pick a free one (printed on READY as grpc=). Needs the "

@@ -45,9 +45,12 @@ Rules:
    walking the messages at C speed, and so is a put of many ordinary topics, every key set
    (single sends spread over many queues, grouped into one put); anything else takes the
    message-by-message path, with the same result (same entries, same order).
-8. An entry is the record's dispatch request as the put returned it (a tuple of ints and
-   short strings, no body): remembering a message builds no tuple of its own. The keys live
-   in node/sending/dedup_keys.py: per topic, a plain dict by UNIQ_KEY, aged in put-sized runs.
+8. Remembering a message builds no object of its own. The keys live in
+   node/sending/dedup_keys.py: a compiled table sized once from dedup_window_keys (no rehash
+   stall at steady state) that copies each key and the five fields a reply needs (E_*: phys
+   offset, size, queue id, queue offset, store ms) out of the put's dispatch request, which is
+   then freed with the put; its pure twin (not built, or TIDEMQ_PURE_PYTHON set) keeps the
+   request itself and answers the same five fields.
 """
 from __future__ import annotations
 
@@ -56,17 +59,13 @@ import struct
 import time
 import weakref
 from collections import deque
-from itertools import repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import NamedTuple
 
-from tidemq.node.sending.dedup_keys import KeyWindow
+from tidemq.node.sending.dedup_keys import E_PHYS, E_QUEUE_ID, E_QUEUE_OFFSET, E_SIZE, E_STORE_MS, key_table
 from tidemq.node.store import index_file
 from tidemq.node.store.message import (
     DR_PHYS,
-    DR_QUEUE_ID,
-    DR_QUEUE_OFFSET,
-    DR_SIZE,
     DR_STORE_TS,
     DR_TOPIC,
     DR_UNIQ_KEY,
@@ -103,12 +102,7 @@ def _stand_in_topic(topic: str, props) -> str | None:
     return real if real and not is_system_topic(real) else None
 
 
-# An entry is the stored record's dispatch request itself (node/store/message.py DR_*), kept
-# as the put returned it: no tuple built per remembered message (rule 8). Its fields:
-E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID,
-                                                          DR_QUEUE_OFFSET, DR_STORE_TS)
-# The bulk paths (rule 7) walk a request's messages at C speed with these.
-_R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
+# The bulk check (rule 7) walks a request's messages at C speed with these.
 _M_TOPIC, _M_UNIQ = attrgetter("topic"), attrgetter("uniq_key")
 
 
@@ -127,7 +121,8 @@ class DedupWindow:
         self.max_keys = max_keys
         self.enabled = window_ms > 0 and max_keys > 0
         self.clock = clock
-        self._keys = KeyWindow()  # (topic, uniq) -> entry, oldest first (dedup_keys.py)
+        # (topic, uniq) -> entry, oldest first (dedup_keys.py)
+        self._keys = key_table(max_keys if self.enabled else 0)
         self.suppressed = 0  # messages answered from the window (metrics, tests)
 
     def __len__(self) -> int:
@@ -135,7 +130,7 @@ class DedupWindow:
 
     def items(self) -> list:
         """[((topic, UNIQ_KEY), entry)] of every key held, oldest first."""
-        return list(self._keys.items())
+        return self._keys.items()
 
     # -- the send path ------------------------------------------------------------------
     def remember(self, requests, msgs=None, keep_first: bool = False) -> None:
@@ -153,22 +148,10 @@ class DedupWindow:
 
     def _remember_new(self, requests, keep_first: bool = False) -> bool:
         """Rule 7: a put of ordinary topics whose keys are all set is added in one pass (one
-        update for one topic); False (nothing changed) for anything else. A key held already,
+        call into the key store); False (nothing changed) for anything else. A key held already,
         or twice in the put, ends where the message-by-message path leaves it: its latest
         record, young again. keep_first (the rebuild): only keys distinct and new."""
-        uniqs = list(map(_R_UNIQ, requests))
-        if not uniqs or not all(uniqs):
-            return False
-        topics = list(map(_R_TOPIC, requests))
-        topic = topics[0]
-        if topics.count(topic) == len(topics):  # one topic: its name object, mostly
-            return not is_system_topic(topic) and self._keys.add_run(topic, uniqs, requests,
-                                                                     keep_first)
-        found = set(topics)
-        if not _SYSTEM_TOPICS.isdisjoint(found) or any(
-                map(str.startswith, found, repeat(_SYSTEM_PREFIXES))):
-            return False
-        return self._keys.add_mixed(topics, uniqs, requests, keep_first)
+        return self._keys.add_requests(requests, keep_first, _SYSTEM_TOPICS, _SYSTEM_PREFIXES)
 
     def _remember_each(self, requests, msgs, keep_first: bool) -> None:
         add = self._keys.add
@@ -239,7 +222,7 @@ class DedupWindow:
         """Refill the window from the store's key index (rule 4); returns the keys held.
         What the window held is dropped first: under HA the log may have been cut back since.
         A shadow prepared for this store (rule 6) is adopted instead of a full walk."""
-        self._keys = KeyWindow()
+        self._keys = key_table(self.max_keys if self.enabled else 0)
         if not self.enabled or store.index is None:
             if self.enabled:
                 log.warning("key index disabled: the duplicate window starts empty")

@@ -1,5 +1,6 @@
 """The duplicate window's key store (node/sending/dedup.py): per topic, UNIQ_KEY -> entry, and
-the keys' age order.
+the keys' age order. An entry, as get() and items() answer it, is the five fields a retry's
+reply needs, (phys offset, size, queue id, queue offset, store ms): E_* below.
 
 A window of 100,000 keys does not fit in the CPU caches, so each key touched costs memory
 misses; this store touches as little per key as it can: a key is a plain str in its topic's
@@ -31,22 +32,79 @@ Rules:
    that misses compares hashes without reading the key string, one cache miss less per lookup
    of a cold table (about 40% faster at 100,000 keys). Only its own count (len - 1) is the
    topic's key count.
+7. KeyWindow is the pure twin of the compiled KeyTable (node/sending/_dedup_table.c: one
+   open-addressing table over a hash of (topic, key), sized once from the window's bound, its
+   keys linked oldest to newest): same answers, same age order, same errors (keys are exact
+   str, entries tuples; keys and entries of a run are as many). One difference: the compiled
+   table reads an entry's fields when the key is added and refuses one that is not an int;
+   this one reads them only when it answers. key_table() picks one: the compiled table
+   when built and TIDEMQ_PURE_PYTHON is not set (client/protocol/accel.py), else KeyWindow.
 """
 from __future__ import annotations
 
+import importlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import compress, islice, repeat
+from operator import itemgetter
 
-from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
+from tidemq.node.store.message import (
+    DR_PHYS,
+    DR_QUEUE_ID,
+    DR_QUEUE_OFFSET,
+    DR_SIZE,
+    DR_STORE_TS,
+    DR_TOPIC,
+    DR_UNIQ_KEY,
+)
+from tidemq.protocol.accel import PURE_FORCED
+
+_compiled: type | None = None
+if not PURE_FORCED:
+    try:  # by name: the extension is optional, so the type checker may not find it
+        _compiled = importlib.import_module("tidemq.node.sending._dedup_table").KeyTable
+    except ImportError:  # not built here: the pure twin serves
+        _compiled = None
+COMPILED = _compiled is not None
 
 _COMPACT_MIN = 1024   # stale positions tolerated whatever the live count (rule 2)
 _RUN_MAX = 4096       # positions a run grows to by single adds (rule 1)
+_PRESIZE_MAX = 4_000_000   # keys the compiled table is sized for up front (~150 bytes each)
 # Every topic's dict also holds this one non-str key (rule 6): a dict of str keys only keeps no
 # hashes in its entries, so each probe of a cold table would also read the key object.
 _GENERAL = object()
 _drain: Callable[[Iterable[object]], None] = deque[object](maxlen=0).extend  # runs an iterator
 _is_one = (1).__eq__   # a dict holding only _GENERAL (rule 6)
+# An entry's fields, read from the put's dispatch request (node/store/message.py DR_*).
+ENTRY_FIELDS = (DR_PHYS, DR_SIZE, DR_QUEUE_ID, DR_QUEUE_OFFSET, DR_STORE_TS)
+E_PHYS, E_SIZE, E_QUEUE_ID, E_QUEUE_OFFSET, E_STORE_MS = range(len(ENTRY_FIELDS))
+_entry_of = itemgetter(*ENTRY_FIELDS)
+_R_TOPIC, _R_UNIQ = itemgetter(DR_TOPIC), itemgetter(DR_UNIQ_KEY)
+_STR_ONLY = frozenset((str,))
+NOT_STR = "a duplicate window key must be a str"   # rule 7: the compiled table's texts too
+LENGTHS = "keys and entries differ in length"
+NOT_TUPLE = "a duplicate window entry must be a tuple of its fields"
+
+
+def key_table(max_keys: int):
+    """An empty key store for a window of `max_keys` keys: the compiled KeyTable, sized once
+    for that bound (up to _PRESIZE_MAX keys: past that it doubles as it fills), or the pure
+    KeyWindow (rule 7)."""
+    if _compiled is not None:
+        return _compiled(min(max_keys, _PRESIZE_MAX), ENTRY_FIELDS, (DR_TOPIC, DR_UNIQ_KEY))
+    return KeyWindow()
+
+
+def _check_run(topics, uniqs: list, entries: list) -> None:
+    """Rule 7's errors, before anything changes: as many entries as keys, every key a str,
+    every entry a tuple."""
+    if len(uniqs) != len(entries) or (topics is not None and len(topics) != len(uniqs)):
+        raise ValueError(LENGTHS)
+    if not _STR_ONLY.issuperset(map(type, uniqs)) or (
+            topics is not None and not _STR_ONLY.issuperset(map(type, topics))):
+        raise TypeError(NOT_STR)
+    if not all(map(isinstance, entries, repeat(tuple))):
+        raise TypeError(NOT_TUPLE)
 
 
 class KeyWindow:
@@ -65,8 +123,10 @@ class KeyWindow:
         return self._live
 
     def get(self, topic: str, uniq):
+        """The entry (E_* fields) held for the key, or None."""
         keys = self._topics.get(topic)
-        return None if keys is None else keys.get(uniq)
+        entry = None if keys is None else keys.get(uniq)
+        return None if entry is None else _entry_of(entry)
 
     def holds_none(self, topic: str, uniqs) -> bool:
         """True when none of `uniqs` is held under `topic` (one C-level pass)."""
@@ -83,6 +143,10 @@ class KeyWindow:
         """Add one topic's keys in put order: a key held already, or twice in the run, ends at
         its last entry, young again. keep_first: only keys all distinct and new, else False
         and nothing changed."""
+        if topic.__class__ is not str:
+            raise TypeError(NOT_STR)
+        entries = list(entries)
+        _check_run(None, uniqs, entries)
         keys = self._topics.get(topic)
         if keep_first and (len(set(uniqs)) != len(uniqs)
                            or (keys is not None and not keys.keys().isdisjoint(uniqs))):
@@ -92,7 +156,7 @@ class KeyWindow:
         held = len(keys)
         keys.update(zip(uniqs, entries))
         self._grew(len(keys) - held, len(uniqs))
-        self._order.append(([keys] * len(uniqs), uniqs, list(entries), keys))
+        self._order.append(([keys] * len(uniqs), uniqs, entries, keys))
         self._maybe_compact()
         return True
 
@@ -100,6 +164,10 @@ class KeyWindow:
         """add_run for a put whose keys are of many topics, each (topic, key) at its place in
         put order. keep_first: only pairs all distinct and new, else False and nothing
         changed."""
+        if topics.__class__ is str:
+            raise TypeError(NOT_STR)
+        entries = list(entries)
+        _check_run(topics, uniqs, entries)
         dicts: list = list(map(self._topics.get, topics))
         if keep_first and (len(set(zip(topics, uniqs))) != len(uniqs) or any(
                 map(dict.__contains__, filter(None, dicts), compress(uniqs, dicts)))):
@@ -110,9 +178,28 @@ class KeyWindow:
         held = sum(map(len, distinct))
         _drain(map(dict.__setitem__, dicts, uniqs, entries))
         self._grew(sum(map(len, distinct)) - held, len(uniqs))
-        self._order.append((dicts, uniqs, list(entries), None))
+        self._order.append((dicts, uniqs, entries, None))
         self._maybe_compact()
         return True
+
+    def add_requests(self, requests, keep_first: bool, system_topics: frozenset,
+                     system_prefixes: tuple) -> bool:
+        """A put's dispatch requests in one pass (add_run for one topic, else add_mixed), or
+        False and nothing changed when a key is unset (None or "") or a topic is exempt: in
+        system_topics or starting with one of system_prefixes."""
+        uniqs = list(map(_R_UNIQ, requests))
+        if not uniqs or not all(uniqs):
+            return False
+        topics = list(map(_R_TOPIC, requests))
+        topic = topics[0]
+        if topics.count(topic) == len(topics):  # one topic: its name object, mostly
+            return (topic not in system_topics and not topic.startswith(system_prefixes)
+                    and self.add_run(topic, uniqs, requests, keep_first))
+        found = set(topics)
+        if not system_topics.isdisjoint(found) or any(
+                map(str.startswith, found, repeat(system_prefixes))):
+            return False
+        return self.add_mixed(topics, uniqs, requests, keep_first)
 
     def _grew(self, grown: int, added: int) -> None:
         self._live += grown
@@ -120,6 +207,10 @@ class KeyWindow:
 
     def add(self, topic: str, uniq: str, entry, keep_first: bool = False) -> None:
         """One key, young (the message-by-message path); keep_first: a held key stays."""
+        if topic.__class__ is not str or uniq.__class__ is not str:
+            raise TypeError(NOT_STR)
+        if not isinstance(entry, tuple):
+            raise TypeError(NOT_TUPLE)
         keys = self._dict_of(topic)
         if uniq in keys:
             if keep_first:
@@ -147,14 +238,17 @@ class KeyWindow:
                 return
         order.append(([keys], [uniq], [entry], keys))
 
-    def items(self):
-        """((topic, UNIQ_KEY), entry) of every key, oldest first."""
+    def items(self) -> list:
+        """[((topic, UNIQ_KEY), entry (E_* fields))] of every key, oldest first."""
+        return list(self._items())
+
+    def _items(self):
         head = self._head
         for dicts, uniqs, entries, _ in self._order:
             for keys, uniq, entry in zip(islice(dicts, head, None), islice(uniqs, head, None),
                                          islice(entries, head, None)):
                 if keys.get(uniq) is entry:
-                    yield (keys[_GENERAL], uniq), entry
+                    yield (keys[_GENERAL], uniq), _entry_of(entry)
             head = 0
 
     def evict(self, max_keys: int, cutoff_ms: int) -> None:
@@ -227,16 +321,21 @@ class KeyWindow:
                 del topics[topic]
 
     def prune_from(self, floor: int) -> int:
-        """Forget the keys of records at or past `floor` (a cut of the log): positions are in
-        log order, so from the newest back. Returns the highest offset below the cut."""
+        """Forget the keys of records at or past `floor` (a cut of the log): the newest keys
+        while theirs is, positions being in log order. Returns the highest offset below the
+        cut."""
         order = self._order
         while order:
             dicts, uniqs, entries, _ = order[-1]
             low = self._head if len(order) == 1 else 0
             end = len(uniqs)
-            while end > low and entries[end - 1][DR_PHYS] >= floor:
+            while end > low:   # a stale position never stops the walk: only live keys count
+                keys, uniq, entry = dicts[end - 1], uniqs[end - 1], entries[end - 1]
+                live = keys.get(uniq) is entry
+                if live and entry[DR_PHYS] < floor:
+                    break
                 end -= 1
-                self._drop(dicts[end], uniqs[end], entries[end])
+                self._drop(keys, uniq, entry)
             if end > low:
                 self._forget_empty(dicts[end:])
                 del dicts[end:], uniqs[end:], entries[end:]

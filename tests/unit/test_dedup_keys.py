@@ -1,6 +1,9 @@
 """The duplicate window's key store (node/sending/dedup_keys.py) against an OrderedDict model
 of the window's rules: after any sequence of adds, runs (of one topic or of many), evictions and
-cuts, the same keys with the same entries in the same age order, and the same count."""
+cuts, the same keys with the same entries in the same age order, and the same count. Both
+twins: the pure KeyWindow and the compiled KeyTable (node/sending/_dedup_table.c), the latter
+also with a hash narrowed to two bits (every key collides) and a table of a few nodes (it
+grows mid-run)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -10,8 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tidemq.node.sending import dedup_keys
-from tidemq.node.sending.dedup_keys import KeyWindow
+from tidemq.node.sending.dedup_keys import ENTRY_FIELDS, KeyWindow
 from tidemq.node.store.message import DR_PHYS, DR_STORE_TS
+
+try:  # imported directly: the compiled twin is tested even when TIDEMQ_PURE_PYTHON is set
+    from tidemq.node.sending._dedup_table import KeyTable
+except ImportError:
+    KeyTable = None
+needs_compiled = pytest.mark.skipif(KeyTable is None, reason="compiled key table not built")
 
 TOPICS = st.sampled_from(["T", "U", "V"])
 UNIQS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
@@ -62,20 +71,27 @@ class Model:
             self.od.popitem(last=True)
 
 
-def _step():
-    add = st.tuples(st.just("add"), TOPICS, UNIQS, st.booleans())
-    run = st.tuples(st.just("run"), TOPICS, st.lists(UNIQS, min_size=1, max_size=6),
+def _fields(entry):
+    """An entry as the store answers it: the fields a duplicate's reply needs."""
+    return tuple(entry[i] for i in ENTRY_FIELDS)
+
+
+def key_steps(topics=TOPICS, uniqs=UNIQS, scale: int = 1, mixed_min: int = 2):
+    """One step of a key store's life: add, run, mixed, evict or cut; `scale` multiplies the
+    runs' lengths and the evict and cut ranges (tests/unit/test_dedup_table.py reuses it)."""
+    add = st.tuples(st.just("add"), topics, uniqs, st.booleans())
+    run = st.tuples(st.just("run"), topics, st.lists(uniqs, min_size=1, max_size=6 * scale),
                     st.booleans())
-    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(TOPICS, UNIQS), min_size=2,
-                                                 max_size=8), st.booleans())
-    evict = st.tuples(st.just("evict"), st.integers(0, 8), st.integers(0, 30))
-    cut = st.tuples(st.just("cut"), st.integers(0, 12))
+    mixed = st.tuples(st.just("mixed"), st.lists(st.tuples(topics, uniqs), min_size=mixed_min,
+                                                 max_size=8 * scale), st.booleans())
+    evict = st.tuples(st.just("evict"), st.integers(0, 8 * scale), st.integers(0, 30 * scale))
+    cut = st.tuples(st.just("cut"), st.integers(0, 12 * scale))
     return st.one_of(add, run, mixed, evict, cut)
 
 
 @pytest.mark.parametrize("compact_min,run_max", [(1024, 4096), (0, 4096), (1024, 3), (0, 2)])
 @settings(max_examples=300, deadline=None)
-@given(steps=st.lists(_step(), max_size=40))
+@given(steps=st.lists(key_steps(), max_size=40))
 def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
     old = dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX
     dedup_keys._COMPACT_MIN = compact_min   # 0: compact as soon as stale positions lead
@@ -86,8 +102,17 @@ def test_the_key_store_keeps_the_windows_order(steps, compact_min, run_max):
         dedup_keys._COMPACT_MIN, dedup_keys._RUN_MAX = old
 
 
-def _run(steps):
-    store, model = KeyWindow(), Model()
+@needs_compiled
+@pytest.mark.parametrize("size,hash_bits", [(100, 64), (0, 2), (3, 64)])
+@settings(max_examples=300, deadline=None)
+@given(steps=st.lists(key_steps(), max_size=40))
+def test_the_compiled_table_keeps_the_windows_order(steps, size, hash_bits):
+    _run(steps, KeyTable(size, ENTRY_FIELDS, hash_bits=hash_bits))
+
+
+def _run(steps, store=None):
+    store = KeyWindow() if store is None else store
+    model = Model()
     phys = ts = 0
     for step in steps:
         kind = step[0]
@@ -122,12 +147,14 @@ def _run(steps):
             floor = max(phys - step[1], 0)
             store.prune_from(floor)
             model.prune_from(floor)
-        assert list(store.items()) == list(model.od.items())
+        assert list(store.items()) == [(k, _fields(e)) for k, e in model.od.items()]
         assert len(store) == len(model.od)
         for (topic, uniq), entry in model.od.items():
-            assert store.get(topic, uniq) is entry
+            assert store.get(topic, uniq) == _fields(entry)
         assert store.holds_none("T", ["zz"])
-        _assert_table_holds_only_live_topics(store)
+        assert store.holds_none("T", ["zz", "a"]) == (("T", "a") not in model.od)
+        if isinstance(store, KeyWindow):
+            _assert_table_holds_only_live_topics(store)
 
 
 def _assert_table_holds_only_live_topics(store):
@@ -152,7 +179,7 @@ def test_a_mixed_put_makes_one_run_and_its_topics_leave_with_it():
     topics = [f"T{i}" for i in range(256)]
     store.add_mixed(topics, ["k"] * 256, [_entry(i, i) for i in range(256)])
     assert len(store._order) == 1 and len(store) == 256
-    assert store.get("T7", "k")[DR_PHYS] == 7
+    assert store.get("T7", "k") == _fields(_entry(7, 7))
     store.evict(0, 0)
     assert not store._topics and len(store) == 0 and not store._order
 

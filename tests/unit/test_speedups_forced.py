@@ -15,8 +15,10 @@ from tidemq import message as client_message
 from tidemq.producer import send_codec
 from tidemq.protocol import accel, record, remoting
 from tidemq.node.processors import send, store_host
+from tidemq.node.sending import dedup_keys
 from tidemq.node.store import commit_log, index_file, message
 assert accel.PURE_FORCED and not accel.COMPILED
+assert not dedup_keys.COMPILED and type(dedup_keys.key_table(10)) is dedup_keys.KeyWindow
 for fn in (record.encode_into, record.decode_properties, record.prop_fields, send.decode_batch,
            send_codec.encode_batch_body, remoting.decode_binary_ext, index_file.index_entries,
            commit_log.append_records, message.wire_messages, client_message.record_views,
