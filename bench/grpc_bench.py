@@ -26,6 +26,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields
 from bench.e2e_bench import async_send, consume, pct
 from tests.support.broker_proc import REPO_ROOT, BrokerProcess
 from tidemq.admin import Admin
@@ -90,6 +91,7 @@ def main():
             out.update(asyncio.run(remoting_phase(broker.addr, seconds, body)))
         finally:
             broker.stop()
+    out.update(build_fields())
     print(json.dumps(out), flush=True)
 
 

@@ -38,6 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields
 from bench.proc_cpu import cpu_times
 from bench.scale_bench import (
     BODY,
@@ -198,7 +199,7 @@ def main():
     counts = [int(x) for x in args.queues.split(",")]
     quiet_clients()
     if args.dry:
-        print(json.dumps(dry_run(counts, args.rounds), sort_keys=True))
+        print(json.dumps({**dry_run(counts, args.rounds), **build_fields()}, sort_keys=True))
         return
     brokers = {}
     with tempfile.TemporaryDirectory(prefix="tidemq-prodcpu-") as d:
@@ -211,7 +212,7 @@ def main():
             for b in brokers.values():
                 b.stop()
                 b.kill()
-    print(json.dumps(figures(found, counts, args.rounds), sort_keys=True))
+    print(json.dumps({**figures(found, counts, args.rounds), **build_fields()}, sort_keys=True))
 
 
 if __name__ == "__main__":

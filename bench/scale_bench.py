@@ -63,6 +63,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.build_info import build_fields
 from bench.proc_cpu import cpu_times
 from tests.support.broker_proc import BrokerProcess
 from tests.support.raw_client import RawClient, properties, send_ext
@@ -516,6 +517,7 @@ def main():
             extra = result[f"rss_{kind}_kib_idle_q{n}"] - result[f"rss_{kind}_kib_idle_q{base}"]
             result[f"rss_{kind}_bytes_per_idle_queue_q{n}"] = round(extra * 1024 / (n - base))
     result["bench_seconds"] = round(time.perf_counter() - t0, 1)
+    result.update(build_fields())
     print(json.dumps(result, sort_keys=True))
 
 

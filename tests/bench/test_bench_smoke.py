@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def test_grpc_bench_prints_its_keys_and_receives_everything_sent():
     assert result["grpc_async_send_failed"] == 0 and result["remoting_async_send_failed"] == 0
     assert result["grpc_receive_count"] == result["grpc_sent_total"]
     assert result["grpc_receive_duplicates"] == 0
+    assert isinstance(result["compiled"], bool)
 
 
 def test_codec_bench_times_both_paths_and_says_which_it_used():
@@ -164,6 +166,7 @@ def test_scale_bench_runs_its_speed_phases_in_rounds_over_brokers_up_together():
     assert result["restart_idle_scan_bytes_q800"] == 0
     assert result["crash_scan_bytes_q800"] > 0
     assert result["checkpoint_lag_p99_s_q800"] > 0
+    assert isinstance(result["compiled"], bool) and isinstance(result["compiled_dedup_table"], bool)
 
 
 def test_producer_cpu_bench_prints_cpu_per_message_and_dry_costs():
@@ -176,7 +179,19 @@ def test_producer_cpu_bench_prints_cpu_per_message_and_dry_costs():
         assert_positive(result, (f"client_user_us_q{n}", f"client_us_q{n}"))
     assert len(result["single_send_ratio_rounds_q800"]) == 2
     dry = run_bench("producer_cpu_bench.py", "--dry", "--queues", "8,800", "--rounds", "1")
+    assert isinstance(result["compiled"], bool) and isinstance(dry["compiled"], bool)
     for n in (8, 800):
         for kind in ("send", "reply"):
             p10, median = dry[f"dry_{kind}_us_q{n}"]
             assert 0 < p10 <= median, (kind, n, p10, median)
+
+
+def test_every_benchmark_that_prints_figures_says_which_build_it_measured():
+    """A script printing a JSON line of figures includes build_info's fields (the compiled or
+    the pure path). grpc_bench_client.py is the exception: it runs under the RocketMQ 5 SDK's
+    interpreter, without tidemq, and grpc_bench.py prints its figures with the fields."""
+    bench_dir = pathlib.Path(__file__).resolve().parents[2] / "bench"
+    missing = [f.name for f in sorted(bench_dir.glob("*.py"))
+               if f.name != "grpc_bench_client.py" and "print(json.dumps(" in f.read_text()
+               and "build_fields" not in f.read_text()]
+    assert missing == []
