@@ -215,3 +215,23 @@ def test_a_long_staged_backlog_is_compacted_over_several_flushes(tmp_path, monke
     assert table.tails.staged_bytes == _count(table, "SELECT sum(length(entries)) FROM staged")
     _reloaded_alike(table, tmp_path / "steps").close()
     whole.close()
+
+
+def test_a_failed_compaction_step_is_taken_again_by_the_next_flush(tmp_path, monkeypatch):
+    monkeypatch.setattr(unit_db, "STAGE_BYTES", 200_000)
+    monkeypatch.setattr(unit_db, "COMPACT_STEPS", 2)
+    table = _table(tmp_path)
+    _spread(table, 3)
+    conn = table.db._conn
+    conn.execute(f"PRAGMA max_page_count={conn.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        _spread(table, 1, phys=10**7)
+    assert len(table.tails.to_compact) == QUEUES  # nothing taken: the step comes again
+    assert _count(table, "SELECT count(*) FROM units") == 0
+    conn.execute("PRAGMA max_page_count=1073741823")
+    assert table.flush()
+    assert len(table.tails.to_compact) == QUEUES // 2
+    assert _count(table, "SELECT count(*) FROM units") == QUEUES // 2
+    _spread(table, 1, phys=10**8)
+    assert table.tails.to_compact is None
+    _reloaded_alike(table, tmp_path).close()
