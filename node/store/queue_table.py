@@ -31,13 +31,20 @@ Rules:
    from the same index: one lookup by the topic's name per message, no key tuple built and
    no probe of the table of every queue (at 100,000 queues each such probe misses the CPU
    caches).
-6. Staging: once the staged rows pass STAGE_BYTES, the tail bytes held pass `tail_bytes`, or
-   a cut needs it (consume_queue.py rule 6), a flush compacts: every tail becomes runs and
-   the staged rows are deleted in the same transaction (the pending entries are dropped:
-   their units are in those runs). load() replays the staged rows in order into the tails
+6. Staging: once the tail bytes held pass `tail_bytes`, or a cut needs it (consume_queue.py
+   rule 6), a flush compacts (past STAGE_BYTES staged: in steps, rule 7): every tail becomes
+   runs and the staged rows are deleted in the same transaction (the pending entries are
+   dropped: their units are in those runs). load() replays the staged rows in order into the tails
    (an entry below a queue's next offset is already in its runs and skipped), so what a load
    answers is what was committed; an entry that does not continue its queue means the
    database disagrees with itself: it is emptied and rebuilt from the log.
+7. Past STAGE_BYTES alone, the compaction is spread over COMPACT_STEPS flushes: the first
+   notes the tails then held and the newest staged row; each writes the next share of those
+   tails (still held) as runs, alongside its usual writes; the last also deletes the staged
+   rows up to the noted one. Every unit in those rows is then in runs (a tail leaves memory
+   only as runs), and until then a load skips what the runs hold (rule 6). Each step is one
+   flush, all or nothing: a failed one is taken again by the next flush. A cut, or tails
+   past `tail_bytes`, still compacts whole and ends a compaction in steps.
 """
 from __future__ import annotations
 
@@ -122,8 +129,11 @@ class Tails:
     """Queues whose tail holds units (`held`), those whose tail reached STAGE_UNITS units and
     becomes runs at the next flush (`big`), by key; the staged entries dispatch wrote since
     the last flush (`pending`); the bytes held in all tails and in the staged rows (rules 2
-    and 6); `compact`: the table's compacting flush, which a cut calls first."""
-    __slots__ = ("big", "compact", "held", "nbytes", "pending", "staged_bytes")
+    and 6); `compact`: the table's compacting flush, which a cut calls first. A compaction in
+    steps (rule 7): the tails still `to_compact`, how many a step takes (`compact_share`),
+    the newest staged row it empties (`compact_seq`) and those rows' bytes (`compact_bytes`)."""
+    __slots__ = ("big", "compact", "compact_bytes", "compact_seq", "compact_share", "held",
+                 "nbytes", "pending", "staged_bytes", "to_compact")
 
     def __init__(self, compact) -> None:
         self.compact = compact
@@ -132,10 +142,16 @@ class Tails:
         self.pending = bytearray()
         self.nbytes = 0
         self.staged_bytes = 0
+        self.end_compaction()
+
+    def end_compaction(self) -> None:
+        self.to_compact: list[ConsumeQueue] | None = None
+        self.compact_seq = self.compact_bytes = self.compact_share = 0
 
     def reset(self) -> None:
         self.big, self.held, self.pending = {}, {}, bytearray()
         self.nbytes = self.staged_bytes = 0
+        self.end_compaction()
 
 
 class ConsumeQueueTable:
@@ -292,26 +308,24 @@ class ConsumeQueueTable:
                 cq.destroy()
 
     def flush(self, compact: bool = False) -> bool:
-        """Write the big tails and the pending staged entries (rule 2) or, when compacting,
-        every tail as runs (rule 6), and commit; False when there was nothing to commit."""
+        """Write the big tails and the pending staged entries (rule 2), with a step of a
+        compaction (rule 7) or, when compacting, every tail as runs (rule 6), and commit;
+        False when there was nothing to commit."""
         db, tails = self.db, self.tails
         with db.lock:
             if db._conn is None:
                 return False
-            compact = compact or tails.nbytes > self.tail_bytes or \
-                tails.staged_bytes > unit_db.STAGE_BYTES
-            runs: list = []
-            to_runs = sorted((tails.held if compact else tails.big).values(), key=_qkey)
+            compact = compact or tails.nbytes > self.tail_bytes
+            step, taken = ([], 0) if compact else self._compaction_step()
+            last_step = tails.to_compact is not None and taken >= len(tails.to_compact)
+            if compact:
+                to_runs = sorted(tails.held.values(), key=_qkey)
+            else:
+                to_runs = sorted({**tails.big, **{cq.qkey: cq for cq in step}}.values(),
+                                 key=_qkey)
             entries = b"" if compact else bytes(tails.pending)
             try:
-                if to_runs:
-                    inserts, appends, runs = self._tail_rows(to_runs)
-                    db.put_runs(inserts)
-                    db.append_runs(appends)
-                if entries:
-                    db.put_staged(entries)
-                if compact and tails.staged_bytes:
-                    db.clear_staged()
+                runs = self._write_flush(to_runs, entries, compact, last_step)
                 ended = db.end_transaction()
             except BaseException:  # all or nothing: the tails stay for the next flush
                 db.rollback()
@@ -319,13 +333,53 @@ class ConsumeQueueTable:
             for cq, run in runs:
                 cq.run = run
             self._drop_tails(to_runs)
-            if compact:  # every tail is runs: the pending entries' units too
-                tails.staged_bytes = 0
-            tails.staged_bytes += len(entries)
-            tails.pending = bytearray()
+            self._account(compact, last_step, taken, len(entries))
         if ended:
             db.sync_wal()
         return ended
+
+    def _write_flush(self, to_runs: list, entries: bytes, compact: bool, last_step: bool):
+        """A flush's writes into the open transaction; the runs its tails become."""
+        db, runs = self.db, []
+        if to_runs:
+            inserts, appends, runs = self._tail_rows(to_runs)
+            db.put_runs(inserts)
+            db.append_runs(appends)
+        if entries:
+            db.put_staged(entries)
+        if compact and self.tails.staged_bytes:
+            db.clear_staged()
+        elif last_step:
+            db.clear_staged(self.tails.compact_seq)
+        return runs
+
+    def _compaction_step(self) -> tuple[list, int]:
+        """The tails this flush writes as runs for a compaction in steps, and how many of
+        `to_compact` it takes (rule 7); begins one once the staged rows pass STAGE_BYTES."""
+        tails = self.tails
+        if tails.to_compact is None:
+            if tails.staged_bytes <= unit_db.STAGE_BYTES:
+                return [], 0
+            tails.to_compact = sorted(tails.held.values(), key=_qkey)
+            tails.compact_seq, tails.compact_bytes = self.db.staged_seq(), tails.staged_bytes
+            tails.compact_share = -(-len(tails.to_compact) // unit_db.COMPACT_STEPS)
+        count = tails.compact_share
+        step = [cq for cq in tails.to_compact[:count] if tails.held.get(cq.qkey) is cq]
+        return step, count
+
+    def _account(self, compact: bool, last_step: bool, taken: int, entries_bytes: int) -> None:
+        """After a committed flush: the staged bytes and the compaction's progress."""
+        tails = self.tails
+        if compact:  # every tail is runs: the pending entries' units too
+            tails.staged_bytes = 0
+            tails.end_compaction()
+        elif last_step:
+            tails.staged_bytes -= tails.compact_bytes
+            tails.end_compaction()
+        elif tails.to_compact is not None:
+            del tails.to_compact[:taken]
+        tails.staged_bytes += entries_bytes
+        tails.pending = bytearray()
 
     def close(self) -> None:
         if self.db._conn is not None:

@@ -69,6 +69,9 @@ STAGE_UNITS = 32
 # Staged bytes past which the next flush writes every tail as runs and empties `staged`: it
 # bounds the rows a load replays and the units held in memory for staging.
 STAGE_BYTES = 16 << 20
+# Flushes a compaction is spread over: each writes this share of the tails as runs, so no one
+# flush holds the database lock (and dispatch behind it) for the whole of them.
+COMPACT_STEPS = 8
 STAGE_HEAD = struct.Struct(">qqI")  # a staged entry: qkey, first queue offset, unit count
 UNIT = struct.Struct(">qiq")
 UNIT_BYTES = 20
@@ -336,10 +339,20 @@ class UnitDb:
             self._conn.execute("INSERT INTO staged(entries) VALUES (?)", (entries,))
             self._rows_open += 1
 
-    def clear_staged(self) -> None:
-        """Drop every staged row, in the open transaction (their units are runs now)."""
+    def clear_staged(self, up_to_seq: int | None = None) -> None:
+        """Drop every staged row, or those up to `up_to_seq`, in the open transaction (their
+        units are runs now)."""
         with self.lock:
-            self._rows_open += self._write("DELETE FROM staged").rowcount
+            if up_to_seq is None:
+                self._rows_open += self._write("DELETE FROM staged").rowcount
+            else:
+                self._rows_open += self._write("DELETE FROM staged WHERE seq <= ?",
+                                               (up_to_seq,)).rowcount
+
+    def staged_seq(self) -> int:
+        """The newest staged row's sequence number; 0 when there is none."""
+        with self.lock:
+            return self._conn.execute("SELECT max(seq) FROM staged").fetchone()[0] or 0
 
     def staged(self):
         """Every staged row's entries, oldest first (see staged_entries)."""

@@ -90,13 +90,16 @@ def test_a_tail_that_grows_becomes_runs_and_its_staged_entries_are_skipped(tmp_p
 
 def test_staging_past_its_bound_compacts_into_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(unit_db, "STAGE_BYTES", 50_000)
+    monkeypatch.setattr(unit_db, "COMPACT_STEPS", 1)
     table = _table(tmp_path)
     _spread(table, 3)
     assert table.tails.staged_bytes > 50_000
     before = _answers(table)
     _spread(table, 1, phys=10**7)  # this flush compacts: every tail becomes runs
-    assert _count(table, "SELECT count(*) FROM staged") == 0
-    assert table.tails.staged_bytes == 0 and table.tails.nbytes == 0
+    # only this flush's own staged row is left (its units are in the runs too)
+    assert _count(table, "SELECT count(*) FROM staged") == 1
+    assert table.tails.staged_bytes == _count(table, "SELECT length(entries) FROM staged")
+    assert table.tails.nbytes == 0 and table.tails.to_compact is None
     assert _count(table, "SELECT count(*) FROM units") == QUEUES
     after = _answers(table)
     assert all(after[k][3][:3] == before[k][3] for k in before)
@@ -172,3 +175,63 @@ def test_a_format_2_database_is_discarded(tmp_path):
     assert not table.load()
     assert table.db.discarded and not table.queues
     table.close()
+
+
+def _loaded(path) -> dict:
+    """What a load of the committed database answers (another connection, as after a kill)."""
+    again = ConsumeQueueTable(None, str(path))
+    assert again.load()
+    answers = _answers(again)
+    again.abandon()
+    return answers
+
+
+def test_a_long_staged_backlog_is_compacted_over_several_flushes(tmp_path, monkeypatch):
+    """Past STAGE_BYTES the tails become runs a share per flush and only the last step
+    deletes the staged rows; a kill at any step loads what a whole compaction would have."""
+    monkeypatch.setattr(unit_db, "STAGE_BYTES", 200_000)
+    monkeypatch.setattr(unit_db, "COMPACT_STEPS", 4)
+    table, whole = _table(tmp_path / "steps"), _table(tmp_path / "whole")
+    _spread(table, 3)
+    _spread(whole, 3)
+    assert table.tails.to_compact is None and table.tails.staged_bytes > 200_000
+    staged_rows = _count(table, "SELECT count(*) FROM staged")
+    units_rows = []
+    for step in range(4):
+        phys = 10**7 * (step + 1)
+        _spread(table, 1, phys=phys)
+        _spread(whole, 1, phys=phys)
+        whole.compact()
+        units_rows.append(_count(table, "SELECT count(*) FROM units"))
+        if step < 3:  # the older staged rows stay until the last step
+            assert table.tails.to_compact is not None
+            assert _count(table, "SELECT count(*) FROM staged") == staged_rows + step + 1
+        assert _answers(table) == _answers(whole)
+        assert _loaded(tmp_path / "steps") == _answers(whole)  # a kill at this step
+    assert units_rows == [QUEUES // 4, QUEUES // 2, 3 * QUEUES // 4, QUEUES]
+    assert table.tails.to_compact is None
+    # the rows older than the compaction are gone; each step's own entries stay
+    assert _count(table, "SELECT count(*) FROM staged") == 4
+    assert table.tails.staged_bytes == _count(table, "SELECT sum(length(entries)) FROM staged")
+    _reloaded_alike(table, tmp_path / "steps").close()
+    whole.close()
+
+
+def test_a_failed_compaction_step_is_taken_again_by_the_next_flush(tmp_path, monkeypatch):
+    monkeypatch.setattr(unit_db, "STAGE_BYTES", 200_000)
+    monkeypatch.setattr(unit_db, "COMPACT_STEPS", 2)
+    table = _table(tmp_path)
+    _spread(table, 3)
+    conn = table.db._conn
+    conn.execute(f"PRAGMA max_page_count={conn.execute('PRAGMA page_count').fetchone()[0]}")
+    with pytest.raises(sqlite3.OperationalError, match="full"):
+        _spread(table, 1, phys=10**7)
+    assert len(table.tails.to_compact) == QUEUES  # nothing taken: the step comes again
+    assert _count(table, "SELECT count(*) FROM units") == 0
+    conn.execute("PRAGMA max_page_count=1073741823")
+    assert table.flush()
+    assert len(table.tails.to_compact) == QUEUES // 2
+    assert _count(table, "SELECT count(*) FROM units") == QUEUES // 2
+    _spread(table, 1, phys=10**8)
+    assert table.tails.to_compact is None
+    _reloaded_alike(table, tmp_path).close()
