@@ -21,7 +21,9 @@ import threading
 import time
 
 from .config import SYNC_FLUSH
+from .disk_guard import is_disk_full
 from .errors import PutStatus
+from .log_throttle import LogThrottle
 
 log = logging.getLogger("tidemq.store.flush")
 WATCH_SLACK_S = 0.001  # past the deadline, so the wake-up finds it due
@@ -186,6 +188,7 @@ class MaintenanceService:
                                          daemon=True)
         self.checkpoint_lag_s: list[float] = []  # recent checkpoint intervals (bounded)
         self.checkpoints = 0
+        self._full_log = LogThrottle(log)  # a full disk fails every pass: one line per 10 s
 
     def start(self) -> None:
         self._thread.start()
@@ -220,8 +223,14 @@ class MaintenanceService:
                 now = time.monotonic()
                 self._note_lag(now - last_save)
                 last_save = now
-            except Exception:
-                log.exception("store checkpoint failed")
+            except Exception as exc:
+                if not is_disk_full(exc):
+                    log.exception("store checkpoint failed")
+                    continue
+                # the disk guard already logged why writes stop; what was not committed stays
+                # in memory for the next pass (queue_table.py rule 2), so one short line will do
+                self.store.disk_guard.note_enospc()
+                self._full_log.log(logging.WARNING, "store checkpoint deferred: disk full")
 
     def _run_retention(self) -> None:
         self._every(self.store.config.clean_interval_ms, self.retention.run_once,

@@ -282,3 +282,31 @@ def test_a_slow_queue_writes_runs_only_while_they_stay_small(tmp_path):
     assert sum(runs()[0]) == len(want_slow) and not slow.tail
     assert slow.units(0, 1000) == want_slow
     table.close()
+
+
+def test_a_checkpoint_on_a_full_database_logs_one_short_line_and_catches_up(tmp_path, caplog):
+    """SQLITE_FULL at every maintenance pass (the file system's "no space" as SQLite reports
+    it) is a deferred checkpoint: no traceback, one throttled line for many passes; once the
+    database can grow, the next pass commits everything dispatched meanwhile."""
+    store = MessageStore(small_config(tmp_path, derived_flush_interval_ms=20)).open()
+    try:
+        with caplog.at_level("WARNING", logger="tidemq.store.flush"):
+            store.maintenance.wake()
+            conn = _fill_with_the_database_full(store, 400)
+            passes = store.maintenance.checkpoints
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and len(caplog.records) < 1:
+                time.sleep(0.02)
+            time.sleep(0.3)  # a dozen more failing passes
+            assert store.maintenance.checkpoints == passes  # none of them committed
+            flush_lines = [r for r in caplog.records if r.name == "tidemq.store.flush"]
+            assert [r.getMessage() for r in flush_lines] == ["store checkpoint deferred: disk full"]
+            assert all(r.exc_info is None for r in flush_lines)
+            conn.execute("PRAGMA max_page_count=1073741823")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and \
+                    store.checkpoint.dispatched_offset < store.max_offset:
+                time.sleep(0.02)
+            assert store.checkpoint.dispatched_offset == store.max_offset
+    finally:
+        store.close()
