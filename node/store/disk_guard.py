@@ -19,13 +19,13 @@ The probe is injectable for tests: fn(path) -> DiskUsage.
 """
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import sqlite3
 from typing import NamedTuple
 
 from .errors import DiskFull
+from .fileio import NO_SPACE_ERRNOS
 from .index_file import ENTRY_BYTES, HEADER_BYTES
 
 log = logging.getLogger("tidemq.store.disk")
@@ -36,7 +36,7 @@ def is_disk_full(exc: BaseException) -> bool:
     """True for the file system's "no space" however it surfaced: an OSError (ENOSPC, EDQUOT)
     or SQLite's SQLITE_FULL from a consume-queue or offsets database commit."""
     if isinstance(exc, OSError):
-        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        return exc.errno in NO_SPACE_ERRNOS
     return isinstance(exc, sqlite3.Error) and \
         getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
 
