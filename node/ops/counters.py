@@ -50,8 +50,8 @@ class PutTopic:
     """One topic's send figures, reached by ONE lookup per message (Metrics.put_topics): the
     messages and body bytes stored since the last fold into put_msgs / put_bytes, and its
     latency histograms, the very objects in put_latency under (topic, False) and (topic,
-    True), None until first observed. At thousands of topics each separate table's probe
-    was a cache miss per message."""
+    True), None until first observed. At thousands of topics a probe of each of several
+    tables would be a cache miss per message."""
     __slots__ = ("batch", "bytes", "msgs", "single")
 
     def __init__(self) -> None:
